@@ -1,0 +1,39 @@
+# phazec: `make run` and `make test` each install everything they need on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.phazec-installed
+SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup run test lint bench clean
+
+help:  ## Show the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
+
+$(STAMP): $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q "scikit-build-core>=0.11,<2" "nanobind>=2.4,<4"
+	$(BIN)/pip install -q --no-build-isolation -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)  ## Create .venv and install phazec with its C++ extension (torch CPU first)
+
+run: setup  ## Install, then run the default job
+	$(BIN)/phazec-ir
+
+test: setup  ## Install, then run the test suite
+	$(BIN)/python -m pytest
+
+lint: setup  ## ruff (lint and format check) and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: setup  ## Run every benchmark under bench/ (each prints its figure)
+	@for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:  ## Remove the venv, build trees, caches and run outputs
+	rm -rf $(VENV) build outputs multirun .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""phazec: co-search of training accelerators and distributed training plans."""

@@ -1,0 +1,75 @@
+"""The config tree: one dataclass schema per group, registered in Hydra's ConfigStore.
+
+`conf/config.yaml` starts its defaults list with `phazec_schema`, so every preset is merged into a
+typed node: a misspelled key or a value of the wrong type fails at composition with Hydra's message.
+"""
+
+from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from phazec.frontend.schema import ModelConfig
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
+from phazec.solvers.schema import SolverConfig
+
+
+@dataclass
+class TrainConfig:
+    """Training knobs; lists are searched over."""
+
+    microbatch: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    """Microbatch sizes (samples)."""
+    recompute: list[bool] = field(default_factory=lambda: [False, True])
+    """Activation recomputation settings."""
+    optimizer: str = "sgd"
+    """`sgd` or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and gradients)."""
+
+
+@dataclass
+class ParallelConfig:
+    """Tensor-parallel settings used when lowering one training graph (phazec-ir)."""
+
+    tp: int = 1
+    """Tensor-parallel width."""
+    vocab_parallel: bool = True
+    """Split the embedding and LM head over the tensor-parallel group (Megatron's vocab-parallel)."""
+
+
+@dataclass
+class SearchConfig:
+    """Architecture search strategy."""
+
+    strategy: str = "phaze"
+    """`phaze`, `exhaustive`, `bounded` or `bo`."""
+
+
+@dataclass
+class TrackingConfig:
+    """Where runs are logged."""
+
+    backend: str = "none"
+    """`none` or `mlflow`."""
+
+
+@dataclass
+class Config:
+    """The whole tree; group presets live in `conf/<group>/`."""
+
+    model: ModelConfig = MISSING
+    hw: HwConfig = MISSING
+    system: SystemConfig = MISSING
+    cost: CostConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    cache_dir: str = ""
+    """Where exported ONNX files and solver results are cached; empty means $PHAZEC_CACHE_DIR or
+    ~/.cache/phazec."""
+
+
+def register() -> None:
+    """Register the schema with Hydra; called before composition."""
+    ConfigStore.instance().store(name="phazec_schema", node=Config)

@@ -1,0 +1,42 @@
+"""Config schema of the `model` group."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+
+@dataclass
+class BaselinePlan:
+    """A fixed Megatron-style plan (phaze-facts section 8): layers split evenly, embedding first."""
+
+    pp: int = 1
+    """Pipeline stages."""
+    dp: int = 1
+    """Data-parallel width."""
+    tp: int = 1
+    """Tensor-parallel width."""
+
+
+@dataclass
+class ModelConfig:
+    """A model to lower: a Hugging Face architecture built from its config, or a user's ONNX file."""
+
+    name: str = MISSING
+    """Preset name, used in tables and results."""
+    source: str = "hf"
+    """`hf` (build `arch` from `hf_config`, export to ONNX) or `onnx` (lower the file at `path`)."""
+    arch: str = ""
+    """Hugging Face model class, e.g. `LlamaForCausalLM` (source=hf)."""
+    hf_config: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the architecture's config class (source=hf)."""
+    seq_len: int = 0
+    """Sequence length in tokens (source=hf)."""
+    dtype: str = "bfloat16"
+    """Element type of weights and activations (source=hf): `bfloat16`, `float16` or `float32`."""
+    tp_widths: list[int] = field(default_factory=lambda: [1])
+    """Tensor-parallel widths the model allows."""
+    baseline: BaselinePlan = field(default_factory=BaselinePlan)
+    """The model's fixed Megatron-style plan, compared against in every result."""
+    path: str = ""
+    """ONNX file to lower (source=onnx); its shapes must be static."""
