@@ -1,0 +1,185 @@
+"""phazec's IR: tensors, operators, per-layer operator graphs and the layer graph.
+
+Shapes are stored at microbatch 1; a tensor's `batch_axis` (if any) is the axis that scales with the
+microbatch, so one lowering serves every microbatch size (`Tensor.shape_at`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]
+
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+"""Bytes per element of every element type the IR accepts."""
+
+
+class OpKind(StrEnum):
+    """What executes an operator."""
+
+    GEMM = "gemm"
+    """A matrix product on tensor cores."""
+    VECTOR = "vector"
+    """Elementwise, normalisation, reduction or loss work on vector cores."""
+    FUSED = "fused"
+    """A GEMM and the elementwise op that consumes it, on a paired tensor and vector core."""
+    COLLECTIVE = "collective"
+    """Communication among tensor-parallel devices (all-reduce)."""
+    DATA = "data"
+    """A view, copy or index computation that costs no compute (reshape, transpose, gather, ...)."""
+
+
+class LayerKind(StrEnum):
+    """The role of a layer in the layer graph."""
+
+    EMBEDDING = "embedding"
+    BLOCK = "block"
+    HEAD = "head"
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A value with a static shape."""
+
+    name: str
+    shape: tuple[int, ...]
+    """Shape at microbatch 1."""
+    dtype: str
+    """Element type, a key of `DTYPE_BYTES`."""
+    batch_axis: int | None = None
+    """The axis whose size is multiplied by the microbatch, or None if the tensor is per batch."""
+
+    def shape_at(self, microbatch: int) -> tuple[int, ...]:
+        """The shape at a given microbatch size."""
+        if self.batch_axis is None or microbatch == 1:
+            return self.shape
+        dims = list(self.shape)
+        dims[self.batch_axis] *= microbatch
+        return tuple(dims)
+
+    def numel(self, microbatch: int = 1) -> int:
+        """Number of elements at a given microbatch size."""
+        return math.prod(self.shape_at(microbatch))
+
+    def nbytes(self, microbatch: int = 1) -> int:
+        """Bytes at a given microbatch size."""
+        return self.numel(microbatch) * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(slots=True)
+class Op:
+    """One operator of a layer's graph."""
+
+    name: str
+    op_type: str
+    """ONNX operator type (MatMul, Softmax, ...) or a phazec type (AllReduce, ...)."""
+    kind: OpKind
+    inputs: tuple[str, ...]
+    """Input tensor names; an empty name is an omitted optional input."""
+    outputs: tuple[str, ...]
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Graph:
+    """The operator graph of one layer, ops in topological order."""
+
+    tensors: dict[str, Tensor]
+    ops: list[Op]
+    inputs: list[str]
+    """Tensors produced outside the layer (other layers or the model's data inputs)."""
+    weights: list[str]
+    """Trainable parameters the layer reads."""
+    constants: list[str]
+    """Non-trainable values known before the run (ONNX constants, buffers)."""
+    outputs: list[str]
+    """Tensors read outside the layer (other layers or the model's outputs)."""
+
+    def producers(self) -> dict[str, Op]:
+        """Map from tensor name to the op producing it."""
+        return {out: op for op in self.ops for out in op.outputs if out}
+
+    def consumers(self) -> dict[str, list[Op]]:
+        """Map from tensor name to the ops reading it, in op order."""
+        result: dict[str, list[Op]] = {}
+        for op in self.ops:
+            for name in op.inputs:
+                if name:
+                    result.setdefault(name, []).append(op)
+        return result
+
+    def parameter_count(self) -> int:
+        """Elements of the layer's trainable parameters."""
+        return sum(self.tensors[w].numel() for w in self.weights)
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A node of the layer graph."""
+
+    index: int
+    name: str
+    """`embedding`, `block.<i>` or `head`."""
+    kind: LayerKind
+    cls: int
+    """Index of the layer's class in `Model.classes`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Bytes of all tensors that one layer sends to another, per microbatch."""
+
+    src: int
+    dst: int
+    fixed_bytes: int
+    """Bytes that do not depend on the microbatch (e.g. a shared mask)."""
+    per_sample_bytes: int
+    """Bytes per sample of the microbatch."""
+
+    def nbytes(self, microbatch: int) -> int:
+        """Bytes crossing the edge for one microbatch."""
+        return self.fixed_bytes + self.per_sample_bytes * microbatch
+
+
+@dataclass(slots=True)
+class LayerClass:
+    """Structurally identical layers share one representative operator graph."""
+
+    graph: Graph
+    members: tuple[int, ...]
+    """Indices of the layers in the class, ascending; the first is the representative."""
+
+    @property
+    def count(self) -> int:
+        """Number of layers in the class."""
+        return len(self.members)
+
+
+@dataclass(slots=True)
+class Model:
+    """A lowered model: its layer graph and one operator graph per class of identical layers."""
+
+    name: str
+    layers: list[Layer]
+    edges: list[Edge]
+    classes: list[LayerClass]
+    parameter_count: int
+    """Unique trainable parameters of the whole model (a tied weight counts once)."""
+    seq_len: int
+
+    def graph_of(self, layer: int) -> Graph:
+        """The operator graph of a layer (its class representative's)."""
+        return self.classes[self.layers[layer].cls].graph

@@ -1,0 +1,104 @@
+"""Rule tables for operator types: what executes them and how much work they are.
+
+FLOPs count a multiply-add as 2. A GEMM's FLOPs are its matrix product only (a bias is an epilogue of
+the product); a vector op's FLOPs are its elements times a per-element count from `VECTOR_FLOPS`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from phazec.ir.core import Graph, Op, OpKind
+
+GEMM_TYPES = frozenset({"MatMul", "Gemm"})
+
+_ONE_FLOP = (
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Pow", "Sqrt", "Reciprocal", "Exp", "Log",
+    "Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "Max", "Min", "Where", "Cast", "Equal", "Less",
+    "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "IsNaN", "IsInf", "Sin",
+    "Cos", "Clip", "Sign", "Floor", "Ceil", "Mod", "CumSum", "ReduceMean", "ReduceSum",
+    "ReduceMax", "ReduceMin",
+)  # fmt: skip
+
+VECTOR_FLOPS: dict[str, int] = {
+    **dict.fromkeys(_ONE_FLOP, 1),  # elementwise arithmetic, comparisons, reductions
+    "Dropout": 2,  # draw the mask, scale
+    "Softmax": 5,  # max, subtract, exp, sum, divide
+    "LogSoftmax": 5,
+    "LayerNormalization": 8,  # mean, centre, square, mean, rsqrt, normalise, scale, shift
+    "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
+    "NegativeLogLikelihoodLoss": 1,
+}
+"""FLOPs per element of each vector op type."""
+
+DATA_TYPES = frozenset(
+    {
+        "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Slice", "Concat",
+        "Split", "Gather", "GatherND", "GatherElements", "Shape", "Size", "ConstantOfShape", "Range",
+        "Identity", "CastLike", "Pad", "Tile", "Trilu", "ScatterND", "ScatterElements", "OneHot",
+        "SequenceAt",
+    }
+)  # fmt: skip
+"""Op types that move, view or index data and cost no compute."""
+
+
+def kind_of(op_type: str) -> OpKind | None:
+    """The kind of an op type, or None if the IR does not know it."""
+    if op_type in GEMM_TYPES:
+        return OpKind.GEMM
+    if op_type in VECTOR_FLOPS:
+        return OpKind.VECTOR
+    if op_type in DATA_TYPES:
+        return OpKind.DATA
+    return None
+
+
+def known_op_types() -> list[str]:
+    """Every op type the IR lowers, sorted."""
+    return sorted(GEMM_TYPES | VECTOR_FLOPS.keys() | DATA_TYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmDims:
+    """A batched matrix product: `batch` independent (m x k) @ (k x n) products."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+
+    @property
+    def flops(self) -> int:
+        """2 * batch * m * k * n."""
+        return 2 * self.batch * self.m * self.k * self.n
+
+
+def gemm_dims(op: Op, graph: Graph, microbatch: int = 1) -> GemmDims:
+    """The product dimensions of a MatMul or Gemm op at a microbatch size."""
+    a = graph.tensors[op.inputs[0]].shape_at(microbatch)
+    b = graph.tensors[op.inputs[1]].shape_at(microbatch)
+    if op.op_type == "Gemm":
+        m, k = (a[1], a[0]) if op.attrs.get("transA", 0) else (a[0], a[1])
+        n = b[0] if op.attrs.get("transB", 0) else b[1]
+        return GemmDims(1, m, k, n)
+    out = graph.tensors[op.outputs[0]].shape_at(microbatch)
+    k = a[-1]
+    m = a[-2] if len(a) > 1 else 1
+    n = b[-1] if len(b) > 1 else 1
+    return GemmDims(math.prod(out) // (m * n), m, k, n)
+
+
+def elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
+    """The largest element count among an op's tensors (the work of a vector op)."""
+    names = [t for t in (*op.inputs, *op.outputs) if t]
+    return max((graph.tensors[t].numel(microbatch) for t in names), default=0)
+
+
+def flops(op: Op, graph: Graph, microbatch: int = 1) -> int:
+    """FLOPs of one op at a microbatch size (0 for data movement and collectives)."""
+    if op.kind is OpKind.GEMM:
+        return gemm_dims(op, graph, microbatch).flops
+    if op.kind is OpKind.VECTOR:
+        return VECTOR_FLOPS[op.op_type] * elements(op, graph, microbatch)
+    return 0
