@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.solvers.schema import SolverConfig
@@ -68,6 +69,21 @@ class Config:
     cache_dir: str = ""
     """Where exported ONNX files and solver results are cached; empty means $PHAZEC_CACHE_DIR or
     ~/.cache/phazec."""
+
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def validate_train(train: TrainConfig) -> None:
+    """Range checks of the training knobs; raises PhazecError naming the bad value."""
+    bad = [m for m in train.microbatch if m <= 0]
+    if bad or not train.microbatch:
+        raise PhazecError(
+            f"train.microbatch={list(train.microbatch)} must list positive microbatch sizes (samples), "
+            "e.g. [1, 2, 4, 8]."
+        )
+    if train.optimizer not in OPTIMIZERS:
+        raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
 
 
 def register() -> None:

@@ -1,1 +1,48 @@
-"""phazec.frontend."""
+"""Frontend: a model preset (Hugging Face config or ONNX file) -> phazec IR."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from phazec.errors import PhazecError
+from phazec.frontend.export import DTYPES, exported_onnx
+from phazec.frontend.lower import lower_onnx
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.core import Model
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("hf", "onnx")
+
+
+def default_cache_dir(configured: str = "") -> Path:
+    """The cache directory: the configured one, else $PHAZEC_CACHE_DIR, else ~/.cache/phazec."""
+    chosen = configured or os.environ.get("PHAZEC_CACHE_DIR") or str(Path.home() / ".cache" / "phazec")
+    return Path(chosen).expanduser()
+
+
+def validate(cfg: ModelConfig) -> None:
+    """Range checks Hydra's types cannot express; raises PhazecError naming the bad value."""
+    if cfg.source not in SOURCES:
+        raise PhazecError(f"model.source={cfg.source!r} is not a model source; valid: {list(SOURCES)}.")
+    if cfg.source == "onnx":
+        return
+    if cfg.seq_len <= 0:
+        raise PhazecError(f"model.seq_len={cfg.seq_len} must be a positive number of tokens, e.g. 2048.")
+    if cfg.dtype not in DTYPES:
+        raise PhazecError(f"model.dtype={cfg.dtype!r} is not supported; valid: {list(DTYPES)}.")
+    bad_widths = [t for t in cfg.tp_widths if t <= 0]
+    if bad_widths or not cfg.tp_widths:
+        raise PhazecError(
+            f"model.tp_widths={list(cfg.tp_widths)} must list positive widths, e.g. [1, 2, 4, 8]."
+        )
+
+
+def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:
+    """Lower a model preset to the IR, exporting (and caching) Hugging Face models to ONNX first."""
+    validate(cfg)
+    if cfg.source == "onnx":
+        return lower_onnx(Path(cfg.path).expanduser(), cfg.name)
+    return lower_onnx(exported_onnx(cfg, cache_dir), cfg.name, cfg.seq_len)

@@ -1,0 +1,79 @@
+"""Thin Hydra entry points; the work happens in plain functions that tests call through `compose()`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from phazec import atomic
+from phazec.config import register, validate_train
+from phazec.errors import PhazecError
+from phazec.frontend import default_cache_dir, load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.summary import summarize
+from phazec.report.table import layer_table
+
+
+def conf_dir() -> str:
+    """The config tree: packaged beside the code in a wheel, else the repository's `conf/`."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if packaged.is_dir() else here.parent / "conf")
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Print a PhazecError as one paragraph on stderr and exit 2, with no traceback."""
+    try:
+        yield
+    except PhazecError as err:
+        print(f"phazec: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def output_dir() -> Path:
+    """Hydra's run directory, or the working directory outside a Hydra run."""
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path.cwd()
+
+
+def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Lower the configured model, print its layer table and write `ir.json` to `out_dir`."""
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    validate_train(cfg.train)
+    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+    rows = summarize(model)
+    print(f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
+          f"{model.parameter_count:,} parameters, sequence {model.seq_len}")  # fmt: skip
+    print(layer_table(rows))
+    report = {
+        "model": model.name,
+        "seq_len": model.seq_len,
+        "parameters": model.parameter_count,
+        "layers": [dataclasses.asdict(r) for r in rows],
+        "edges": [dataclasses.asdict(e) for e in model.edges],
+    }
+    atomic.write_json(out_dir / "ir.json", report)
+    return report
+
+
+register()
+
+
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+def _ir_app(cfg: DictConfig) -> None:
+    with user_errors():
+        run_ir(cfg, output_dir())
+
+
+def ir_main() -> None:
+    """`phazec-ir`: lower a model and print its layer table."""
+    _ir_app()

@@ -1,0 +1,162 @@
+"""Hugging Face config -> weight-free ONNX file, cached on disk.
+
+The model is built on the meta device (no weights, no download) in training mode, wrapped so that its
+output is the training loss, and exported with torch's dynamo exporter. The batch dimension is exported
+at a prime no model dimension shares (`BATCH_SENTINEL`), so the lowering can tell which axis of every
+tensor scales with the microbatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import tempfile
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from phazec.atomic import write_bytes
+from phazec.errors import PhazecError
+from phazec.frontend.schema import ModelConfig
+
+log = logging.getLogger(__name__)
+
+BATCH_SENTINEL = 1009
+"""The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
+
+EXPORT_FORMAT = 1
+"""Bumped whenever the export changes, so older cache entries are not reused."""
+
+DTYPES = ("bfloat16", "float16", "float32")
+KEPT_METADATA = "pkg.torch.onnx.name_scopes"
+"""The only per-node metadata kept in the cached file (module scopes, used to find layers)."""
+
+
+def cache_key(cfg: ModelConfig) -> str:
+    """A digest of everything that affects the exported file (reads versions without importing torch)."""
+    facts = {
+        "arch": cfg.arch,
+        "hf_config": dict(sorted(cfg.hf_config.items())),
+        "seq_len": cfg.seq_len,
+        "dtype": cfg.dtype,
+        "batch": BATCH_SENTINEL,
+        "format": EXPORT_FORMAT,
+        "versions": [metadata.version(p) for p in ("torch", "transformers", "onnx", "onnxscript")],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
+    """The cached ONNX file of a Hugging Face model preset, exporting it on a cache miss."""
+    path = cache_dir / "onnx" / f"{cfg.name}-{cache_key(cfg)}.onnx"
+    if path.exists():
+        log.info("ONNX cache hit: %s", path)
+        return path
+    model = build_meta_model(cfg)
+    log.info("exporting %s (%s) to ONNX", cfg.name, cfg.arch)
+    proto = export_proto(model, cfg)
+    write_bytes(path, proto.SerializeToString())
+    return path
+
+
+def hf_model_class(arch: str) -> Any:
+    """The transformers class named `arch`, or a PhazecError saying what is valid."""
+    import transformers
+
+    cls = getattr(transformers, arch, None)
+    trainable = (
+        isinstance(cls, type)
+        and issubclass(cls, transformers.PreTrainedModel)
+        and "labels" in inspect.signature(cls.forward).parameters
+    )
+    if not trainable:
+        raise PhazecError(
+            f"model.arch={arch!r} is not a Hugging Face language-model class phazec can train; give "
+            "a transformers class with a loss head, such as LlamaForCausalLM, GPT2LMHeadModel, "
+            "OPTForCausalLM or BertForMaskedLM."
+        )
+    return cls
+
+
+def build_config(cfg: ModelConfig) -> Any:
+    """The architecture's config object from the preset, rejecting keys the config does not have."""
+    config_class = hf_model_class(cfg.arch).config_class
+    defaults = config_class()
+    unknown = sorted(k for k in cfg.hf_config if not hasattr(defaults, k))
+    if unknown:
+        raise PhazecError(
+            f"model.hf_config has keys {unknown} that {config_class.__name__} does not define; check "
+            f"their spelling against the {cfg.arch} config (e.g. {sorted(defaults.to_dict())[:12]})."
+        )
+    config = config_class(**cfg.hf_config, use_cache=False, attn_implementation="sdpa")
+    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if max_positions is not None and cfg.seq_len > max_positions:
+        raise PhazecError(
+            f"model.seq_len={cfg.seq_len} exceeds the {cfg.arch} config's {max_positions} positions; "
+            f"use a sequence length of at most {max_positions} or raise the position count in hf_config."
+        )
+    return config
+
+
+def build_meta_model(cfg: ModelConfig) -> Any:
+    """The model on the meta device in training mode, wrapped to return its loss."""
+    import torch
+
+    config = build_config(cfg)
+    arch = hf_model_class(cfg.arch)
+    with torch.device("meta"):
+        model = arch(config).to(getattr(torch, cfg.dtype))
+    model.train()
+    return model
+
+
+def loss_of(model: Any) -> Any:
+    """A module whose output is `model`'s training loss for token ids and labels."""
+    import torch
+
+    class LossOf(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, input_ids: Any, labels: Any) -> Any:
+            return self.m(input_ids=input_ids, labels=labels).loss
+
+    return LossOf(model)
+
+
+def export_proto(model: Any, cfg: ModelConfig) -> Any:
+    """Export with the dynamo exporter, weights as shape-only graph inputs; returns the ModelProto."""
+    import onnx
+    import torch
+
+    wrapper = loss_of(model)
+    with torch.device("meta"):
+        ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
+        labels = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(wrapper, (ids, labels), dynamo=True, optimize=False, verbose=False)
+    if program is None:
+        raise PhazecError(f"torch.onnx.export returned no program for {cfg.name!r} ({cfg.arch}).")
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        program.save(str(raw), include_initializers=False, keep_initializers_as_inputs=True)
+        proto = onnx.load(str(raw), load_external_data=False)
+    for node in proto.graph.node:
+        kept = [p for p in node.metadata_props if p.key == KEPT_METADATA]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    parameters = sorted(name for name, _ in wrapper.named_parameters(remove_duplicate=False))
+    onnx.helper.set_model_props(
+        proto,
+        {
+            "phazec.parameters": json.dumps(parameters),
+            "phazec.data_inputs": json.dumps(["input_ids", "labels"]),
+            "phazec.batch_sentinel": str(BATCH_SENTINEL),
+        },
+    )
+    return proto

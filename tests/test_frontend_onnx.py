@@ -1,0 +1,170 @@
+"""Lowering hand-built ONNX files: layers from module scopes, classes, edges, and every bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from phazec.errors import PhazecError
+from phazec.frontend import load_model
+from phazec.frontend.lower import lower_onnx
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.core import LayerKind, OpKind
+from phazec.ir.ops import flops
+from phazec.ir.printer import format_model
+from phazec.ir.verify import verify
+
+GOLDEN = Path(__file__).parent / "golden"
+H = 8  # hidden width of the toy model
+B = 4  # batch of the toy file
+
+
+def toy_mlp(path: Path, blocks: int = 2, op: str = "Relu", dim: int | str = B) -> Path:
+    """x[B,H] -> `blocks` x (MatMul by w_i[H,H], `op`) -> ReduceMean, with torchscript-style names."""
+    nodes = []
+    inits = []
+    prev = "x"
+    for i in range(blocks):
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, [H, H], [0.0] * H * H))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"mm{i}"], name=f"/layers.{i}/fc/MatMul"))
+        nodes.append(helper.make_node(op, [f"mm{i}"], [f"act{i}"], name=f"/layers.{i}/act/{op}"))
+        prev = f"act{i}"
+    nodes.append(helper.make_node("ReduceMean", [prev], ["loss"], name="/head/ReduceMean", keepdims=0))
+    graph = helper.make_graph(
+        nodes,
+        "toy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, H])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [dim])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_toy_layers_classes_edges_and_flops(tmp_path: Path) -> None:
+    model = lower_onnx(toy_mlp(tmp_path / "toy.onnx", blocks=3), "toy")
+    verify(model)
+    assert [layer.name for layer in model.layers] == ["block.0", "block.1", "block.2", "head"]
+    assert [layer.kind for layer in model.layers][-1] is LayerKind.HEAD
+    assert [c.count for c in model.classes] == [3, 1]
+    assert model.parameter_count == 3 * H * H
+    # Each block sends its activation act_i[B, H] fp32 to the next: 4 * 8 * 4 = 128 bytes.
+    assert [(e.src, e.dst, e.fixed_bytes) for e in model.edges] == [(0, 1, 128), (1, 2, 128), (2, 3, 128)]
+    block = model.classes[0].graph
+    gemm = next(op for op in block.ops if op.kind is OpKind.GEMM)
+    assert flops(gemm, block) == 2 * B * H * H
+
+
+def test_toy_printer_golden(tmp_path: Path) -> None:
+    text = format_model(lower_onnx(toy_mlp(tmp_path / "toy.onnx"), "toy"))
+    assert text == (GOLDEN / "frontend_toy.txt").read_text()
+
+
+def test_unscoped_graph_is_one_block(tmp_path: Path) -> None:
+    path = toy_mlp(tmp_path / "toy.onnx", blocks=1)
+    proto = onnx.load(str(path))
+    for node in proto.graph.node:
+        node.name = node.op_type
+    onnx.save(proto, str(path))
+    model = lower_onnx(path, "flat")
+    assert [layer.name for layer in model.layers] == ["block.0"]
+    assert model.edges == []
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PhazecError, match=r"does not exist; give model.path"):
+        load_model(ModelConfig(name="onnx", source="onnx", path=str(tmp_path / "nope.onnx")), tmp_path)
+
+
+def test_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "corrupt.onnx"
+    path.write_bytes(b"\x08\x07this is not an onnx protobuf\xff\xff")
+    with pytest.raises(PhazecError, match=r"could not be read as an ONNX model"):
+        lower_onnx(path, "corrupt")
+
+
+def test_dynamic_shapes(tmp_path: Path) -> None:
+    with pytest.raises(PhazecError, match=r"dynamic shapes \(e.g. x.*every dimension static"):
+        lower_onnx(toy_mlp(tmp_path / "dyn.onnx", dim="batch"), "dyn")
+
+
+def test_unknown_operators_are_listed(tmp_path: Path) -> None:
+    with pytest.raises(
+        PhazecError, match=r"cannot lower: HardSwish \(x2\)\. The lowering knows: Abs, .*MatMul, .*Softmax"
+    ):
+        lower_onnx(toy_mlp(tmp_path / "unknown.onnx", op="HardSwish"), "unknown")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("seq_len", 0, r"model.seq_len=0 must be a positive number of tokens"),
+        ("seq_len", -5, r"model.seq_len=-5 must be a positive"),
+        ("source", "tf", r"model.source='tf' is not a model source; valid: \['hf', 'onnx'\]"),
+        ("arch", "BertModel", r"model.arch='BertModel' is not a Hugging Face language-model class"),
+        ("arch", "NoSuchModel", r"model.arch='NoSuchModel'"),
+        ("hf_config", {"n_embdd": 8}, r"model.hf_config has keys \['n_embdd'\] that GPT2Config does not"),
+        ("seq_len", 4096, r"model.seq_len=4096 exceeds the GPT2LMHeadModel config's 1024 positions"),
+    ],
+)
+def test_bad_model_config(tmp_path: Path, field: str, value: object, message: str) -> None:
+    cfg = ModelConfig(name="bad", arch="GPT2LMHeadModel", seq_len=1024, hf_config={"n_layer": 1})
+    setattr(cfg, field, value)
+    with pytest.raises(PhazecError, match=message):
+        load_model(cfg, tmp_path)
+
+
+def run_ir_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`phazec-ir ARGS` in a fresh interpreter."""
+    command = [sys.executable, "-c", "from phazec.cli import ir_main; ir_main()", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.seq_len=0", "model.seq_len=0 must be a positive number of tokens"),
+        ("train.microbatch=[2,0]", "train.microbatch=[2, 0] must list positive microbatch sizes"),
+        ("model=onnx", "model.path"),
+    ],
+)
+def test_cli_errors_are_one_paragraph_without_traceback(tmp_path: Path, override: str, message: str) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from phazec.cli import ir_main; ir_main()",
+            override,
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode != 0
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_cli_unknown_model_lists_presets(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from phazec.cli import ir_main; ir_main()",
+            "model=llama3",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode != 0
+    assert "Could not find 'model/llama3'" in run.stderr
+    assert "llama2_7b" in run.stderr
+    assert "Traceback" not in run.stderr
