@@ -1,13 +1,25 @@
-// The one nanobind bindings file: plain lists in, plain lists out, no IR objects.
+// The one nanobind bindings file: plain lists and numpy arrays in, plain values out, no IR objects.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
 #include "phazec/dag.hpp"
+#include "phazec/placement.hpp"
 
 namespace nb = nanobind;
 
 namespace {
+
+template <typename T>
+using Vector = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <typename T>
+using Matrix = nb::ndarray<const T, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 std::vector<std::vector<int32_t>> downset_members(int32_t n, const std::vector<phazec::Edge>& edges,
                                                   std::size_t limit) {
@@ -21,6 +33,69 @@ std::vector<std::vector<int32_t>> downset_members(int32_t n, const std::vector<p
   out.reserve(sets.size());
   for (const auto& s : sets) out.push_back(phazec::members(s));
   return out;
+}
+
+template <typename T>
+std::vector<T> to_vector(const Vector<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
+/// Row `row` of a [widths, layers] matrix, checking its shape.
+template <typename T, typename Out = T>
+std::vector<Out> matrix_row(const Matrix<T>& a, std::size_t row, std::size_t rows, std::size_t cols,
+                            const char* name) {
+  if (a.shape(0) != rows || a.shape(1) != cols) {
+    throw std::invalid_argument(std::string(name) + " must have shape [widths, layers]");
+  }
+  const T* start = a.data() + row * cols;
+  return std::vector<Out>(start, start + cols);
+}
+
+std::vector<phazec::PlanResult> solve_placements(
+    int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
+    const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
+    const Matrix<int64_t>& param_bytes, const Matrix<int64_t>& activation_bytes,
+    const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& input_bytes,
+    const Matrix<bool>& tensor_parallel,
+    int64_t devices, int64_t microbatches, const Vector<int64_t>& tier_group_sizes,
+    const Vector<double>& tier_bandwidth_bytes_per_s, const Vector<double>& tier_latency_s,
+    int64_t optimizer_factor, const std::vector<std::tuple<int32_t, bool, int64_t>>& variants) {
+  if (n < 0) throw std::invalid_argument("layer count must be >= 0");
+  phazec::PlacementInput in;
+  in.n = n;
+  in.edges = edges;
+  in.edge_bytes = to_vector(edge_bytes);
+  in.devices = devices;
+  in.microbatches = microbatches;
+  in.optimizer_factor = optimizer_factor;
+  const std::size_t tiers = tier_group_sizes.shape(0);
+  if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
+    throw std::invalid_argument("network tier arrays differ in length");
+  }
+  for (std::size_t i = 0; i < tiers; ++i) {
+    in.tiers.push_back(
+        {tier_group_sizes.data()[i], tier_bandwidth_bytes_per_s.data()[i], tier_latency_s.data()[i]});
+  }
+  const std::size_t widths = t_values.shape(0);
+  const auto cols = static_cast<std::size_t>(n);
+  for (std::size_t w = 0; w < widths; ++w) {
+    phazec::LayerFigures f;
+    f.t = t_values.data()[w];
+    f.forward_s = matrix_row(forward_s, w, widths, cols, "forward_s");
+    f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
+    f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
+    f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
+    f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
+    f.input_bytes = matrix_row(input_bytes, w, widths, cols, "input_bytes");
+    f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
+    in.widths.push_back(std::move(f));
+  }
+  std::vector<phazec::Variant> vs;
+  for (const auto& [width_index, recompute, hbm_bytes] : variants) {
+    vs.push_back({width_index, recompute, hbm_bytes});
+  }
+  nb::gil_scoped_release release;
+  return phazec::solve_placements(in, vs);
 }
 
 }  // namespace
@@ -41,4 +116,29 @@ NB_MODULE(_placement, m) {
       nb::arg("n"), nb::arg("edges"), "Kahn's order, smallest ready node first; ValueError on a cycle.");
   m.def("downsets", &downset_members, nb::arg("n"), nb::arg("edges"), nb::arg("limit"),
         "Every successor-closed node set, by size then members; ValueError past `limit`.");
+
+  using phazec::PlanResult;
+  nb::class_<PlanResult>(m, "PlanResult", "The optimum of one variant, or the least memory any plan needs.")
+      .def_ro("feasible", &PlanResult::feasible)
+      .def_ro("t", &PlanResult::t)
+      .def_ro("d", &PlanResult::d)
+      .def_ro("microbatches_per_pipeline", &PlanResult::microbatches_per_pipeline)
+      .def_ro("time_per_batch_s", &PlanResult::time_per_batch_s)
+      .def_ro("stage_layers", &PlanResult::stage_layers)
+      .def_ro("stage_devices", &PlanResult::stage_devices)
+      .def_ro("stage_load_s", &PlanResult::stage_load_s)
+      .def_ro("stage_memory_bytes", &PlanResult::stage_memory_bytes)
+      .def_ro("min_memory_bytes", &PlanResult::min_memory_bytes)
+      .def_ro("parameter_bytes", &PlanResult::parameter_bytes)
+      .def_ro("activation_bytes", &PlanResult::activation_bytes)
+      .def_ro("stash_bytes", &PlanResult::stash_bytes);
+  m.def("solve_placements", &solve_placements, nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"),
+        nb::arg("t_values"), nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("param_bytes"),
+        nb::arg("activation_bytes"), nb::arg("stash_bytes"), nb::arg("input_bytes"),
+        nb::arg("tensor_parallel"),
+        nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
+        nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
+        nb::arg("variants"),
+        "Solves each (width index, recompute, HBM bytes) variant with the GIL released; ValueError on bad "
+        "input.");
 }

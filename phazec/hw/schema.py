@@ -1,20 +1,86 @@
-"""Config schemas of the `hw`, `system` and `cost` groups (filled by the hardware issue)."""
+"""Config schemas of the `hw`, `system` and `cost` groups.
 
-from dataclasses import dataclass
+Hydra checks key names and types against these dataclasses at composition; value ranges are checked by
+`phazec.hw.space.hw_space_from_config`, `phazec.hw.system.system_from_config` and
+`phazec.cost.model.latency_model_from_config`, which turn a composed node into the plain frozen objects
+the rest of phazec uses.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from phazec.errors import PhazecError
 
 
 @dataclass
 class HwConfig:
-    """A hardware search space (a single design is a space with every knob fixed)."""
+    """A hardware search space in the PHAZE template (a single design is a space with every knob fixed).
 
-    name: str = ""
+    A knob (`num_tc`, `tc_width`, `tc_depth`, `num_vc`, `vc_width`, `glb_bytes`) is either a list of
+    values, e.g. `[8]` or `[64, 128]`, or a range of powers of two, e.g. `{pow2: [2, 256]}` (both ends
+    included, both powers of two).
+    """
+
+    name: str = MISSING
+    """Preset name, used in tables and results."""
+    num_tc: Any = MISSING
+    """Tensor-core counts."""
+    tc_width: Any = MISSING
+    """Systolic-array widths (output columns per cycle)."""
+    tc_depth: Any = MISSING
+    """Systolic-array depths (reduction length per cycle)."""
+    num_vc: Any = MISSING
+    """Vector-core counts."""
+    vc_width: Any = "tied"
+    """Vector-core widths (lanes), or `tied`: equal to the tensor-core width of the same design."""
+    glb_bytes: Any = MISSING
+    """On-chip global-buffer sizes in bytes (the area table has 2 MiB .. 128 MiB, powers of two)."""
+    area_budget_mm2: Any = "tpuv4"
+    """Largest area kept, in mm^2: a number, `tpuv4` (the TPUv4-like design's area) or null (no budget)."""
+    area_floor: float = 0.3
+    """Smallest area kept, as a fraction of the budget (PHAZE: 0.3); 0 keeps everything."""
+    floor_exempt_single_core: bool = True
+    """Keep designs with one tensor core or one vector core even below the floor (as PHAZE does)."""
+    power_budget_w: float | None = None
+    """Largest peak power kept, in watts (`phazec.hw.energy.peak_power_w`); null for no power budget."""
+    hbm_bytes_per_s: float = MISSING
+    """HBM bandwidth in bytes/s."""
+    clock_hz: float = MISSING
+    """Core clock in Hz."""
+    sram_interpolation: bool = False
+    """Allow SRAM sizes between the area table's entries, priced by linear interpolation (logged)."""
+
+
+@dataclass
+class TierConfig:
+    """One level of the network: groups of up to `group_size` devices talk over these links."""
+
+    group_size: int = MISSING
+    """Largest group of devices this tier connects (e.g. 8 GPUs of a node)."""
+    bandwidth_bytes_per_s: float = MISSING
+    """Link bandwidth per device and direction, in bytes/s."""
+    latency_s: float = 0.0
+    """Latency of one message step, in seconds."""
 
 
 @dataclass
 class SystemConfig:
-    """The training system: devices, global batch and network tiers."""
+    """The training system: devices, global batch, HBM capacities to try and network tiers."""
 
-    name: str = ""
+    name: str = MISSING
+    """Preset name, used in tables and results."""
+    devices: int = MISSING
+    """Number of accelerators."""
+    global_batch: int = MISSING
+    """Samples per training step."""
+    hbm_gb: list[float] = field(default_factory=lambda: [32.0, 64.0, 80.0])
+    """HBM capacities to search over, in GB (1e9 bytes)."""
+    tiers: list[TierConfig] = MISSING
+    """Network tiers from the smallest group to the whole system; a collective uses the first tier whose
+    group size covers its group."""
 
 
 @dataclass
@@ -22,3 +88,31 @@ class CostConfig:
     """The per-operator latency model."""
 
     name: str = "tiled"
+    """`tiled` (phazec's model) or `phaze` (the PHAZE reference's closed form)."""
+
+
+def plain_config(node: Any, schema: type, group: str) -> dict[str, Any]:
+    """The values of a config node as plain Python data, checked against `schema`.
+
+    Args:
+        node: a composed node (DictConfig), a schema instance or a plain dict.
+        schema: the group's schema dataclass.
+        group: the config group, for messages (e.g. "hw").
+
+    Raises:
+        PhazecError: a key is unknown, a value has the wrong type, or a required value is missing.
+    """
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+    except OmegaConfBaseException as error:
+        detail = " ".join(str(error).split())
+        raise PhazecError(f"The {group} config does not fit its schema {schema.__name__}: {detail}") from None
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise PhazecError(
+            f"The {group} config is missing {', '.join(f'{group}.{key}' for key in missing)}: "
+            f"every field of {schema.__name__} without a default must be set (see conf/{group}/)."
+        )
+    values = OmegaConf.to_container(merged, resolve=True)
+    assert isinstance(values, dict)
+    return {str(key): value for key, value in values.items()}

@@ -1,0 +1,130 @@
+"""Benchmark: the placement DP on GPT-3 175B, all 12 variants in one call.
+
+Target (issue 6): the GPT-3 175B layer graph (98 nodes: the embedding feeding all 96 blocks and
+the head), 1024 devices, t in {4, 8}, 1024 microbatches, recompute off and on, HBM 32/64/80 GB:
+all 12 variants in one `solve_placements` call in at most 0.5 s (median of 7 runs) and at most
+300 MB peak resident memory of this process (resource.getrusage; the script is a fresh process).
+
+STAND-IN: the IR is not wired to the placement pass yet, so `gpt3_problem()` builds the layer
+graph from analytic per-layer figures: 24 s h^2 + 4 s^2 h forward FLOPs per block (split over t)
+at ANALYTIC_FLOP_PER_S, backward twice the forward, two ring all-reduces of the block output per
+direction inside a node, Korthikanti et al. (2022) activation bytes s b h (10 + 24/t + 5 a s/(h t)),
+a causal mask (s^2 bytes) from the embedding to every block and the labels to the head. Swap in
+the IR's arrays when the wiring exists; the measurement stays the same.
+
+Run: .venv/bin/python bench/bench_placement.py
+"""
+
+import resource
+import statistics
+import time
+
+import numpy as np
+
+from phazec.hw.system import NetworkTier
+from phazec.solvers.placement import NoFeasiblePlacement, PlacementProblem, Variant, solve_placements
+
+HIDDEN = 12288
+HEADS = 96
+BLOCKS = 96
+VOCAB = 50257
+SEQ = 2048
+MICROBATCH = 4
+MICROBATCHES = 1024
+DEVICES = 1024
+T_VALUES = (4, 8)
+BYTES_PER_ELEMENT = 2
+ID_BYTES = 8
+ANALYTIC_FLOP_PER_S = 0.5 * 312e12
+"""A100 dense bf16 peak at 50 % utilisation."""
+HBM_BYTES_PER_S = 2.0e12
+TIERS = (NetworkTier(8, 300e9, 2e-6), NetworkTier(1024, 25e9, 5e-6))
+"""DGX A100: NVLink inside a node of 8, InfiniBand between nodes."""
+HBM_SIZES_BYTES = (32 * 10**9, 64 * 10**9, 80 * 10**9)
+TARGET_TIME_S = 0.5
+TARGET_PEAK_MB = 300.0
+RUNS = 7
+
+
+def layer_figures(t: int) -> dict[str, list[float]]:
+    """Per-layer figures at width t (embedding, 96 blocks, head), per device and microbatch."""
+    tokens = MICROBATCH * SEQ
+    hidden_bytes = tokens * HIDDEN * BYTES_PER_ELEMENT
+    allreduce_s = 2 * (t - 1) / t * hidden_bytes / TIERS[0].bandwidth_bytes_per_s
+    block_s = (24 * tokens * HIDDEN**2 + 4 * MICROBATCH * SEQ**2 * HIDDEN) / t / ANALYTIC_FLOP_PER_S
+    head_s = 2 * tokens * HIDDEN * VOCAB / t / ANALYTIC_FLOP_PER_S
+    embedding_s = hidden_bytes / HBM_BYTES_PER_S
+    block_activation = tokens * HIDDEN * (10 + 24 / t + 5 * HEADS * SEQ / (HIDDEN * t))
+    return {
+        "forward": [embedding_s] + [block_s + 2 * allreduce_s] * BLOCKS + [head_s],
+        "backward": [2 * embedding_s] + [2 * block_s + 2 * allreduce_s] * BLOCKS + [2 * head_s],
+        "params": [(VOCAB + SEQ) * HIDDEN * BYTES_PER_ELEMENT / t]
+        + [12 * HIDDEN**2 * BYTES_PER_ELEMENT / t] * BLOCKS
+        + [VOCAB * HIDDEN * BYTES_PER_ELEMENT / t],
+        "activations": [hidden_bytes] + [block_activation] * BLOCKS + [tokens * VOCAB * 4 / t],
+        "inputs": [tokens * ID_BYTES] + [0.0] * BLOCKS + [tokens * ID_BYTES],
+    }
+
+
+def gpt3_problem() -> PlacementProblem:
+    """GPT-3 175B's layer graph (98 nodes) with analytic figures at t = 4 and 8."""
+    n = BLOCKS + 2
+    hidden_bytes = MICROBATCH * SEQ * HIDDEN * BYTES_PER_ELEMENT
+    mask_bytes = SEQ * SEQ
+    edges = [(v, v + 1, hidden_bytes) for v in range(n - 1)]
+    edges += [(0, v, mask_bytes) for v in range(2, n - 1)] + [(0, n - 1, MICROBATCH * SEQ * ID_BYTES)]
+    edges[0] = (0, 1, hidden_bytes + mask_bytes)
+    figures = [layer_figures(t) for t in T_VALUES]
+
+    def table(key: str, dtype: type[np.generic]) -> np.ndarray:
+        return np.array([f[key] for f in figures]).astype(dtype)
+
+    return PlacementProblem(
+        t_values=np.array(T_VALUES),
+        forward_latency_s=table("forward", np.float64),
+        backward_latency_s=table("backward", np.float64),
+        param_bytes=table("params", np.int64),
+        activation_bytes=table("activations", np.int64),
+        stash_bytes=table("activations", np.int64),
+        input_bytes=table("inputs", np.int64),
+        tensor_parallel=np.ones((len(T_VALUES), n), dtype=bool),
+        edges=np.array([(u, v) for u, v, _ in edges]),
+        edge_bytes=np.array([b for _, _, b in edges]),
+        device_count=DEVICES,
+        microbatch_count=MICROBATCHES,
+        samples_per_microbatch=MICROBATCH,
+        tiers=TIERS,
+        hbm_bytes=HBM_SIZES_BYTES[-1],
+    )
+
+
+def main() -> None:
+    problem = gpt3_problem()
+    variants = [Variant(t, rc, hbm) for t in T_VALUES for rc in (False, True) for hbm in HBM_SIZES_BYTES]
+    times_s = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        results = solve_placements(problem, variants)
+        times_s.append(time.perf_counter() - start)
+    for v, r in zip(variants, results, strict=True):
+        label = f"t={v.t} recompute={v.recompute!s:5} hbm={v.hbm_bytes / 1e9:.0f} GB"
+        if isinstance(r, NoFeasiblePlacement):
+            print(f"{label}: no plan fits; needs {r.min_memory_bytes / 1e9:.1f} GB ({r.dominant} dominate)")
+        else:
+            peak_gb = max(s.memory_bytes for s in r.stages) / 1e9
+            print(
+                f"{label}: {r.stage_count} stages x d={r.d}, {r.time_per_batch_s:.2f} s/batch, "
+                f"{r.throughput_samples_per_s:.1f} samples/s, peak {peak_gb:.1f} GB"
+            )
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    median_s = statistics.median(times_s)
+    print(
+        f"12 variants in one call: median {median_s:.3f} s, max {max(times_s):.3f} s over {RUNS} runs "
+        f"(target <= {TARGET_TIME_S} s)"
+    )
+    print(f"peak resident memory: {peak_mb:.0f} MB (target <= {TARGET_PEAK_MB:.0f} MB)")
+    print("PASS" if median_s <= TARGET_TIME_S and peak_mb <= TARGET_PEAK_MB else "FAIL")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+#include "phazec/placement.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace phazec {
+
+namespace {
+
+template <typename T>
+constexpr T kNone = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                         : std::numeric_limits<T>::max();
+
+bool contains(const NodeSet& s, int32_t v) { return (s[v / 64] >> (v % 64)) & 1U; }
+
+bool is_subset(const NodeSet& a, const NodeSet& b) {
+  for (std::size_t w = 0; w < a.size(); ++w) {
+    if ((a[w] & ~b[w]) != 0) return false;
+  }
+  return true;
+}
+
+NodeSet difference(const NodeSet& a, const NodeSet& b) {
+  NodeSet out(a.size());
+  for (std::size_t w = 0; w < a.size(); ++w) out[w] = a[w] & ~b[w];
+  return out;
+}
+
+/// The downsets of the layer DAG and every nested pair of them; independent of t.
+/// Pair p is the stage sets[outer[p]] minus sets[inner[p]].
+struct Lattice {
+  Dag g;
+  std::vector<int32_t> order;  // topological
+  std::vector<std::vector<std::pair<int32_t, int64_t>>> out_edges;  // per layer: (target, bytes)
+  std::vector<NodeSet> sets;                                        // by size: empty first, all last
+  std::vector<int32_t> set_size;
+  std::vector<int64_t> cut_bytes;       // per set: bytes sent into it from outside
+  std::vector<std::size_t> first_pair;  // pairs of outer set i: [first_pair[i], first_pair[i + 1])
+  std::vector<int32_t> outer;
+  std::vector<int32_t> inner;
+  std::vector<NodeSet> stage;           // per pair
+  std::vector<int64_t> stage_in_bytes;  // per pair: bytes from earlier stages into the stage
+};
+
+/// Sum over layers u outside `inside` of the largest edge from u into `targets`: a layer sends a
+/// tensor once to a stage however many of the stage's layers read it.
+int64_t incoming_bytes(const Lattice& lat, const NodeSet& targets, const NodeSet& inside) {
+  int64_t total = 0;
+  for (int32_t u = 0; u < lat.g.n; ++u) {
+    if (contains(inside, u)) continue;
+    int64_t largest = 0;
+    for (const auto& [v, bytes] : lat.out_edges[u]) {
+      if (contains(targets, v)) largest = std::max(largest, bytes);
+    }
+    total += largest;
+  }
+  return total;
+}
+
+Lattice make_lattice(const PlacementInput& in) {
+  Lattice lat;
+  lat.g = make_dag(in.n, in.edges);
+  lat.order = topological_order(lat.g);
+  lat.out_edges.assign(in.n, {});
+  for (std::size_t e = 0; e < in.edges.size(); ++e) {
+    lat.out_edges[in.edges[e].first].emplace_back(in.edges[e].second, in.edge_bytes[e]);
+  }
+  lat.sets = downsets(lat.g, std::numeric_limits<std::size_t>::max());
+  for (const auto& set : lat.sets) {
+    lat.set_size.push_back(static_cast<int32_t>(members(set).size()));
+    lat.cut_bytes.push_back(incoming_bytes(lat, set, set));
+  }
+  for (std::size_t i = 0; i < lat.sets.size(); ++i) {
+    lat.first_pair.push_back(lat.outer.size());
+    for (std::size_t j = 0; j < i; ++j) {
+      if (lat.set_size[j] == lat.set_size[i] || !is_subset(lat.sets[j], lat.sets[i])) continue;
+      lat.outer.push_back(static_cast<int32_t>(i));
+      lat.inner.push_back(static_cast<int32_t>(j));
+      lat.stage.push_back(difference(lat.sets[i], lat.sets[j]));
+      lat.stage_in_bytes.push_back(incoming_bytes(lat, lat.stage.back(), lat.sets[i]));
+    }
+  }
+  lat.first_pair.push_back(lat.outer.size());
+  return lat;
+}
+
+/// Longest path through the stage's layers, each weighing its latency; backward walks the edges
+/// in reverse. finish(v) = max(finish of v's neighbours before it in the stage, 0) + latency(v).
+double critical_path_s(const Lattice& lat, const NodeSet& stage, const std::vector<double>& latency_s,
+                       bool backward, std::vector<double>& finish) {
+  double longest = 0.0;
+  for (std::size_t i = 0; i < lat.order.size(); ++i) {
+    const int32_t v = lat.order[backward ? lat.order.size() - 1 - i : i];
+    if (!contains(stage, v)) continue;
+    double start = 0.0;
+    for (int32_t u : backward ? lat.g.succ[v] : lat.g.pred[v]) {
+      if (contains(stage, u)) start = std::max(start, finish[u]);
+    }
+    finish[v] = start + latency_s[v];
+    longest = std::max(longest, finish[v]);
+  }
+  return longest;
+}
+
+/// Per-pair stage figures at one tensor-parallel width.
+struct StageTable {
+  int64_t t = 1;
+  std::vector<double> forward_s, backward_s;
+  std::vector<int64_t> param_bytes, activation_bytes, stash_bytes, input_bytes;
+  std::vector<uint8_t> narrow;  // 1 when the stage uses one device although t > 1
+  int64_t max_narrow = 0;       // most narrow stages a plan can have
+};
+
+StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
+  StageTable tab;
+  tab.t = f.t;
+  std::vector<double> finish(lat.g.n);
+  for (std::size_t p = 0; p < lat.stage.size(); ++p) {
+    const NodeSet& stage = lat.stage[p];
+    tab.forward_s.push_back(critical_path_s(lat, stage, f.forward_s, false, finish));
+    tab.backward_s.push_back(critical_path_s(lat, stage, f.backward_s, true, finish));
+    int64_t params = 0, activations = 0, stash = 0, inputs = lat.stage_in_bytes[p];
+    bool any_tensor_parallel = false;
+    for (int32_t v : members(stage)) {
+      params += f.param_bytes[v];
+      activations += f.activation_bytes[v];
+      stash += f.stash_bytes[v];
+      inputs += f.input_bytes[v];
+      any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
+    }
+    tab.param_bytes.push_back(params);
+    tab.activation_bytes.push_back(activations);
+    tab.stash_bytes.push_back(stash);
+    tab.input_bytes.push_back(inputs);
+    tab.narrow.push_back(f.t > 1 && !any_tensor_parallel ? 1 : 0);
+  }
+  if (f.t > 1) {
+    tab.max_narrow = std::count(f.tensor_parallel.begin(), f.tensor_parallel.end(), uint8_t{0});
+  }
+  return tab;
+}
+
+double transfer_s(int64_t bytes, const NetworkTier& tier) {
+  return bytes == 0 ? 0.0 : static_cast<double>(bytes) / tier.bandwidth_bytes_per_s + tier.latency_s;
+}
+
+double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
+  const double steps = static_cast<double>(d - 1);
+  return 2.0 * steps / static_cast<double>(d) * static_cast<double>(bytes) / tier.bandwidth_bytes_per_s +
+         2.0 * steps * tier.latency_s;
+}
+
+/// Everything fixed within one variant.
+struct VariantModel {
+  const PlacementInput& in;
+  const Lattice& lat;
+  const StageTable& tab;
+  bool recompute;
+
+  int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
+  int64_t width(std::size_t p) const { return tab.narrow[p] != 0 ? 1 : tab.t; }
+
+  /// Peak bytes per device of stage p at position s from the end.
+  int64_t memory_bytes(std::size_t p, int64_t s) const {
+    const int64_t stash = recompute ? tab.input_bytes[p] : tab.stash_bytes[p];
+    return in.optimizer_factor * tab.param_bytes[p] + tab.activation_bytes[p] + (s - 1) * stash;
+  }
+
+  double load_s(std::size_t p, std::size_t tier) const {
+    const bool last = lat.inner[p] == 0;
+    double compute = tab.forward_s[p] + tab.backward_s[p];
+    if (recompute && !last) compute += tab.forward_s[p];
+    return compute + 2.0 * transfer_s(lat.cut_bytes[lat.inner[p]], in.tiers[tier]);
+  }
+};
+
+/// value[set][s][q]: the least, over partitions of the set into s stages of which q are narrow
+/// and that fit on the devices, of the largest cost(p, position) of a stage (kNone if none).
+template <typename T>
+struct MinMaxTable {
+  std::size_t max_stages = 0;
+  std::size_t max_narrow = 0;
+  std::vector<T> value;
+  std::vector<int32_t> choice;  // the pair that forms the set's first stage
+
+  std::size_t at(std::size_t set, std::size_t s, std::size_t q) const {
+    return (set * (max_stages + 1) + s) * (max_narrow + 1) + q;
+  }
+};
+
+template <typename T, typename Cost>
+MinMaxTable<T> minmax_partition(const VariantModel& model, std::size_t last_set, Cost cost) {
+  const Lattice& lat = model.lat;
+  MinMaxTable<T> table;
+  table.max_stages = static_cast<std::size_t>(lat.g.n);
+  table.max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
+  table.value.assign(lat.sets.size() * (table.max_stages + 1) * (table.max_narrow + 1), kNone<T>);
+  table.choice.assign(table.value.size(), -1);
+  auto relax = [&](std::size_t set, std::size_t s, std::size_t q, T candidate, std::size_t p) {
+    const std::size_t i = table.at(set, s, q);
+    if (candidate < table.value[i]) {
+      table.value[i] = candidate;
+      table.choice[i] = static_cast<int32_t>(p);
+    }
+  };
+  for (std::size_t set = 1; set <= last_set; ++set) {
+    for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
+      const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
+      const std::size_t narrow = model.tab.narrow[p];
+      if (rest == 0) {
+        const T c = cost(p, 1);
+        if (c != kNone<T> && model.width(p) <= model.in.devices) relax(set, 1, narrow, c, p);
+        continue;
+      }
+      for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
+        const T c = cost(p, static_cast<int64_t>(s));
+        if (c == kNone<T>) continue;
+        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
+          const T before = table.value[table.at(rest, s - 1, q - narrow)];
+          if (before == kNone<T>) continue;
+          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in.devices) continue;
+          relax(set, s, q, std::max(c, before), p);
+        }
+      }
+    }
+  }
+  return table;
+}
+
+/// The pairs of a plan, first stage first, read back from a table.
+template <typename T>
+std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable<T>& table, std::size_t first,
+                                    std::size_t s, std::size_t q) {
+  std::vector<std::size_t> pairs{first};
+  std::size_t set = static_cast<std::size_t>(model.lat.inner[first]);
+  q -= model.tab.narrow[first];
+  for (--s; s >= 1; --s) {
+    const auto p = static_cast<std::size_t>(table.choice[table.at(set, s, q)]);
+    pairs.push_back(p);
+    q -= model.tab.narrow[p];
+    set = static_cast<std::size_t>(model.lat.inner[p]);
+  }
+  return pairs;
+}
+
+/// The least peak memory of any plan, split for the peak stage of one plan attaining it.
+void fill_infeasible(const VariantModel& model, PlanResult& out) {
+  const std::size_t all = model.lat.sets.size() - 1;
+  const auto table = minmax_partition<int64_t>(
+      model, all, [&](std::size_t p, int64_t s) { return model.memory_bytes(p, s); });
+  std::size_t best_s = 0, best_q = 0;
+  int64_t best = kNone<int64_t>;
+  for (std::size_t s = 1; s <= table.max_stages; ++s) {
+    for (std::size_t q = 0; q <= table.max_narrow; ++q) {
+      if (table.value[table.at(all, s, q)] < best) {
+        best = table.value[table.at(all, s, q)];
+        best_s = s;
+        best_q = q;
+      }
+    }
+  }
+  if (best == kNone<int64_t>) return;  // unreachable: one stage on t <= devices always fits
+  const auto first = static_cast<std::size_t>(table.choice[table.at(all, best_s, best_q)]);
+  const auto pairs = plan_pairs(model, table, first, best_s, best_q);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto s = static_cast<int64_t>(best_s - i);
+    if (model.memory_bytes(pairs[i], s) != best) continue;
+    out.min_memory_bytes = best;
+    out.parameter_bytes = model.in.optimizer_factor * model.tab.param_bytes[pairs[i]];
+    out.activation_bytes = model.tab.activation_bytes[pairs[i]];
+    out.stash_bytes = out.min_memory_bytes - out.parameter_bytes - out.activation_bytes;
+    return;
+  }
+}
+
+PlanResult solve_variant(const VariantModel& model, int64_t hbm_bytes) {
+  const Lattice& lat = model.lat;
+  const PlacementInput& in = model.in;
+  const int64_t t = model.tab.t;
+  const std::size_t all = lat.sets.size() - 1;
+  // One table per network tier that pipeline transfers use, built on first use.
+  std::vector<std::optional<MinMaxTable<double>>> tables(in.tiers.size());
+  auto table_for = [&](std::size_t tier) -> const MinMaxTable<double>& {
+    if (!tables[tier]) {
+      tables[tier] = minmax_partition<double>(model, all - 1, [&, tier](std::size_t p, int64_t s) {
+        return model.memory_bytes(p, s) <= hbm_bytes ? model.load_s(p, tier) : kNone<double>;
+      });
+    }
+    return *tables[tier];
+  };
+  struct Best {
+    double time_s = kNone<double>;
+    std::size_t tier = 0, pair = 0, s = 0, q = 0;
+    int64_t d = 0;
+  } best;
+  const auto max_stages = static_cast<std::size_t>(lat.g.n);
+  const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
+  for (std::size_t s = 1; s <= max_stages; ++s) {
+    for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
+      const int64_t k = model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q));
+      if (k > in.devices) continue;
+      const int64_t max_d = std::min(in.microbatches, in.devices / k);
+      // The slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1).
+      std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
+      for (int64_t d = 1; d <= max_d; ++d) {
+        pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
+      }
+      for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+        const std::size_t narrow = model.tab.narrow[p];
+        const bool single = lat.inner[p] == 0;
+        if (single != (s == 1) || narrow > q || (single && narrow != q)) continue;
+        if (model.memory_bytes(p, static_cast<int64_t>(s)) > hbm_bytes) continue;
+        for (int64_t d = 1; d <= max_d; ++d) {
+          const std::size_t tier = pipeline_tier[d];
+          double bottleneck = model.load_s(p, tier);
+          if (!single) {
+            const MinMaxTable<double>& table = table_for(tier);
+            const double rest = table.value[table.at(lat.inner[p], s - 1, q - narrow)];
+            if (rest == kNone<double>) continue;
+            bottleneck = std::max(bottleneck, rest);
+          }
+          const int64_t m = (in.microbatches + d - 1) / d;
+          const NetworkTier& sync_tier = in.tiers[span_tier(in.tiers, 0, (d - 1) * k + model.width(p) - 1)];
+          const double time_s = bottleneck * static_cast<double>(m + static_cast<int64_t>(s) - 1) +
+                                allreduce_s(model.tab.param_bytes[p], d, sync_tier);
+          if (time_s < best.time_s) best = {time_s, tier, p, s, q, d};
+        }
+      }
+    }
+  }
+  PlanResult out;
+  out.t = t;
+  if (best.time_s == kNone<double>) {
+    fill_infeasible(model, out);
+    return out;
+  }
+  out.feasible = true;
+  out.d = best.d;
+  out.microbatches_per_pipeline = (in.microbatches + best.d - 1) / best.d;
+  out.time_per_batch_s = best.time_s;
+  const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
+                                 : plan_pairs(model, table_for(best.tier), best.pair, best.s, best.q);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    out.stage_layers.push_back(members(lat.stage[pairs[i]]));
+    out.stage_devices.push_back(model.width(pairs[i]));
+    out.stage_load_s.push_back(model.load_s(pairs[i], best.tier));
+    out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], static_cast<int64_t>(best.s - i)));
+  }
+  return out;
+}
+
+void check_input(const PlacementInput& in, const std::vector<Variant>& variants) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("placement input: " + what); };
+  if (in.n < 1) fail("no layers");
+  if (in.edge_bytes.size() != in.edges.size()) fail("edge and edge-byte counts differ");
+  if (in.devices < 1 || in.microbatches < 1 || in.optimizer_factor < 1) fail("non-positive count");
+  if (in.tiers.empty() || in.tiers.back().group_size < in.devices) fail("no tier holds every device");
+  for (const auto& tier : in.tiers) {
+    if (tier.group_size < 1 || !(tier.bandwidth_bytes_per_s > 0.0) || !(tier.latency_s >= 0.0)) {
+      fail("bad network tier");
+    }
+  }
+  const auto n = static_cast<std::size_t>(in.n);
+  for (const auto& f : in.widths) {
+    if (f.t < 1 || f.t > in.devices) fail("tensor-parallel width outside 1..devices");
+    for (const auto* v : {&f.forward_s, &f.backward_s}) {
+      if (v->size() != n || std::any_of(v->begin(), v->end(), [](double x) { return !(x >= 0.0); })) {
+        fail("latencies must be n values >= 0");
+      }
+    }
+    for (const auto* v : {&f.param_bytes, &f.activation_bytes, &f.stash_bytes, &f.input_bytes}) {
+      if (v->size() != n || std::any_of(v->begin(), v->end(), [](int64_t x) { return x < 0; })) {
+        fail("byte counts must be n values >= 0");
+      }
+    }
+    if (f.tensor_parallel.size() != n) fail("tensor-parallel flags must be n values");
+  }
+  if (std::any_of(in.edge_bytes.begin(), in.edge_bytes.end(), [](int64_t x) { return x < 0; })) {
+    fail("edge bytes must be >= 0");
+  }
+  for (const auto& v : variants) {
+    if (v.width_index < 0 || static_cast<std::size_t>(v.width_index) >= in.widths.size()) {
+      fail("variant width index out of range");
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int64_t last) {
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    if (first / tiers[i].group_size == last / tiers[i].group_size) return i;
+  }
+  return tiers.size() - 1;
+}
+
+std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants) {
+  check_input(in, variants);
+  const Lattice lat = make_lattice(in);
+  std::map<int32_t, StageTable> stage_tables;  // the stage figures do not depend on HBM or recompute
+  std::vector<PlanResult> out;
+  out.reserve(variants.size());
+  for (const auto& v : variants) {
+    auto it = stage_tables.find(v.width_index);
+    if (it == stage_tables.end()) {
+      it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
+    }
+    out.push_back(solve_variant(VariantModel{in, lat, it->second, v.recompute}, v.hbm_bytes));
+  }
+  return out;
+}
+
+}  // namespace phazec

@@ -1,0 +1,117 @@
+"""Per-operator costs for many designs at once: single-core and all-cores latency, and energy.
+
+The `cost` config group picks the latency model (`tiled` or `phaze`); communication always uses the
+system's network tiers and energy always uses `phazec.cost.energy`.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.cost import phaze, tiled
+from phazec.cost.energy import op_energy_j
+from phazec.cost.network import network_latency_s
+from phazec.cost.ops import OpKind, OpTable
+from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.hw.schema import CostConfig, plain_config
+from phazec.hw.system import System
+
+F64 = NDArray[np.float64]
+LatencyFn = Callable[[OpTable, Designs, bool], F64]
+"""(operators of one kind, designs, all cores?) -> latency in seconds, [ops, designs]."""
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """A latency model: one function per kind of on-chip operator."""
+
+    name: str
+    by_kind: dict[OpKind, LatencyFn]
+
+
+MODELS = {
+    model.name: model
+    for model in (
+        LatencyModel(
+            "tiled",
+            {
+                OpKind.GEMM: tiled.gemm_latency_s,
+                OpKind.VECTOR: tiled.vector_latency_s,
+                OpKind.FUSED: tiled.fused_latency_s,
+            },
+        ),
+        LatencyModel(
+            "phaze",
+            {
+                OpKind.GEMM: phaze.gemm_latency_s,
+                OpKind.VECTOR: phaze.vector_latency_s,
+                OpKind.FUSED: phaze.fused_latency_s,
+            },
+        ),
+    )
+}
+"""Latency models by `cost.name`."""
+
+
+def latency_model_from_config(node: Any) -> LatencyModel:
+    """The latency model of a composed `cost` config node (or a CostConfig, or a plain dict).
+
+    Raises:
+        PhazecError: the model name is unknown or the node does not fit the schema.
+    """
+    name = plain_config(node, CostConfig, "cost")["name"]
+    if name not in MODELS:
+        raise PhazecError(
+            f"cost.name = {name!r} is not a latency model; valid names are {', '.join(MODELS)}."
+        )
+    return MODELS[name]
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """Costs of operators on designs; arrays are [ops, designs] (or [ops] for one design)."""
+
+    single_core_s: F64
+    """Latency on one core of the operator's type (a core pair for a fused op)."""
+    all_cores_s: F64
+    """Latency spread over every core of the operator's type (intra-op parallel)."""
+    energy_j: F64
+    """Energy, the same however many cores run the operator."""
+
+
+def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel) -> OpCosts:
+    """Costs of every operator of `ops` on every design.
+
+    Free operators cost nothing; collectives and transfers cost their network time on any design.
+
+    Raises:
+        PhazecError: a collective's group is larger than every network tier.
+    """
+    network_s = np.repeat(network_latency_s(ops, system)[:, None], len(designs), 1)
+    single_core_s = network_s.copy()
+    all_cores_s = network_s
+    for kind, latency_s in model.by_kind.items():
+        rows = np.flatnonzero(ops.kind == kind)
+        if rows.size:
+            subset = ops.take(rows)
+            single_core_s[rows] = latency_s(subset, designs, False)
+            all_cores_s[rows] = latency_s(subset, designs, True)
+    return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs))
+
+
+def design_op_costs(ops: OpTable, design: Designs, system: System, model: LatencyModel) -> OpCosts:
+    """Costs of every operator of `ops` on one design (`design` holds exactly one); arrays are [ops].
+
+    Raises:
+        PhazecError: `design` holds more or fewer than one design, or as `op_costs`.
+    """
+    if len(design) != 1:
+        raise PhazecError(
+            f"design_op_costs needs exactly one design, got {len(design)}: use op_costs for many."
+        )
+    costs = op_costs(ops, design, system, model)
+    return OpCosts(costs.single_core_s[:, 0], costs.all_cores_s[:, 0], costs.energy_j[:, 0])

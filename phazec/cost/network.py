@@ -1,0 +1,49 @@
+"""Network latency of collectives and point-to-point transfers over the system's tiers."""
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.cost.ops import OpKind, OpTable
+from phazec.hw.system import System
+
+
+def _tier_index(group_size: NDArray[np.int64], system: System) -> NDArray[np.int64]:
+    """Index of the first tier covering each group; PhazecError when a group exceeds every tier."""
+    sizes = np.array([tier.group_size for tier in system.tiers], dtype=np.int64)
+    index = np.searchsorted(sizes, group_size, side="left")
+    if (index >= sizes.size).any():
+        system.tier_for(int(group_size[index >= sizes.size][0]))  # raises with the message
+    return index
+
+
+def sent_bytes(ops: OpTable) -> NDArray[np.float64]:
+    """Bytes each device sends: 2(g-1)/g * B for a ring all-reduce over g devices, B point to point."""
+    g = ops.group_size.astype(np.float64)
+    ring = 2.0 * (g - 1.0) / g * ops.collective_bytes
+    sent: NDArray[np.float64] = np.select(
+        [ops.kind == OpKind.ALL_REDUCE, ops.kind == OpKind.P2P], [ring, ops.collective_bytes], 0.0
+    )
+    return sent
+
+
+def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
+    """Latency in seconds of each operator's communication (0 for operators that do not communicate).
+
+    A ring all-reduce over g devices takes 2(g-1) steps: 2(g-1)/g * B / bandwidth + 2(g-1) * latency.
+    A point-to-point transfer takes B / bandwidth + latency. `group_size` picks the tier: for an
+    all-reduce the group, for a transfer the smallest group holding both ends (2 for neighbours).
+
+    Raises:
+        PhazecError: a group is larger than every tier.
+    """
+    communicates = (ops.kind == OpKind.ALL_REDUCE) | (ops.kind == OpKind.P2P)
+    if not communicates.any():
+        return np.zeros(len(ops))
+    index = _tier_index(np.where(communicates, ops.group_size, 1), system)
+    bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index]
+    latency = np.array([tier.latency_s for tier in system.tiers])[index]
+    steps = np.select(
+        [ops.kind == OpKind.ALL_REDUCE, ops.kind == OpKind.P2P], [2.0 * (ops.group_size - 1.0), 1.0], 0.0
+    )
+    transfer_s: NDArray[np.float64] = sent_bytes(ops) / bandwidth + steps * latency
+    return transfer_s

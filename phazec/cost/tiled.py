@@ -1,0 +1,135 @@
+"""phazec's per-operator latency model (`cost=tiled`): compute and tile traffic through each level.
+
+A GEMM (`batch` products of m x k by k x n) on c tensor cores with w x d arrays takes the longest of:
+
+- compute: weight tiles of d x w (padded: ceil(k/d) * ceil(n/w) per product) stream m rows each, one row
+  per cycle; tiles are spread over the cores, and when there are fewer tiles than cores the rows of a
+  tile are split too;
+- per-core buffer -> array: every tile reads its inputs (m x d), its weights once and reads and writes
+  partial sums (m x w) at (d + 2w) words per cycle per core: one word per row of the depth edge, one
+  partial sum in and one out per column of the width edge;
+- global buffer -> cores: output blocks of e x e, e = sqrt(half the per-core buffer), reload inputs once
+  per block column and weights once per block row, over links of GLB_LINK_SHARE * (w + d) words per
+  cycle per core;
+- HBM -> global buffer: the same blocking with half the global buffer, and never less than the
+  operator's own operand and result bytes, at the HBM bandwidth.
+
+A vector op on lanes L takes the longer of ceil(elements / L) * cycles per element and its operand and
+result words over VC_PORT_WORDS_PER_LANE words per lane per cycle, and at least its bytes over HBM. A
+fused op runs its vector epilogue on the paired vector cores alongside the GEMM: the longer of the two.
+Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more bandwidth
+never make an operator slower, and no operator beats its compute bound or its HBM traffic bound.
+Each operator is assumed to have the whole HBM bandwidth.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.cost.ops import OpTable
+from phazec.hw.designs import Designs
+
+F64 = NDArray[np.float64]
+
+WORD_BYTES = 2
+"""Bytes per element (bf16)."""
+BLOCK_SHARE = 0.5
+"""Share of a buffer holding the output block; the rest double-buffers the input and weight panels."""
+GLB_LINK_SHARE = 0.5
+"""A tensor core's link to the global buffer carries this share of its array's edge lanes (w + d) in
+words per cycle: the per-core buffer supplies the reuse, so the link need not match the array."""
+VC_PORT_WORDS_PER_LANE = 3.0
+"""Words per lane per cycle into and out of a vector core: two operands in and one result out."""
+
+
+@dataclass(frozen=True)
+class GemmTraffic:
+    """Data a GEMM moves at each level, [ops, designs]; the same whichever number of cores runs it."""
+
+    port_words: F64
+    """Words between the per-core buffers and the arrays."""
+    glb_words: F64
+    """Words between the global buffer and the cores."""
+    hbm_bytes: F64
+    """Bytes between HBM and the global buffer."""
+
+
+def _blocked_words(batch: F64, m: F64, k: F64, n: F64, buffer_words: F64) -> F64:
+    """Words a GEMM moves into a buffer of `buffer_words` with square output blocks (at most m x n)."""
+    edge = np.maximum(1.0, np.floor(np.sqrt(buffer_words * BLOCK_SHARE)))
+    block_rows = np.minimum(m, edge)
+    block_cols = np.minimum(n, edge)
+    words: F64 = batch * (m * k * np.ceil(n / block_cols) + k * n * np.ceil(m / block_rows) + m * n)
+    return words
+
+
+def gemm_traffic(ops: OpTable, designs: Designs) -> GemmTraffic:
+    """The data each GEMM of `ops` moves on each design."""
+    batch, m, k, n = (col[:, None] for col in (ops.batch, ops.m, ops.k, ops.n))
+    w = designs.tc_width[None, :].astype(np.float64)
+    d = designs.tc_depth[None, :].astype(np.float64)
+    k_tiles = np.ceil(k / d)
+    n_tiles = np.ceil(n / w)
+    port_words = batch * (m * k * n_tiles + m * n * (2.0 * k_tiles - 1.0) + k * n)
+    core_words = designs.tc_buffer_bytes[None, :] / WORD_BYTES
+    glb_words = designs.glb_bytes[None, :] / WORD_BYTES
+    own_bytes = (ops.bytes_read + ops.bytes_written)[:, None]
+    hbm_bytes = np.maximum(own_bytes, WORD_BYTES * _blocked_words(batch, m, k, n, glb_words))
+    return GemmTraffic(port_words, _blocked_words(batch, m, k, n, core_words), hbm_bytes)
+
+
+def gemm_compute_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
+    """Cycles of the busiest of `cores` tensor cores ([1, designs]) computing each GEMM, padding included."""
+    batch, m, k, n = (col[:, None] for col in (ops.batch, ops.m, ops.k, ops.n))
+    tiles = batch * np.ceil(k / designs.tc_depth[None, :]) * np.ceil(n / designs.tc_width[None, :])
+    cores_per_tile = np.maximum(1.0, np.floor(cores / tiles))
+    cycles: F64 = np.where(tiles >= cores, np.ceil(tiles / cores) * m, np.ceil(m / cores_per_tile))
+    return cycles
+
+
+def vector_cycles(elements: F64, cycles_per_element: F64, lanes: F64) -> F64:
+    """Cycles of vector work over `lanes`: ceil(elements / lanes) * cycles per element."""
+    cycles: F64 = np.ceil(elements / lanes) * cycles_per_element
+    return cycles
+
+
+def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
+    """Latency in seconds of each GEMM of `ops` on one tensor core or on all of them, [ops, designs]."""
+    cores = (designs.num_tc if all_cores else np.ones(len(designs)))[None, :].astype(np.float64)
+    w = designs.tc_width[None, :]
+    d = designs.tc_depth[None, :]
+    traffic = gemm_traffic(ops, designs)
+    cycles = np.maximum(
+        np.maximum(gemm_compute_cycles(ops, designs, cores), traffic.port_words / (cores * (d + 2.0 * w))),
+        traffic.glb_words / (cores * GLB_LINK_SHARE * (w + d)),
+    )
+    latency_s: F64 = np.maximum(cycles / designs.clock_hz, traffic.hbm_bytes / designs.hbm_bytes_per_s)
+    return latency_s
+
+
+def vector_lanes(designs: Designs, all_cores: bool) -> F64:
+    """Lanes of one vector core or of all of them, [1, designs]."""
+    cores = designs.num_vc if all_cores else 1
+    return (designs.vc_width * cores)[None, :].astype(np.float64)
+
+
+def vector_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
+    """Latency in seconds of each vector op of `ops` on one vector core or all of them, [ops, designs]."""
+    lanes = vector_lanes(designs, all_cores)
+    moved_bytes = (ops.bytes_read + ops.bytes_written)[:, None]
+    cycles = np.maximum(
+        vector_cycles(ops.vector_elements[:, None], ops.cycles_per_element()[:, None], lanes),
+        moved_bytes / WORD_BYTES / (lanes * VC_PORT_WORDS_PER_LANE),
+    )
+    latency_s: F64 = np.maximum(cycles / designs.clock_hz, moved_bytes / designs.hbm_bytes_per_s)
+    return latency_s
+
+
+def fused_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
+    """Latency in seconds of each fused GEMM + vector op: the GEMM and its epilogue run side by side."""
+    epilogue = vector_cycles(
+        ops.vector_elements[:, None], ops.cycles_per_element()[:, None], vector_lanes(designs, all_cores)
+    )
+    latency_s: F64 = np.maximum(gemm_latency_s(ops, designs, all_cores), epilogue / designs.clock_hz)
+    return latency_s

@@ -1,0 +1,232 @@
+"""Hardware search spaces: validation of the `hw` config and vectorised enumeration of its designs."""
+
+import itertools
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from phazec.errors import PhazecError
+from phazec.hw.area import (
+    CORE_SRAM_UM2,
+    GLB_SRAM_UM2,
+    area_mm2,
+    sram_um2,
+    tc_buffer_bytes,
+    tpuv4_area_mm2,
+    vc_buffer_bytes,
+)
+from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.energy import peak_power_w
+from phazec.hw.schema import HwConfig, plain_config
+
+logger = logging.getLogger(__name__)
+
+TIED = "tied"
+"""`vc_width` value meaning: the vector width equals the tensor-core width."""
+
+
+@dataclass(frozen=True)
+class HwSpace:
+    """A validated hardware search space; every knob holds its candidate values in ascending order."""
+
+    name: str
+    num_tc: tuple[int, ...]
+    tc_width: tuple[int, ...]
+    tc_depth: tuple[int, ...]
+    num_vc: tuple[int, ...]
+    vc_width: tuple[int, ...] | None
+    """Vector widths, or None when tied to the tensor-core width."""
+    glb_bytes: tuple[int, ...]
+    area_budget_mm2: float | None
+    """Largest area kept; None keeps every area."""
+    area_floor: float
+    """Smallest area kept as a fraction of the budget (only with a budget)."""
+    floor_exempt_single_core: bool
+    power_budget_w: float | None
+    hbm_bytes_per_s: float
+    clock_hz: float
+    sram_interpolation: bool
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_pow2(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def validate_knob(name: str, raw: Any) -> tuple[int, ...]:
+    """The candidate values of knob `name`: a list of positive integers or `{pow2: [lo, hi]}`.
+
+    Returns:
+        The distinct values, ascending.
+
+    Raises:
+        PhazecError: the knob is empty, holds a non-integer or non-positive value, or the range is malformed.
+    """
+    if isinstance(raw, Mapping):
+        bounds = raw.get("pow2")
+        if (
+            set(raw) != {"pow2"}
+            or not isinstance(bounds, list | tuple)
+            or len(bounds) != 2
+            or not all(_is_int(b) and _is_pow2(b) for b in bounds)
+            or bounds[0] > bounds[1]
+        ):
+            raise PhazecError(
+                f"hw.{name} = {dict(raw)} is not a valid range: write {{pow2: [lo, hi]}} with lo <= hi, "
+                f"both powers of two (e.g. {{pow2: [2, 256]}}), or a list of positive integers."
+            )
+        lo, hi = bounds
+        return tuple(2**e for e in range(lo.bit_length() - 1, hi.bit_length()))
+    values = raw if isinstance(raw, list | tuple) else [raw]
+    if not values or not all(_is_int(v) and v > 0 for v in values):
+        raise PhazecError(
+            f"hw.{name} = {raw!r} is not valid: give a non-empty list of positive integers (e.g. [8]) "
+            f"or a range of powers of two such as {{pow2: [1, 4096]}}."
+        )
+    return tuple(sorted(set(values)))
+
+
+def validate_positive(name: str, value: Any) -> float:
+    """`value` as a float if it is a finite number > 0; `name` is the config key for the message.
+
+    Raises:
+        PhazecError: the value is zero, negative, not finite or not a number.
+    """
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number greater than 0.")
+    return float(value)
+
+
+def validate_area_budget(raw: Any) -> float | None:
+    """The area budget in mm^2: a positive number, `tpuv4` (278.8267 mm^2) or None (no budget).
+
+    Raises:
+        PhazecError: any other value.
+    """
+    if raw is None:
+        return None
+    if raw == "tpuv4":
+        return tpuv4_area_mm2()
+    if isinstance(raw, str):
+        raise PhazecError(
+            f"hw.area_budget_mm2 = {raw!r} is not valid: give an area in mm^2 (a number > 0), "
+            f"'tpuv4' for the TPUv4-like design's area, or null for no budget."
+        )
+    return validate_positive("hw.area_budget_mm2", raw)
+
+
+def validate_fraction(name: str, value: Any) -> float:
+    """`value` as a float if it is a number in [0, 1).
+
+    Raises:
+        PhazecError: any other value.
+    """
+    if not _is_number(value) or not 0 <= value < 1:
+        raise PhazecError(f"{name} = {value!r} is not valid: it must be a number from 0 up to (not incl.) 1.")
+    return float(value)
+
+
+def validate_sram_sizes(space: HwSpace) -> None:
+    """Check that every buffer size the space can produce is priced by the area tables.
+
+    Raises:
+        PhazecError: a size is off the tables (and interpolation was not asked for).
+    """
+    pairs = np.array(list(itertools.product(space.tc_width, space.tc_depth)), dtype=np.int64)
+    vc_widths = np.array(space.vc_width or space.tc_width, dtype=np.int64)
+    interpolate = space.sram_interpolation
+    sram_um2(tc_buffer_bytes(pairs[:, 0], pairs[:, 1]), CORE_SRAM_UM2, "tensor-core buffer", interpolate)
+    sram_um2(vc_buffer_bytes(vc_widths), CORE_SRAM_UM2, "vector-core buffer", interpolate)
+    sram_um2(np.array(space.glb_bytes, dtype=np.int64), GLB_SRAM_UM2, "global buffer", interpolate)
+
+
+def hw_space_from_config(node: Any) -> HwSpace:
+    """The validated search space of a composed `hw` config node (or an HwConfig, or a plain dict).
+
+    Raises:
+        PhazecError: a field is missing, unknown, of the wrong type, or out of range.
+    """
+    values = plain_config(node, HwConfig, "hw")
+    vc_raw = values["vc_width"]
+    power_raw = values["power_budget_w"]
+    space = HwSpace(
+        name=values["name"],
+        num_tc=validate_knob("num_tc", values["num_tc"]),
+        tc_width=validate_knob("tc_width", values["tc_width"]),
+        tc_depth=validate_knob("tc_depth", values["tc_depth"]),
+        num_vc=validate_knob("num_vc", values["num_vc"]),
+        vc_width=None if vc_raw == TIED else validate_knob("vc_width", vc_raw),
+        glb_bytes=validate_knob("glb_bytes", values["glb_bytes"]),
+        area_budget_mm2=validate_area_budget(values["area_budget_mm2"]),
+        area_floor=validate_fraction("hw.area_floor", values["area_floor"]),
+        floor_exempt_single_core=values["floor_exempt_single_core"],
+        power_budget_w=None if power_raw is None else validate_positive("hw.power_budget_w", power_raw),
+        hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", values["hbm_bytes_per_s"]),
+        clock_hz=validate_positive("hw.clock_hz", values["clock_hz"]),
+        sram_interpolation=values["sram_interpolation"],
+    )
+    validate_sram_sizes(space)
+    return space
+
+
+def _grid(space: HwSpace) -> dict[str, np.ndarray]:
+    """Every combination of the knobs, flattened (vc_width tied to tc_width when the space says so)."""
+    axes = {name: getattr(space, name) for name in KNOBS if getattr(space, name) is not None}
+    mesh = np.meshgrid(*(np.array(v, dtype=np.int64) for v in axes.values()), indexing="ij")
+    grid = {name: m.ravel() for name, m in zip(axes, mesh, strict=True)}
+    grid.setdefault("vc_width", grid["tc_width"])
+    return grid
+
+
+def enumerate_designs(space: HwSpace) -> Designs:
+    """Every design of the space within its area (and power) budget, largest area first.
+
+    A design is kept iff floor * budget <= area <= budget, where the floor is waived for designs with one
+    tensor core or one vector core when `floor_exempt_single_core` is set (phaze-facts section 2), and
+    its peak power is within the power budget if there is one. Equal areas are ordered by num_tc,
+    tc_width, tc_depth, num_vc, vc_width, glb_bytes ascending.
+
+    Raises:
+        PhazecError: no design is within the budgets.
+    """
+    grid = _grid(space)
+    areas = area_mm2(**grid, interpolate=space.sram_interpolation)
+    cores = {name: grid[name] for name in KNOBS if name != "glb_bytes"}
+    power = peak_power_w(**cores, clock_hz=space.clock_hz, hbm_bytes_per_s=space.hbm_bytes_per_s)
+    keep = np.ones(areas.shape, dtype=bool)
+    if space.area_budget_mm2 is not None:
+        exempt = ((grid["num_tc"] == 1) | (grid["num_vc"] == 1)) & space.floor_exempt_single_core
+        keep &= (areas <= space.area_budget_mm2) & (
+            (areas >= space.area_floor * space.area_budget_mm2) | exempt
+        )
+    if space.power_budget_w is not None:
+        keep &= power <= space.power_budget_w
+    if not keep.any():
+        raise PhazecError(
+            f"No design of hw space {space.name!r} fits its budgets (area {space.area_budget_mm2} mm^2 with "
+            f"floor {space.area_floor}, power {space.power_budget_w} W); the smallest design has "
+            f"{areas.min():.3f} mm^2 and {power.min():.1f} W: raise the budgets or widen the knobs."
+        )
+    order = np.lexsort((*(grid[name][keep] for name in reversed(KNOBS)), -areas[keep]))
+    picked = np.flatnonzero(keep)[order]
+    count = picked.size
+    designs = Designs(
+        **{name: grid[name][picked] for name in KNOBS},
+        area_mm2=areas[picked],
+        peak_power_w=power[picked],
+        clock_hz=np.full(count, space.clock_hz),
+        hbm_bytes_per_s=np.full(count, space.hbm_bytes_per_s),
+    )
+    logger.info("hw space %s: %d of %d designs within budget", space.name, count, areas.size)
+    return designs

@@ -1,0 +1,116 @@
+"""The training system: device count, global batch, HBM capacities and network tiers."""
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from phazec.errors import PhazecError
+from phazec.hw.schema import SystemConfig, plain_config
+from phazec.hw.space import validate_positive
+
+BYTES_PER_GB = 1e9
+
+
+@dataclass(frozen=True)
+class NetworkTier:
+    """One level of the network: groups of up to `group_size` devices talk over these links."""
+
+    group_size: int
+    """Largest group this tier connects."""
+    bandwidth_bytes_per_s: float
+    """Link bandwidth per device and direction."""
+    latency_s: float
+    """Latency of one message step."""
+
+
+@dataclass(frozen=True)
+class System:
+    """A validated training system."""
+
+    name: str
+    devices: int
+    """Number of accelerators."""
+    global_batch: int
+    """Samples per training step."""
+    hbm_bytes: tuple[float, ...]
+    """HBM capacities to search over, ascending."""
+    tiers: tuple[NetworkTier, ...]
+    """Network tiers, group sizes strictly ascending; the last covers every device."""
+
+    def tier_for(self, group_size: int) -> NetworkTier:
+        """The first (fastest) tier whose group size covers a group of `group_size` devices.
+
+        Raises:
+            PhazecError: the group is larger than every tier.
+        """
+        for tier in self.tiers:
+            if group_size <= tier.group_size:
+                return tier
+        raise PhazecError(
+            f"A collective over {group_size} devices is larger than every network tier of system "
+            f"{self.name!r} (largest group {self.tiers[-1].group_size}); valid groups have 1.."
+            f"{self.tiers[-1].group_size} devices."
+        )
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise PhazecError(f"{name} = {value!r} is not valid: it must be a positive integer.")
+    return value
+
+
+def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier, ...]:
+    """The network tiers: group sizes strictly ascending, the last covering `devices`, bandwidths > 0 and
+    latencies >= 0.
+
+    Raises:
+        PhazecError: a tier breaks one of these rules, or there is none.
+    """
+    if not raw:
+        raise PhazecError("system.tiers is empty: give at least one tier covering every device.")
+    tiers = []
+    for i, tier in enumerate(raw):
+        latency_s = tier["latency_s"]
+        if isinstance(latency_s, bool) or not math.isfinite(latency_s) or latency_s < 0:
+            raise PhazecError(
+                f"system.tiers[{i}].latency_s = {latency_s!r} is not valid: it must be a finite number >= 0."
+            )
+        tiers.append(
+            NetworkTier(
+                group_size=_positive_int(f"system.tiers[{i}].group_size", tier["group_size"]),
+                bandwidth_bytes_per_s=validate_positive(
+                    f"system.tiers[{i}].bandwidth_bytes_per_s", tier["bandwidth_bytes_per_s"]
+                ),
+                latency_s=float(latency_s),
+            )
+        )
+    sizes = [tier.group_size for tier in tiers]
+    if any(a >= b for a, b in itertools.pairwise(sizes)) or sizes[-1] < devices:
+        raise PhazecError(
+            f"system.tiers group sizes {sizes} are not valid: they must be strictly ascending and the last "
+            f"must cover all {devices} devices."
+        )
+    return tuple(tiers)
+
+
+def system_from_config(node: Any) -> System:
+    """The validated system of a composed `system` config node (or a SystemConfig, or a plain dict).
+
+    Raises:
+        PhazecError: a field is missing, unknown, of the wrong type, or out of range.
+    """
+    values = plain_config(node, SystemConfig, "system")
+    devices = _positive_int("system.devices", values["devices"])
+    hbm_gb = values["hbm_gb"]
+    if not hbm_gb:
+        raise PhazecError("system.hbm_gb is empty: give at least one HBM capacity in GB, e.g. [32, 64, 80].")
+    return System(
+        name=values["name"],
+        devices=devices,
+        global_batch=_positive_int("system.global_batch", values["global_batch"]),
+        hbm_bytes=tuple(
+            sorted(validate_positive(f"system.hbm_gb[{i}]", gb) * BYTES_PER_GB for i, gb in enumerate(hbm_gb))
+        ),
+        tiers=validate_tiers(values["tiers"], devices),
+    )

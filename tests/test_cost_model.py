@@ -1,0 +1,132 @@
+"""op_costs: dispatch by kind, network tiers, energy, the one-design form and the cost config."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from phazec.cost.model import MODELS, design_op_costs, latency_model_from_config, op_costs
+from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
+from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.hw.system import System, system_from_config
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+MIB = 1 << 20
+PJ = 1e-12
+
+
+def _system(name: str) -> System:
+    return system_from_config(OmegaConf.load(CONF_DIR / "system" / f"{name}.yaml"))
+
+
+def _designs(num_tc: list[int]) -> Designs:
+    return Designs.of(
+        num_tc=num_tc,
+        tc_width=128,
+        tc_depth=128,
+        num_vc=1,
+        vc_width=128,
+        glb_bytes=2 * MIB,
+        clock_hz=1e9,
+        hbm_bytes_per_s=1e12,
+    )
+
+
+def _comm(kind: OpKind, size: int, group: int) -> OpWork:
+    return OpWork(kind, collective_bytes=size, group_size=group)
+
+
+def test_collectives_use_the_tier_that_covers_the_group() -> None:
+    ops = OpTable.from_rows(
+        [
+            _comm(OpKind.ALL_REDUCE, 10**9, 8),
+            _comm(OpKind.ALL_REDUCE, 10**9, 16),
+            _comm(OpKind.P2P, 10**6, 2),
+            _comm(OpKind.P2P, 10**6, 16),
+            _comm(OpKind.ALL_REDUCE, 10**9, 1),
+        ]
+    )
+    costs = op_costs(ops, _designs([1, 8]), _system("dgx_a100"), MODELS["tiled"])
+    expected = [
+        2 * 7 / 8 * 1e9 / 300e9 + 14 * 2e-6,
+        2 * 15 / 16 * 1e9 / 25e9 + 30 * 5e-6,
+        1e6 / 300e9 + 2e-6,
+        1e6 / 25e9 + 5e-6,
+        0.0,
+    ]
+    assert costs.single_core_s[:, 0].tolist() == pytest.approx(expected, rel=1e-15)
+    assert np.array_equal(costs.all_cores_s, costs.single_core_s)
+    assert np.array_equal(costs.single_core_s[:, 0], costs.single_core_s[:, 1])
+    link_j = np.array([2 * 7 / 8 * 1e9, 2 * 15 / 16 * 1e9, 1e6, 1e6, 0.0]) * 80 * PJ
+    assert costs.energy_j[:, 0].tolist() == pytest.approx(link_j.tolist(), rel=1e-15)
+
+
+def test_phaze_system_has_one_slow_link_and_no_latency() -> None:
+    ops = OpTable.from_rows([_comm(OpKind.ALL_REDUCE, 10**9, 8)])
+    costs = op_costs(ops, _designs([1]), _system("phaze_1024"), MODELS["phaze"])
+    assert costs.single_core_s.tolist() == [[pytest.approx(2 * 7 / 8 * 1e9 / 2**32, rel=1e-15)]]
+
+
+def test_group_larger_than_every_tier_is_a_clear_error() -> None:
+    ops = OpTable.from_rows([_comm(OpKind.ALL_REDUCE, 10, 4096)])
+    with pytest.raises(PhazecError, match="A collective over 4096 devices is larger than every network tier"):
+        op_costs(ops, _designs([1]), _system("dgx_a100"), MODELS["tiled"])
+
+
+def test_energy_by_hand() -> None:
+    gemm = OpWork(OpKind.GEMM, m=256, k=256, n=256, bytes_read=2 * 2 * 65536, bytes_written=2 * 65536)
+    vector = OpWork(
+        OpKind.VECTOR, VectorClass.DIVIDE, vector_elements=1000, bytes_read=2000, bytes_written=2000
+    )
+    costs = op_costs(
+        OpTable.from_rows([gemm, vector]), _designs([1, 4]), _system("phaze_1024"), MODELS["tiled"]
+    )
+    # 256^3 MACs; buffer port 393,216 words, GLB 196,608 words (see test_cost_tiled), HBM 393,216 bytes.
+    gemm_j = 256**3 * 1.5 * PJ + 393216 * 2 * 1.25 * PJ + 196608 * 2 * 12.5 * PJ + 393216 * 31.2 * PJ
+    vector_j = 1000 * 10 * 1.0 * PJ + 4000 * (1.25 + 12.5 + 31.2) * PJ
+    assert costs.energy_j[:, 0].tolist() == pytest.approx([gemm_j, vector_j], rel=1e-14)
+    assert np.array_equal(costs.energy_j[:, 0], costs.energy_j[:, 1])
+
+
+def test_mixed_table_dispatches_by_kind() -> None:
+    ops = OpTable.from_rows(
+        [
+            OpWork(OpKind.FREE, bytes_read=100, bytes_written=100),
+            OpWork(OpKind.GEMM, m=512, k=64, n=512),
+            OpWork(OpKind.VECTOR, VectorClass.DROPOUT, backward=True, vector_elements=4096),
+            OpWork(OpKind.FUSED, VectorClass.ACTIVATION, m=512, k=64, n=512, vector_elements=512 * 512),
+            _comm(OpKind.ALL_REDUCE, 10**6, 8),
+        ]
+    )
+    designs = _designs([1, 4, 16])
+    system = _system("phaze_1024")
+    for name, model in MODELS.items():
+        costs = op_costs(ops, designs, system, model)
+        assert costs.single_core_s.shape == costs.all_cores_s.shape == costs.energy_j.shape == (5, 3)
+        assert costs.single_core_s[0].tolist() == [0.0, 0.0, 0.0], name
+        for kind in (OpKind.GEMM, OpKind.VECTOR, OpKind.FUSED):
+            rows = np.flatnonzero(ops.kind == kind)
+            for all_cores, got in ((False, costs.single_core_s), (True, costs.all_cores_s)):
+                direct = model.by_kind[kind](ops.take(rows), designs, all_cores)
+                assert np.array_equal(got[rows], direct)
+        one = design_op_costs(ops, designs.take(2), system, model)
+        assert np.array_equal(one.single_core_s, costs.single_core_s[:, 2])
+        assert np.array_equal(one.all_cores_s, costs.all_cores_s[:, 2])
+        assert np.array_equal(one.energy_j, costs.energy_j[:, 2])
+
+
+def test_design_op_costs_needs_one_design() -> None:
+    ops = OpTable.from_rows([OpWork(OpKind.FREE)])
+    with pytest.raises(PhazecError, match="design_op_costs needs exactly one design, got 2"):
+        design_op_costs(ops, _designs([1, 2]), _system("phaze_1024"), MODELS["tiled"])
+
+
+def test_cost_config_picks_the_model() -> None:
+    assert latency_model_from_config(OmegaConf.load(CONF_DIR / "cost" / "tiled.yaml")).name == "tiled"
+    assert latency_model_from_config(OmegaConf.load(CONF_DIR / "cost" / "phaze.yaml")).name == "phaze"
+    with pytest.raises(
+        PhazecError, match=r"cost.name = 'roofline' is not a latency model; valid names are tiled"
+    ):
+        latency_model_from_config({"name": "roofline"})

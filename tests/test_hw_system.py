@@ -1,0 +1,87 @@
+"""Training systems: presets, tier choice and validation."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from phazec.errors import PhazecError
+from phazec.hw.system import NetworkTier, System, system_from_config
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _preset(name: str) -> dict[str, Any]:
+    values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "system" / f"{name}.yaml"))
+    assert isinstance(values, dict)
+    return {str(key): value for key, value in values.items()}
+
+
+def test_phaze_1024() -> None:
+    system = system_from_config(_preset("phaze_1024"))
+    assert system == System(
+        name="phaze_1024",
+        devices=1024,
+        global_batch=4096,
+        hbm_bytes=(32e9, 64e9, 80e9),
+        tiers=(NetworkTier(group_size=1024, bandwidth_bytes_per_s=4 * 2**30, latency_s=0.0),),
+    )
+
+
+def test_dgx_a100_picks_nvlink_inside_a_node_and_infiniband_across() -> None:
+    system = system_from_config(_preset("dgx_a100"))
+    assert system.tier_for(1).bandwidth_bytes_per_s == 300e9
+    assert system.tier_for(8).bandwidth_bytes_per_s == 300e9
+    assert system.tier_for(9).bandwidth_bytes_per_s == 25e9
+    assert system.tier_for(1024).bandwidth_bytes_per_s == 25e9
+    with pytest.raises(PhazecError, match="A collective over 2048 devices is larger than every network tier"):
+        system.tier_for(2048)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"devices": 0}, r"system.devices = 0 is not valid: it must be a positive integer"),
+        ({"global_batch": -4}, r"system.global_batch = -4 is not valid"),
+        ({"hbm_gb": []}, "system.hbm_gb is empty"),
+        ({"hbm_gb": [32, 0]}, r"system.hbm_gb\[1\] = 0.0 is not valid"),
+        ({"tiers": []}, "system.tiers is empty"),
+        (
+            {"tiers": [{"group_size": 8, "bandwidth_bytes_per_s": 0.0, "latency_s": 0.0}]},
+            r"system.tiers\[0\].bandwidth_bytes_per_s = 0.0 is not valid",
+        ),
+        (
+            {"tiers": [{"group_size": 0, "bandwidth_bytes_per_s": 1e9, "latency_s": 0.0}]},
+            r"system.tiers\[0\].group_size = 0 is not valid",
+        ),
+        (
+            {"tiers": [{"group_size": 1024, "bandwidth_bytes_per_s": 1e9, "latency_s": -1e-6}]},
+            r"system.tiers\[0\].latency_s = -1e-06 is not valid",
+        ),
+        (
+            {"tiers": [{"group_size": 512, "bandwidth_bytes_per_s": 1e9, "latency_s": 0.0}]},
+            r"group sizes \[512\] are not valid: .* cover all 1024 devices",
+        ),
+        (
+            {
+                "tiers": [
+                    {"group_size": 1024, "bandwidth_bytes_per_s": 1e9, "latency_s": 0.0},
+                    {"group_size": 8, "bandwidth_bytes_per_s": 1e9, "latency_s": 0.0},
+                ]
+            },
+            r"group sizes \[1024, 8\] are not valid: they must be strictly ascending",
+        ),
+        ({"devices": "many"}, "The system config does not fit its schema SystemConfig"),
+    ],
+)
+def test_bad_values_are_clear_errors(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(PhazecError, match=message):
+        system_from_config({**_preset("phaze_1024"), **change})
+
+
+def test_missing_tiers_is_a_clear_error() -> None:
+    values = _preset("phaze_1024")
+    del values["tiers"]
+    with pytest.raises(PhazecError, match=r"The system config is missing system\.tiers"):
+        system_from_config(values)

@@ -1,0 +1,275 @@
+"""Hand-computed placements, the branching-graph cost rules, baselines, and bad input."""
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from phazec.errors import PhazecError
+from phazec.hw.system import NetworkTier
+from phazec.solvers.placement import (
+    NoFeasiblePlacement,
+    Placement,
+    PlacementProblem,
+    Stage,
+    Variant,
+    evaluate_plan,
+    megatron_plan,
+    solve_placement,
+    solve_placements,
+)
+
+
+def problem_of(
+    forward_s: list[float],
+    backward_s: list[float],
+    edges: list[tuple[int, int, int]],
+    **overrides: Any,
+) -> PlacementProblem:
+    """A one-width (t = 1) problem with 1000-byte weights and 10-byte activations and stash per layer."""
+    n = len(forward_s)
+    fields: dict[str, Any] = {
+        "t_values": np.array([1]),
+        "forward_latency_s": np.array([forward_s]),
+        "backward_latency_s": np.array([backward_s]),
+        "param_bytes": np.full((1, n), 1000),
+        "activation_bytes": np.full((1, n), 10),
+        "stash_bytes": np.full((1, n), 10),
+        "input_bytes": np.zeros((1, n), dtype=np.int64),
+        "tensor_parallel": np.zeros((1, n), dtype=bool),
+        "edges": np.array([(u, v) for u, v, _ in edges], dtype=np.int64),
+        "edge_bytes": np.array([b for _, _, b in edges], dtype=np.int64),
+        "device_count": 4,
+        "microbatch_count": 4,
+        "samples_per_microbatch": 2,
+        "tiers": (NetworkTier(2, 100.0, 0.0), NetworkTier(4, 10.0, 0.0)),
+        "hbm_bytes": 10**6,
+    }
+    return PlacementProblem(**{**fields, **overrides})
+
+
+# Three layers 0 -> 1 -> 2 on 4 devices, 4 microbatches, SGD (2 x weight bytes), t = 1.
+# Latencies: forward 1, 2, 1 s; backward 2, 4, 2 s. Each edge carries 50 bytes.
+# Network: pairs of devices {0,1}, {2,3} at 100 B/s; all four at 10 B/s; no latency.
+CHAIN = problem_of([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [(0, 1, 50), (1, 2, 50)])
+
+
+def test_three_layer_chain_on_four_devices_by_hand() -> None:
+    # The four plans, each with every d <= min(4 microbatches, 4 devices // k):
+    # [012], k = 1: load 4 + 8 = 12 s, no cut.
+    #   d=1: 12 * 4 = 48.  d=2 (m=2): 24 + all-reduce of 3000 B over devices 0..1 (tier 0):
+    #   2*1/2*3000/100 = 30 -> 54.  d=3 (m=2): 24 + 2*2/3*3000/10 = 424.  d=4: 12 + 2*3/4*3000/10 = 462.
+    # [0][12], k = 2, replicas on {0,1}, {2,3}: tier 0 (100 B/s), the cut carries edge 0->1 (50 B).
+    #   stage 0: 1 + 2 + 2 * 50/100 = 4; stage 1: (2 + 1) + (4 + 2) = 9.
+    #   d=1: 9 * (4 + 2 - 1) = 45.  d=2 (m=2): 9 * 3 + all-reduce of 1000 B over devices {0, 2}
+    #   (tier 1): 1000/10 = 100 -> 127.
+    # [01][2]: stage 0: 3 + 6 + 1 = 10, stage 1: 3.  d=1: 10 * 5 = 50.  d=2: 30 + 2000/10 = 230.
+    # [0][1][2], k = 3 spans devices 0..2 (tier 1, 10 B/s): each cut costs 2 * 50/10 = 10 s.
+    #   stage loads 3 + 10 = 13, 6 + 10 = 16, 3.  d=1 only: 16 * (4 + 3 - 1) = 96.
+    # Best: [0][12] with d = 1, 45 s. Memory: stage 0 (position 2) 2*1000 + 10 + 1*10 = 2020 B,
+    # stage 1 (position 1) 2*2000 + 20 = 4020 B.
+    best = Placement(
+        stages=(Stage((0,), 1, 4.0, 2020), Stage((1, 2), 1, 9.0, 4020)),
+        t=1,
+        d=1,
+        recompute=False,
+        hbm_bytes=10**6,
+        microbatches_per_pipeline=4,
+        time_per_batch_s=45.0,
+        throughput_samples_per_s=8 / 45.0,
+        fits_hbm=True,
+    )
+    assert solve_placement(CHAIN) == best
+    assert evaluate_plan(CHAIN, [[0], [1, 2]], t=1, d=1) == best
+    assert evaluate_plan(CHAIN, [[0, 1, 2]], t=1, d=3).time_per_batch_s == pytest.approx(424.0, rel=1e-15)
+
+
+def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
+    # HBM 4000 B: [012] needs 2*3000 + 30 = 6030; [0][12] 4020; [01][2] 2*2000 + 20 + 1*20 = 4040;
+    # [0][1][2] needs 2030, 2020, 2010: only it fits -> 96 s.
+    # Recompute at 4000 B: the stash is a stage's input: 0 B for stage [0] (no graph input), 50 B
+    # for [1]. [0][12]: stage 1 still needs 4020. [0][1][2]: memory 2000 + 10 + 2*0 = 2010,
+    # 2000 + 10 + 1*50 = 2060, 2010; loads add the forward again except on the last stage:
+    # 3 + 1 + 10 = 14, 6 + 2 + 10 = 18, 3 -> 18 * 6 = 108 s.
+    # HBM 2000 B: nothing fits; the least peak is 2030 B ([0][1][2], stage 0: weights and
+    # gradients 2000, activations 10, stash 2 * 10).
+    variants = [Variant(1, False, 4000), Variant(1, True, 4000), Variant(1, False, 2000)]
+    tight, recompute, none = solve_placements(CHAIN, variants)
+    assert isinstance(tight, Placement) and isinstance(recompute, Placement)
+    assert [s.layers for s in tight.stages] == [(0,), (1,), (2,)]
+    assert (tight.time_per_batch_s, [s.memory_bytes for s in tight.stages]) == (96.0, [2030, 2020, 2010])
+    assert [s.load_s for s in recompute.stages] == [14.0, 18.0, 3.0]
+    assert (recompute.time_per_batch_s, [s.memory_bytes for s in recompute.stages]) == (
+        108.0,
+        [2010, 2060, 2010],
+    )
+    assert none == NoFeasiblePlacement(
+        t=1,
+        recompute=False,
+        hbm_bytes=2000,
+        min_memory_bytes=2030,
+        parameter_bytes=2000,
+        activation_bytes=10,
+        stash_bytes=20,
+    )
+    assert none.dominant == "parameters"
+
+
+def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
+    # An embedding (0) feeds every block; 0->1 carries hidden state and mask (30 B), 0->2 and 0->3
+    # the mask (10 B); 1->2 and 2->3 hidden states (20 B). One tier of 4 devices at 10 B/s.
+    problem = problem_of(
+        [1.0] * 4,
+        [2.0] * 4,
+        [(0, 1, 30), (0, 2, 10), (0, 3, 10), (1, 2, 20), (2, 3, 20)],
+        tiers=(NetworkTier(4, 10.0, 0.0),),
+        microbatch_count=1,
+    )
+    # [01][23]: the cut carries layer 0's largest edge into {2,3} (10) and layer 1's (20): 30 B,
+    # 3 s each way. Stage 0: forward path 0->1 = 2, backward 4, + 6 = 12; stage 1: 2 + 4 = 6.
+    # Time = 12 * (1 + 2 - 1) = 24.
+    two = evaluate_plan(problem, [[0, 1], [2, 3]], t=1, d=1)
+    assert ([s.load_s for s in two.stages], two.time_per_batch_s) == ([12.0, 6.0], 24.0)
+    # [0][1][23]: cut 1 carries 0's largest edge into {1,2,3} (30 B); cut 2 relays the mask and
+    # carries 1->2 (10 + 20 = 30 B). With recompute, stage [1] stashes its input (30 B) once for
+    # the one microbatch behind it: memory 2*1000 + 10 + 1*30 = 2040.
+    three = evaluate_plan(replace(problem, recompute=True), [[0], [1], [2, 3]], t=1, d=1)
+    assert [s.load_s for s in three.stages] == [1 + 2 + 1 + 6.0, 1 + 2 + 1 + 6.0, 2 + 4.0]
+    assert [s.memory_bytes for s in three.stages] == [2010 + 2 * 0, 2010 + 30, 2 * 2000 + 20]
+
+
+def test_stage_load_follows_the_critical_path() -> None:
+    # 0 feeds 1 and 2, which run side by side: forward 1 + max(2, 3) = 4; backward max(1, 1) + 1 = 2.
+    problem = problem_of([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [(0, 1, 0), (0, 2, 0)], microbatch_count=1)
+    assert evaluate_plan(problem, [[0, 1, 2]], t=1, d=1).stages[0].load_s == 6.0
+
+
+def transformer(blocks: int, t_values: list[int], devices: int, **overrides: Any) -> PlacementProblem:
+    """An HF-export-shaped layer graph: an embedding feeding every block and the head, blocks in a
+    chain. Blocks take 1 s forward and 2 s backward at t = 1, split evenly over t."""
+    n = blocks + 2
+    edges = [(v, v + 1, 100) for v in range(n - 1)] + [(0, v, 8) for v in range(2, n)]
+    widths = np.array(t_values)[:, None]
+    figures = np.ones((len(t_values), n)) / widths
+    return PlacementProblem(
+        t_values=np.array(t_values),
+        forward_latency_s=figures,
+        backward_latency_s=2 * figures,
+        param_bytes=(10**6 // widths).repeat(n, axis=1),
+        activation_bytes=np.full((len(t_values), n), 10**4),
+        stash_bytes=np.full((len(t_values), n), 10**4),
+        input_bytes=np.zeros((len(t_values), n), dtype=np.int64),
+        tensor_parallel=np.ones((len(t_values), n), dtype=bool),
+        edges=np.array([(u, v) for u, v, _ in edges]),
+        edge_bytes=np.array([b for _, _, b in edges]),
+        device_count=devices,
+        microbatch_count=256,
+        samples_per_microbatch=1,
+        tiers=(NetworkTier(4, 1e11, 1e-6), NetworkTier(max(devices, 8), 1e10, 1e-5)),
+        hbm_bytes=10**9,
+        **overrides,
+    )
+
+
+def test_llama_shaped_graph_places_and_beats_the_megatron_baseline() -> None:
+    # Llama2-7B's layer graph: 32 blocks between the embedding and the head, 1024 devices.
+    problem = transformer(32, [1, 2], 1024)
+    best = solve_placement(problem)
+    assert isinstance(best, Placement)
+    assert evaluate_plan(problem, [s.layers for s in best.stages], best.t, best.d) == best
+    baseline = evaluate_plan(problem, megatron_plan(problem, 8), t=1, d=128)
+    assert [len(s.layers) for s in baseline.stages] == [5] + [4] * 6 + [5]
+    assert best.time_per_batch_s <= baseline.time_per_batch_s
+
+
+def test_megatron_plan_splits_blocks_evenly() -> None:
+    problem = transformer(6, [1], 8)
+    assert megatron_plan(problem, 3) == ((0, 1, 2), (3, 4), (5, 6, 7))
+    assert megatron_plan(problem, 4) == ((0, 1), (2, 3), (4,), (5, 6, 7))
+    assert megatron_plan(problem, 1) == (tuple(range(8)),)
+    with pytest.raises(PhazecError, match=r"pp = 7 is not valid.*1\.\.6"):
+        megatron_plan(problem, 7)
+
+
+def test_solving_is_deterministic_and_batched_equals_single() -> None:
+    problem = transformer(12, [1, 2, 4], 64)
+    variants = [Variant(t, rc, hbm) for t in (1, 2, 4) for rc in (False, True) for hbm in (10**7, 10**9)]
+    batched = solve_placements(problem, variants)
+    assert batched == solve_placements(problem, variants)
+    assert batched == tuple(solve_placements(problem, [v])[0] for v in variants)
+
+
+def test_nothing_fits_reports_what_dominates() -> None:
+    # One 1000-byte-weight layer needs 2000 B for weights and gradients wherever it goes.
+    problem = transformer(6, [1], 8, optimizer="adam")
+    result = solve_placement(replace(problem, hbm_bytes=10**6))
+    assert isinstance(result, NoFeasiblePlacement)
+    # Adam: 8 x 10**6 weight bytes per layer; the best plan has one layer on some stage.
+    assert result.parameter_bytes == 8 * 10**6 and result.dominant == "parameters"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"forward_latency_s": np.array([[1.0, -2.0, 1.0]])},
+            r"forward_latency_s\[0, 1\] = .*-2\.0.*>= 0 seconds",
+        ),
+        ({"stash_bytes": np.array([[1, 2, -3]])}, r"stash_bytes\[0, 2\] = .*-3.*>= 0 bytes"),
+        ({"param_bytes": np.array([[1, 2]])}, r"param_bytes has shape \(1, 2\).*\(1, 3\)"),
+        (
+            {"edges": np.array([[0, 1], [1, 2], [2, 0]]), "edge_bytes": np.array([1, 1, 1])},
+            r"cycle 0 -> 1 -> 2 -> 0",
+        ),
+        ({"device_count": 0}, r"device_count = 0 is not valid"),
+        ({"t_values": np.array([8])}, r"t_values = \[8\] is not valid for 4 devices"),
+        ({"edge_bytes": np.array([50])}, r"edge_bytes \(1,\)"),
+        ({"optimizer": "lamb"}, r"optimizer = 'lamb' is not valid.*adam"),
+        ({"tiers": (NetworkTier(2, 100.0, 0.0),)}, r"group sizes \[2\] are not valid.*>= 4 devices"),
+        ({"forward_latency_s": np.zeros((1, 3)), "backward_latency_s": np.zeros((1, 3))}, r"at t = 1 is 0"),
+    ],
+)
+def test_bad_problems_raise_a_clear_error(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(PhazecError, match=message):
+        replace(CHAIN, **change)
+
+
+def test_bad_plans_and_variants_raise_a_clear_error() -> None:
+    with pytest.raises(PhazecError, match=r"edge 0 -> 1 runs from stage 1 back to stage 0"):
+        evaluate_plan(CHAIN, [[1, 2], [0]], t=1, d=1)
+    with pytest.raises(PhazecError, match=r"hold each layer 0\.\.2 exactly once"):
+        evaluate_plan(CHAIN, [[0, 1]], t=1, d=1)
+    with pytest.raises(PhazecError, match=r"d = 3 is not valid.*6 devices"):
+        evaluate_plan(CHAIN, [[0], [1, 2]], t=1, d=3)
+    with pytest.raises(PhazecError, match=r"t = 2 is not valid.*\[1\] only"):
+        solve_placements(CHAIN, [Variant(2, False, 1000)])
+    with pytest.raises(PhazecError, match=r"hbm_bytes = 0 is not valid"):
+        solve_placements(CHAIN, [Variant(1, False, 0)])
+
+
+def test_shipped_stubs_match_the_extension(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    generated = tmp_path / "_placement.pyi"
+    subprocess.run(
+        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "phazec._placement", "-o", str(generated)],
+        check=True,
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "format",
+            "-q",
+            "--config",
+            str(root / "pyproject.toml"),
+            str(generated),
+        ],
+        check=True,
+    )
+    shipped = (root / "phazec" / "_placement.pyi").read_text().splitlines()
+    assert [line for line in shipped if not line.startswith("# ")] == generated.read_text().splitlines()

@@ -1,0 +1,159 @@
+"""The C++ placement DP equals a brute force over every plan, on random chains and branching DAGs.
+
+Both sides compute each time with the same operation order (phazec.solvers.placement states it),
+so times compare exactly. The brute force (phazec.solvers.placement_reference) evaluates every
+plan and every data-parallel width with the Python statement of the model.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from phazec.hw.system import NetworkTier
+from phazec.solvers.placement import (
+    NoFeasiblePlacement,
+    Placement,
+    PlacementProblem,
+    Variant,
+    evaluate_plan,
+    solve_placements,
+)
+from phazec.solvers.placement_reference import all_plans, best_time_s, min_memory_bytes
+
+MAX_PLANS = 300
+"""Keeps one brute force well under a second."""
+
+
+def plan_count(n: int, edges: list[tuple[int, int]]) -> int:
+    """Number of plans, counted over sets of placed layers (a DP, independent of all_plans)."""
+    preds = [0] * n
+    for u, v in edges:
+        preds[v] |= 1 << u
+    ways = {0: 1}
+    for placed in range(1 << n):
+        if placed not in ways:
+            continue
+        rest = ((1 << n) - 1) & ~placed
+        stage = rest
+        while stage:
+            taken = placed | stage
+            if all(preds[v] & ~taken == 0 for v in range(n) if stage >> v & 1):
+                ways[taken] = ways.get(taken, 0) + ways[placed]
+            stage = (stage - 1) & rest
+    return ways[(1 << n) - 1]
+
+
+@st.composite
+def layer_graphs(draw: st.DrawFn, branching: bool) -> tuple[int, list[tuple[int, int]]]:
+    """A chain, or a DAG in which every layer after the first reads at least one earlier layer."""
+    n = draw(st.integers(1, 8))
+    if not branching:
+        return n, [(v - 1, v) for v in range(1, n)]
+    edges = []
+    for v in range(1, n):
+        sources = draw(st.sets(st.integers(0, v - 1), min_size=1, max_size=v))
+        edges += [(u, v) for u in sorted(sources)]
+    if plan_count(n, edges) > MAX_PLANS:
+        edges += [(v - 1, v) for v in range(1, n) if (v - 1, v) not in edges]  # a chain with skip edges
+    return n, edges
+
+
+@st.composite
+def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
+    """A random problem with random latencies, sizes, network tiers and devices."""
+    n, edges = draw(layer_graphs(branching))
+    devices = draw(st.integers(1, 16))
+    t_values = draw(
+        st.lists(
+            st.sampled_from([t for t in (1, 2, 4, 8) if t <= devices]), min_size=1, max_size=2, unique=True
+        )
+    )
+    widths = len(t_values)
+    latency = st.floats(0.0, 10.0, allow_subnormal=False)
+    size = st.integers(0, 1000)
+
+    def matrix(
+        element: st.SearchStrategy[float] | st.SearchStrategy[int],
+    ) -> list[list[float]] | list[list[int]]:
+        return draw(st.lists(st.lists(element, min_size=n, max_size=n), min_size=widths, max_size=widths))
+
+    group_sizes = sorted(draw(st.sets(st.integers(1, 16), max_size=2)) | {16})
+    return PlacementProblem(
+        t_values=np.array(t_values),
+        forward_latency_s=np.array(matrix(st.floats(0.001, 10.0))),
+        backward_latency_s=np.array(matrix(latency)),
+        param_bytes=np.array(matrix(size)),
+        activation_bytes=np.array(matrix(size)),
+        stash_bytes=np.array(matrix(size)),
+        input_bytes=np.array(matrix(size)),
+        tensor_parallel=np.array(matrix(st.booleans()), dtype=bool),
+        edges=np.array(edges, dtype=np.int64),
+        edge_bytes=np.array(
+            draw(st.lists(st.integers(0, 50), min_size=len(edges), max_size=len(edges))), dtype=np.int64
+        ),
+        device_count=devices,
+        microbatch_count=draw(st.integers(1, 32)),
+        samples_per_microbatch=draw(st.integers(1, 4)),
+        tiers=tuple(
+            NetworkTier(g, draw(st.floats(1.0, 100.0)), draw(st.floats(0.0, 1.0))) for g in group_sizes
+        ),
+        hbm_bytes=draw(st.integers(1_000, 40_000)),
+        optimizer=draw(st.sampled_from(["sgd", "adam"])),
+    )
+
+
+def check_against_brute_force(problem: PlacementProblem) -> None:
+    """Every variant's optimum equals the brute force's, and re-evaluating its plan reproduces it."""
+    variants = [Variant(int(t), rc, problem.hbm_bytes) for t in problem.t_values for rc in (False, True)]
+    for variant, result in zip(variants, solve_placements(problem, variants), strict=True):
+        expected = best_time_s(problem, variant)
+        if isinstance(result, NoFeasiblePlacement):
+            assert expected is None
+            assert result.min_memory_bytes == min_memory_bytes(problem, variant.t, variant.recompute)
+            assert result.min_memory_bytes > variant.hbm_bytes
+            parts = result.parameter_bytes + result.activation_bytes + result.stash_bytes
+            assert parts == result.min_memory_bytes
+            continue
+        assert isinstance(result, Placement)
+        assert result.time_per_batch_s == expected
+        same = replace(problem, recompute=variant.recompute)
+        assert evaluate_plan(same, [s.layers for s in result.stages], result.t, result.d) == result
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(branching=False))
+def test_chains_match_brute_force(problem: PlacementProblem) -> None:
+    check_against_brute_force(problem)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(branching=True))
+def test_branching_dags_match_brute_force(problem: PlacementProblem) -> None:
+    check_against_brute_force(problem)
+
+
+@settings(max_examples=30, deadline=None)
+@given(layer_graphs(branching=True))
+def test_all_plans_enumerates_each_plan_once(graph: tuple[int, list[tuple[int, int]]]) -> None:
+    n, edges = graph
+    problem = PlacementProblem(
+        t_values=np.array([1]),
+        forward_latency_s=np.ones((1, n)),
+        backward_latency_s=np.zeros((1, n)),
+        param_bytes=np.zeros((1, n), dtype=np.int64),
+        activation_bytes=np.zeros((1, n), dtype=np.int64),
+        stash_bytes=np.zeros((1, n), dtype=np.int64),
+        input_bytes=np.zeros((1, n), dtype=np.int64),
+        tensor_parallel=np.zeros((1, n), dtype=bool),
+        edges=np.array(edges, dtype=np.int64),
+        edge_bytes=np.zeros(len(edges), dtype=np.int64),
+        device_count=1,
+        microbatch_count=1,
+        samples_per_microbatch=1,
+        tiers=(NetworkTier(1, 1.0, 0.0),),
+        hbm_bytes=1,
+    )
+    plans = list(all_plans(problem))
+    assert len(plans) == len(set(plans)) == plan_count(n, edges)
