@@ -19,7 +19,9 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
-from phazec.report.table import layer_table
+from phazec.passes.training import training_rows
+from phazec.report.table import layer_table, result_table, training_table
+from phazec.search.run import run_search
 
 
 def conf_dir() -> str:
@@ -54,18 +56,37 @@ def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     print(f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
           f"{model.parameter_count:,} parameters, sequence {model.seq_len}")  # fmt: skip
     print(layer_table(rows))
+    tp = cfg.parallel.tp
+    training, _ = training_rows(
+        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer
+    )
+    print(f"\nper device at tensor-parallel width {tp} ({cfg.train.optimizer}), per sample:")
+    print(training_table(training))
     report = {
         "model": model.name,
         "seq_len": model.seq_len,
         "parameters": model.parameter_count,
         "layers": [dataclasses.asdict(r) for r in rows],
         "edges": [dataclasses.asdict(e) for e in model.edges],
+        "training": {"tp": tp, "layers": [dataclasses.asdict(r) for r in training]},
     }
     atomic.write_json(out_dir / "ir.json", report)
     return report
 
 
 register()
+
+
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+def _search_app(cfg: DictConfig) -> None:
+    with user_errors():
+        result = run_search(cfg, output_dir(), Path(conf_dir()))
+        print(result_table(result))
+
+
+def main() -> None:
+    """`phazec`: search the accelerator and training plan with the highest throughput."""
+    _search_app()
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")

@@ -42,7 +42,11 @@ class SearchConfig:
     """Architecture search strategy."""
 
     strategy: str = "phaze"
-    """`phaze`, `exhaustive`, `bounded` or `bo`."""
+    """`phaze` (area bins, largest first, early stop) or `exhaustive`."""
+    bin_mm2: float = 0.01
+    """Width of an area bin (phaze strategy)."""
+    patience: int = 5
+    """Consecutive non-improving bins after which the phaze strategy stops."""
 
 
 @dataclass

@@ -26,6 +26,9 @@ DTYPE_BYTES: dict[str, int] = {
 }
 """Bytes per element of every element type the IR accepts."""
 
+FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
+"""Element types that carry gradients."""
+
 
 class OpKind(StrEnum):
     """What executes an operator."""
@@ -154,6 +157,44 @@ class Edge:
         return self.fixed_bytes + self.per_sample_bytes * microbatch
 
 
+@dataclass(frozen=True, slots=True)
+class LayerMemory:
+    """Bytes one layer occupies on one device; activations split into fixed and per-sample parts."""
+
+    parameter_count: int
+    """Trainable parameters held by one device (tensor-parallel shards, replicated ones in full)."""
+    parameter_bytes: int
+    """Bytes of those parameters in their own element type."""
+    gradient_bytes: int
+    """Bytes of their gradients (the parameters' element type)."""
+    optimizer: str
+    """The optimizer whose state is counted: `sgd` or `adam`."""
+    optimizer_state_bytes: int
+    """Optimizer state: 0 for plain SGD; fp32 master weights and two fp32 moments for mixed-precision
+    Adam (12 bytes per parameter, 16 with the bf16 weights and gradients)."""
+    stash_fixed_bytes: int
+    """Activations the backward pass reads that do not scale with the microbatch (e.g. masks)."""
+    stash_per_sample_bytes: int
+    """Activations the backward pass reads, per sample of the microbatch (dropout masks 1 byte each)."""
+    input_fixed_bytes: int
+    """Layer inputs from other layers that do not scale with the microbatch."""
+    input_per_sample_bytes: int
+    """Layer inputs from other layers per sample: what a stage keeps when it recomputes activations."""
+
+    def stash_bytes(self, microbatch: int) -> int:
+        """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""
+        return self.stash_fixed_bytes + self.stash_per_sample_bytes * microbatch
+
+    def input_bytes(self, microbatch: int) -> int:
+        """Input bytes kept for one microbatch when activations are recomputed."""
+        return self.input_fixed_bytes + self.input_per_sample_bytes * microbatch
+
+    @property
+    def state_bytes(self) -> int:
+        """Parameters, gradients and optimizer state: the bytes that do not depend on the microbatch."""
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
+
+
 @dataclass(slots=True)
 class LayerClass:
     """Structurally identical layers share one representative operator graph."""
@@ -161,6 +202,14 @@ class LayerClass:
     graph: Graph
     members: tuple[int, ...]
     """Indices of the layers in the class, ascending; the first is the representative."""
+    tp_width: int = 1
+    """Devices the layer is split over by tensor parallelism (1: the layer is not split)."""
+    backward: Graph | None = None
+    """The backward operator graph for one microbatch, once the autodiff pass has run."""
+    update: Graph | None = None
+    """The optimizer update of the layer's parameters, once per batch (autodiff pass, optional)."""
+    memory: LayerMemory | None = None
+    """Per-device memory of one layer of the class, once the memory pass has run."""
 
     @property
     def count(self) -> int:
@@ -179,6 +228,8 @@ class Model:
     parameter_count: int
     """Unique trainable parameters of the whole model (a tied weight counts once)."""
     seq_len: int
+    tp_width: int = 1
+    """Tensor-parallel width the model's graphs are lowered for (per-device shapes when > 1)."""
 
     def graph_of(self, layer: int) -> Graph:
         """The operator graph of a layer (its class representative's)."""

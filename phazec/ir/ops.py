@@ -29,6 +29,8 @@ VECTOR_FLOPS: dict[str, int] = {
     "LayerNormalization": 8,  # mean, centre, square, mean, rsqrt, normalise, scale, shift
     "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
     "NegativeLogLikelihoodLoss": 1,
+    "SGDUpdate": 2,  # w -= lr * g
+    "AdamUpdate": 12,  # two moment updates (7), bias-corrected step (4), write back (1)
 }
 """FLOPs per element of each vector op type."""
 
@@ -42,6 +44,22 @@ DATA_TYPES = frozenset(
 )  # fmt: skip
 """Op types that move, view or index data and cost no compute."""
 
+VIEW_TYPES = frozenset({"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
+"""Data ops that only relabel their input's elements (a new shape or axis order), no selection."""
+
+COLLECTIVE_TYPES = frozenset({"AllReduce"})
+"""Communication among a tensor-parallel group; attrs `group` (devices) and `bytes` (at microbatch 1)."""
+
+ELEMENTWISE_TYPES = frozenset(
+    {
+        "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Pow", "Sqrt", "Reciprocal", "Exp", "Log", "Tanh",
+        "Erf", "Sigmoid", "Relu", "Gelu", "Max", "Min", "Where", "Cast", "Sin", "Cos", "Clip", "Sign",
+        "Dropout", "IsNaN", "IsInf", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
+        "And", "Or",
+    }
+)  # fmt: skip
+"""Vector op types that map each output element from the same element of their (broadcast) inputs."""
+
 
 def kind_of(op_type: str) -> OpKind | None:
     """The kind of an op type, or None if the IR does not know it."""
@@ -51,6 +69,8 @@ def kind_of(op_type: str) -> OpKind | None:
         return OpKind.VECTOR
     if op_type in DATA_TYPES:
         return OpKind.DATA
+    if op_type in COLLECTIVE_TYPES:
+        return OpKind.COLLECTIVE
     return None
 
 
@@ -75,10 +95,10 @@ class GemmDims:
 
 
 def gemm_dims(op: Op, graph: Graph, microbatch: int = 1) -> GemmDims:
-    """The product dimensions of a MatMul or Gemm op at a microbatch size."""
+    """The product dimensions of a MatMul, Gemm or fused op at a microbatch size."""
     a = graph.tensors[op.inputs[0]].shape_at(microbatch)
     b = graph.tensors[op.inputs[1]].shape_at(microbatch)
-    if op.op_type == "Gemm":
+    if op.attrs.get("gemm_type", op.op_type) == "Gemm":
         m, k = (a[1], a[0]) if op.attrs.get("transA", 0) else (a[0], a[1])
         n = b[0] if op.attrs.get("transB", 0) else b[1]
         return GemmDims(1, m, k, n)
@@ -95,10 +115,27 @@ def elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
     return max((graph.tensors[t].numel(microbatch) for t in names), default=0)
 
 
+def fused_vector_elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
+    """Elements of a fused op's vector part: its first output, the elementwise op's result."""
+    return graph.tensors[op.outputs[0]].numel(microbatch)
+
+
+def collective_bytes(op: Op, graph: Graph, microbatch: int = 1) -> int:
+    """Bytes each device contributes to a collective at a microbatch size (its input tensor)."""
+    return graph.tensors[op.inputs[0]].nbytes(microbatch)
+
+
 def flops(op: Op, graph: Graph, microbatch: int = 1) -> int:
-    """FLOPs of one op at a microbatch size (0 for data movement and collectives)."""
+    """FLOPs of one op at a microbatch size (0 for data movement and collectives).
+
+    A fused op counts its GEMM (attrs `gemm_type`, inputs first) and its vector part (`vector_type`).
+    """
     if op.kind is OpKind.GEMM:
         return gemm_dims(op, graph, microbatch).flops
     if op.kind is OpKind.VECTOR:
         return VECTOR_FLOPS[op.op_type] * elements(op, graph, microbatch)
+    if op.kind is OpKind.FUSED:
+        vector_type = str(op.attrs["vector_type"])
+        vector = VECTOR_FLOPS[vector_type] * fused_vector_elements(op, graph, microbatch)
+        return gemm_dims(op, graph, microbatch).flops + vector
     return 0

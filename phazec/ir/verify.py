@@ -50,7 +50,11 @@ def verify(model: Model) -> None:
     for c, cls in enumerate(model.classes):
         if any(model.layers[m].cls != c for m in cls.members):
             raise VerifyError(f"class {c} lists a layer of another class")
-        verify_graph(cls.graph, f"class {c} ({model.layers[cls.members[0]].name})")
+        where = f"class {c} ({model.layers[cls.members[0]].name})"
+        verify_graph(cls.graph, where)
+        for label, extra in (("backward", cls.backward), ("update", cls.update)):
+            if extra is not None:
+                verify_graph(extra, f"{where} {label}")
     pairs = [(e.src, e.dst) for e in model.edges]
     if len(set(pairs)) != len(pairs):
         raise VerifyError("the layer graph repeats an edge")

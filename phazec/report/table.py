@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from phazec.ir.summary import LayerRow
+from phazec.passes.training import LayerRow as TrainingRow
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -20,18 +22,29 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
 
 
+def runs(classes: Sequence[int]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of consecutive equal classes."""
+    bounds: list[tuple[int, int]] = []
+    for i, cls in enumerate(classes):
+        if bounds and classes[bounds[-1][1]] == cls:
+            bounds[-1] = (bounds[-1][0], i)
+        else:
+            bounds.append((i, i))
+    return bounds
+
+
+def run_name(first: str, last: str) -> str:
+    """`block.0..31` for a run of layers, the name alone for one layer."""
+    return first if first == last else f"{first}..{last.rsplit('.', 1)[-1]}"
+
+
 def layer_table(rows: Sequence[LayerRow]) -> str:
     """The layer table of `phazec-ir`; consecutive layers of one class share a row."""
-    groups: list[list[LayerRow]] = []
-    for row in rows:
-        if groups and groups[-1][-1].cls == row.cls and groups[-1][-1].index == row.index - 1:
-            groups[-1].append(row)
-        else:
-            groups.append([row])
+    groups = [rows[a : b + 1] for a, b in runs([r.cls for r in rows])]
     headers = ["layer", "count", "ops", "parameters", "fwd FLOPs/sample", "activation B/sample", "class"]
     body = [
         [
-            g[0].name if len(g) == 1 else f"{g[0].name}..{g[-1].name.rsplit('.', 1)[-1]}",
+            run_name(g[0].name, g[-1].name),
             str(len(g)),
             str(g[0].ops),
             f"{g[0].parameters:,}",
@@ -41,4 +54,69 @@ def layer_table(rows: Sequence[LayerRow]) -> str:
         ]
         for g in groups
     ]
+    return render(headers, body)
+
+
+def _design_text(design: dict[str, Any] | None) -> str:
+    if design is None:
+        return "-"
+    return (
+        f"{design['num_tc']}x TC {design['tc_width']}x{design['tc_depth']}, "
+        f"{design['num_vc']}x VC {design['vc_width']}, GLB {design['glb_bytes'] // 2**20} MiB, "
+        f"HBM {design['hbm_bytes'] / 1e9:g} GB, {design['area_mm2']:.2f} mm^2"
+    )
+
+
+def _plan_text(plan: dict[str, Any] | None) -> str:
+    if plan is None:
+        return "no plan fits"
+    recompute = "recompute" if plan["recompute"] else "stash"
+    return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
+
+
+def result_table(result: dict[str, Any]) -> str:
+    """The found design against the TPUv4 design and the fixed Megatron-style plan."""
+    found = {"design": result["design"], "plan": result["plan"], **result}
+    rows = [("found design, optimal plan", found), *result["baselines"].items()]
+    reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+    body = [
+        [
+            name.replace("_", " "),
+            _design_text(entry["design"]),
+            _plan_text(entry["plan"]),
+            f"{entry['throughput_samples_per_s']:.4g}",
+            f"{entry['throughput_samples_per_s'] / reference:.2f}x" if reference else "-",
+        ]
+        for name, entry in rows
+    ]
+    search = result["search"]
+    header = (
+        f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
+        f"({search['strategy']}) in {search['wall_s']:.1f} s"
+    )
+    table = render(["", "design", "plan", "samples/s", "vs TPUv4"], body)
+    return f"{header}\n{table}"
+
+
+def training_table(rows: Sequence[TrainingRow]) -> str:
+    """Per-device training figures of `phazec-ir` at one width, per sample where they scale with it."""
+    headers = [
+        "layer", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "all-reduces", "all-reduce B",
+        "weights+grads+opt B", "stash B", "recompute-input B",
+    ]  # fmt: skip
+    body = []
+    for a, b in runs([r.layer_class for r in rows]):
+        r = rows[a]
+        body.append([
+            run_name(r.name, rows[b].name),
+            str(b - a + 1),
+            f"{r.parameters:,}",
+            f"{r.forward.flops:.4g}",
+            f"{r.backward.flops:.4g}",
+            f"{r.forward.allreduces}+{r.backward.allreduces}",
+            f"{r.forward.allreduce_bytes + r.backward.allreduce_bytes:,}",
+            f"{r.memory.state_bytes:,}",
+            f"{r.stash_bytes:,}",
+            f"{r.recompute_input_bytes:,}",
+        ])  # fmt: skip
     return render(headers, body)

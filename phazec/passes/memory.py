@@ -1,0 +1,71 @@
+"""Memory: what one layer occupies on one device, from its (per-device) forward and backward graphs.
+
+Parameters and gradients take their element type's bytes; the optimizer state is a rule table (plain
+SGD keeps none; mixed-precision Adam keeps fp32 master weights and two fp32 moments, 12 bytes per
+parameter, 16 with the bf16 weights and gradients). The activation stash is exactly the forward tensors
+the backward graph reads (its inputs other than output gradients); the recompute figure is the layer's
+inputs from other layers. Both are split into a fixed part and a per-sample part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from phazec.errors import PhazecError
+from phazec.ir.core import Graph, LayerClass, LayerMemory, Model
+from phazec.passes.base import PassResult
+
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
+"""Optimizer-state bytes per parameter: none for SGD; fp32 master weight, momentum, variance for Adam."""
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Attach a per-device `LayerMemory` to every layer class (needs the autodiff pass first)."""
+
+    name: ClassVar[str] = "memory"
+    optimizer: str = "sgd"
+    """`sgd` or `adam`: whose state is counted."""
+
+    def __call__(self, model: Model) -> PassResult:
+        """Compute every class's memory; raises PhazecError for an unknown optimizer."""
+        if self.optimizer not in OPTIMIZER_STATE_BYTES:
+            raise PhazecError(
+                f"optimizer {self.optimizer!r} has no memory rule; valid optimizers: "
+                f"{sorted(OPTIMIZER_STATE_BYTES)}."
+            )
+        classes = [replace(cls, memory=layer_memory(model, cls, self.optimizer)) for cls in model.classes]
+        return PassResult(replace(model, classes=classes), True)
+
+
+def split_bytes(graph: Graph, names: list[str]) -> tuple[int, int]:
+    """(fixed, per-sample) bytes of some of a graph's tensors."""
+    fixed = sum(graph.tensors[n].nbytes() for n in names if graph.tensors[n].batch_axis is None)
+    per_sample = sum(graph.tensors[n].nbytes() for n in names if graph.tensors[n].batch_axis is not None)
+    return fixed, per_sample
+
+
+def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
+    """Parameter, gradient, optimizer-state, stash and recompute-input bytes of one layer, per device."""
+    if cls.backward is None:
+        raise PhazecError(
+            f"model {model.name!r}: the memory pass reads backward graphs; run the autodiff pass before it."
+        )
+    forward = cls.graph
+    parameter_bytes = sum(forward.tensors[w].nbytes() for w in forward.weights)
+    count = forward.parameter_count()
+    stash = [n for n in cls.backward.inputs if n in forward.tensors]
+    stash_fixed, stash_per_sample = split_bytes(cls.backward, stash)
+    input_fixed, input_per_sample = split_bytes(forward, forward.inputs)
+    return LayerMemory(
+        parameter_count=count,
+        parameter_bytes=parameter_bytes,
+        gradient_bytes=parameter_bytes,
+        optimizer=optimizer,
+        optimizer_state_bytes=OPTIMIZER_STATE_BYTES[optimizer] * count,
+        stash_fixed_bytes=stash_fixed,
+        stash_per_sample_bytes=stash_per_sample,
+        input_fixed_bytes=input_fixed,
+        input_per_sample_bytes=input_per_sample,
+    )

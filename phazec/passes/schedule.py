@@ -1,0 +1,69 @@
+"""The scheduling pass: a layer's forward or backward graph on one design, scheduled optimally by ILP.
+
+It turns an operator graph and its per-operator costs on one design into a `ScheduleProblem`
+(dependencies from the dataflow, zero-cost operators contracted away) and solves it with
+`phazec.solvers.schedule`, whose cache makes identical blocks and designs solve once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.ir.core import Graph, OpKind
+from phazec.solvers.schedule import Schedule, ScheduleCache, schedule
+from phazec.solvers.schedule_problem import OpKind as ScheduleKind
+from phazec.solvers.schedule_problem import ScheduleOp, ScheduleProblem, contract_free_ops
+from phazec.solvers.schema import SolverConfig
+
+SCHEDULE_KIND: dict[OpKind, ScheduleKind] = {
+    OpKind.GEMM: ScheduleKind.TC,
+    OpKind.VECTOR: ScheduleKind.VC,
+    OpKind.FUSED: ScheduleKind.FUSED,
+    OpKind.COLLECTIVE: ScheduleKind.COLLECTIVE,
+    OpKind.DATA: ScheduleKind.VC,  # costs nothing, so contracted away before the solve
+}
+"""What each kind of IR operator holds while it runs."""
+
+
+def dataflow_deps(graph: Graph) -> tuple[tuple[int, int], ...]:
+    """(i, j) for every op j that reads a tensor op i writes, ascending."""
+    producer = {out: i for i, op in enumerate(graph.ops) for out in op.outputs if out}
+    deps = {(producer[t], j) for j, op in enumerate(graph.ops) for t in op.inputs if t in producer}
+    return tuple(sorted(deps))
+
+
+def schedule_problem(
+    graph: Graph,
+    single_core_s: NDArray[np.float64],
+    all_cores_s: NDArray[np.float64],
+    *,
+    num_tc: int,
+    num_vc: int,
+    config: SolverConfig,
+) -> ScheduleProblem:
+    """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` on one design."""
+    ops = tuple(
+        ScheduleOp(op.name, SCHEDULE_KIND[op.kind], float(single), float(spread))
+        for op, single, spread in zip(graph.ops, single_core_s, all_cores_s, strict=True)
+    )
+    problem = ScheduleProblem(ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector)
+    return contract_free_ops(problem)
+
+
+def schedule_graph(
+    graph: Graph,
+    single_core_s: NDArray[np.float64],
+    all_cores_s: NDArray[np.float64],
+    *,
+    num_tc: int,
+    num_vc: int,
+    config: SolverConfig,
+    cache: ScheduleCache | None = None,
+    model_dir: Path | None = None,
+) -> Schedule:
+    """The optimal schedule of one graph on one design (an empty graph takes no time)."""
+    problem = schedule_problem(graph, single_core_s, all_cores_s, num_tc=num_tc, num_vc=num_vc, config=config)
+    return schedule(problem, config, cache, model_dir)

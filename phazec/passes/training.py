@@ -1,0 +1,132 @@
+"""The training-graph pipeline (tensor parallel -> autodiff -> fuse -> memory) and its per-layer rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phazec.errors import PhazecError
+from phazec.ir.core import Graph, LayerMemory, Model, OpKind
+from phazec.ir.ops import collective_bytes, flops, gemm_dims
+from phazec.passes.autodiff import Autodiff
+from phazec.passes.base import PassTiming, Pipeline
+from phazec.passes.fuse import Fuse
+from phazec.passes.memory import Memory
+from phazec.passes.tensor_parallel import TensorParallel
+
+
+def training_pipeline(
+    width: int,
+    *,
+    vocab_parallel: bool = False,
+    fuse: bool = True,
+    optimizer: str = "sgd",
+    update: bool = False,
+) -> Pipeline:
+    """The passes that turn a lowered model into per-device training graphs with memory figures.
+
+    Args:
+        width: tensor-parallel width t.
+        vocab_parallel: also split the embedding and the LM head over the vocabulary.
+        fuse: fuse each GEMM with its single elementwise consumer.
+        optimizer: `sgd` or `adam`, for the optimizer state (and the update op).
+        update: attach each layer's once-per-batch optimizer update graph.
+    """
+    return Pipeline(
+        (
+            TensorParallel(width, vocab_parallel),
+            Autodiff(optimizer if update else None),
+            Fuse(fuse),
+            Memory(optimizer),
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTotals:
+    """FLOPs and all-reduces of one operator graph at one microbatch size."""
+
+    flops: int
+    gemm_flops: int
+    """FLOPs of the matrix products (fused ops' GEMM parts included)."""
+    allreduces: int
+    allreduce_bytes: int
+    """Bytes each device contributes, summed over the all-reduces."""
+
+
+def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
+    """Sum a graph's FLOPs, GEMM FLOPs and all-reduces."""
+    gemms = [op for op in graph.ops if op.kind in (OpKind.GEMM, OpKind.FUSED)]
+    collectives = [op for op in graph.ops if op.kind is OpKind.COLLECTIVE]
+    return GraphTotals(
+        flops=sum(flops(op, graph, microbatch) for op in graph.ops),
+        gemm_flops=sum(gemm_dims(op, graph, microbatch).flops for op in gemms),
+        allreduces=len(collectives),
+        allreduce_bytes=sum(collective_bytes(op, graph, microbatch) for op in collectives),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRow:
+    """One layer's per-device figures at one microbatch size: plain values for tables."""
+
+    layer: int
+    name: str
+    kind: str
+    layer_class: int
+    tp_width: int
+    parameters: int
+    """Trainable parameters on one device."""
+    forward: GraphTotals
+    backward: GraphTotals
+    memory: LayerMemory
+    microbatch: int
+    stash_bytes: int
+    """Activations kept for the backward pass of one microbatch (no recompute)."""
+    recompute_input_bytes: int
+    """Inputs kept for one microbatch when activations are recomputed."""
+
+
+def rows_at(model: Model, microbatch: int) -> list[LayerRow]:
+    """Per-layer rows of a trained model at a microbatch size; raises PhazecError if it is not trained."""
+    rows = []
+    for layer in model.layers:
+        cls = model.classes[layer.cls]
+        if cls.backward is None or cls.memory is None:
+            raise PhazecError(
+                f"model {model.name!r} has no backward graphs or memory: run training_pipeline."
+            )
+        rows.append(
+            LayerRow(
+                layer=layer.index,
+                name=layer.name,
+                kind=layer.kind.value,
+                layer_class=layer.cls,
+                tp_width=cls.tp_width,
+                parameters=cls.memory.parameter_count,
+                forward=graph_totals(cls.graph, microbatch),
+                backward=graph_totals(cls.backward, microbatch),
+                memory=cls.memory,
+                microbatch=microbatch,
+                stash_bytes=cls.memory.stash_bytes(microbatch),
+                recompute_input_bytes=cls.memory.input_bytes(microbatch),
+            )
+        )
+    return rows
+
+
+def training_rows(
+    model: Model,
+    width: int,
+    *,
+    microbatch: int = 1,
+    vocab_parallel: bool = False,
+    fuse: bool = True,
+    optimizer: str = "sgd",
+) -> tuple[list[LayerRow], list[PassTiming]]:
+    """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
+
+    The input model is not changed (it can be shared across widths).
+    """
+    pipeline = training_pipeline(width, vocab_parallel=vocab_parallel, fuse=fuse, optimizer=optimizer)
+    trained, timings = pipeline.run(model)
+    return rows_at(trained, microbatch), timings

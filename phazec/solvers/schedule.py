@@ -1,0 +1,235 @@
+"""The optimal schedule of one layer's operator graph: problem -> build -> solve -> extract, replayed.
+
+`schedule()` first solves without core-assignment variables (cores of a resource are then
+unlimited, except single-core resources and spread ops, which the model always orders). The replay
+of that schedule shows which resources it over-subscribes; the model is rebuilt with core variables
+for exactly those and solved again, until a replay finds none. Every solve is replayed and checked,
+and recorded in the result.
+"""
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from phazec.errors import PhazecError
+from phazec.solvers.schedule_backends import MipResult, check_config, solve
+from phazec.solvers.schedule_heuristic import list_schedule
+from phazec.solvers.schedule_model import Formulation, Incumbent, bounds, build, extract
+from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
+from phazec.solvers.schedule_replay import Replay, replay
+from phazec.solvers.schema import SolverConfig
+
+logger = logging.getLogger(__name__)
+
+REPLAY_RTOL = 1e-6
+"""Replay tolerance on the makespan, relative to the horizon (solver tolerances are absolute)."""
+
+
+@dataclass(frozen=True)
+class SolveRecord:
+    """One solve of the scheduling ILP."""
+
+    backend: str
+    status: str
+    """`optimal` (within the gap) or `time_limit` (feasible, gap open)."""
+    objective_s: float
+    bound_s: float
+    gap: float
+    """(objective - bound) / objective, 0 for an empty schedule."""
+    runtime_s: float
+    num_vars: int
+    num_constraints: int
+    core_resources: tuple[str, ...]
+    """Resources modelled with core-assignment variables in this solve."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A replay-checked schedule; per-op tuples follow the problem's op order."""
+
+    makespan_s: float
+    start_s: tuple[float, ...]
+    duration_s: tuple[float, ...]
+    spread: tuple[bool, ...]
+    """True where the op runs on all cores of its type(s)."""
+    cores: tuple[tuple[tuple[str, int], ...], ...]
+    """Per op, the (resource, core index) it holds; empty for spread or zero-duration ops."""
+    solves: tuple[SolveRecord, ...]
+    """Every solve that led here, the last one giving this schedule."""
+
+    @property
+    def optimal(self) -> bool:
+        """Whether the last solve proved optimality within the configured gap."""
+        return not self.solves or self.solves[-1].status == "optimal"
+
+
+class ScheduleCache:
+    """Schedules keyed by canonical problem, in memory and, when a directory is given, on disk.
+
+    Disk entries are JSON files written atomically (temp file, then rename), so concurrent
+    writers and crashes never leave a torn file. Floats round-trip exactly through JSON.
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._memory: dict[str, Schedule] = {}
+        self._directory = directory
+
+    def __len__(self) -> int:
+        """Schedules held in memory."""
+        return len(self._memory)
+
+    def get(self, key: str) -> Schedule | None:
+        """The schedule stored under `key`, or None."""
+        if key in self._memory:
+            return self._memory[key]
+        path = self._path(key)
+        if path is None or not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        solves = tuple(
+            SolveRecord(**{**s, "core_resources": tuple(s["core_resources"])}) for s in data["solves"]
+        )
+        found = Schedule(
+            makespan_s=data["makespan_s"],
+            start_s=tuple(data["start_s"]),
+            duration_s=tuple(data["duration_s"]),
+            spread=tuple(data["spread"]),
+            cores=tuple(tuple((r, c) for r, c in op) for op in data["cores"]),
+            solves=solves,
+        )
+        self._memory[key] = found
+        return found
+
+    def put(self, key: str, found: Schedule) -> None:
+        """Store `found` under `key` in memory and on disk."""
+        self._memory[key] = found
+        path = self._path(key)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(found), f)
+        Path(tmp).replace(path)
+
+    def _path(self, key: str) -> Path | None:
+        return None if self._directory is None else self._directory / f"{key}.json"
+
+
+def schedule(
+    problem: ScheduleProblem,
+    config: SolverConfig,
+    cache: ScheduleCache | None = None,
+    model_dir: Path | None = None,
+) -> Schedule:
+    """The minimum-makespan schedule of `problem`, solved once per canonical problem.
+
+    Args:
+        problem: the operator graph and core counts.
+        config: backend, limits and seed.
+        cache: where solved schedules are looked up and stored; only proven-optimal ones are stored,
+            since a time-limited answer depends on the machine.
+        model_dir: where model files go when `config.write_lp` is set.
+
+    Raises:
+        PhazecError: on bad configuration, a failed solve, or a schedule that fails its replay.
+    """
+    check_config(config)
+    if config.write_lp and model_dir is None:
+        raise PhazecError("solver.write_lp=true needs a directory for the model files; pass model_dir.")
+    key = canonical_key(problem, config.mip_gap)
+    if cache is not None and (hit := cache.get(key)) is not None:
+        logger.debug("schedule cache hit %s", key[:12])
+        return hit
+    incumbent = _incumbent(problem)
+    core_resources: frozenset[str] = frozenset()
+    records: list[SolveRecord] = []
+    while True:
+        formulation = build(problem, incumbent, core_resources)
+        path = None
+        if config.write_lp and model_dir is not None:
+            model_dir.mkdir(parents=True, exist_ok=True)
+            path = model_dir / f"schedule_{key[:12]}_{len(records)}.lp"
+        result = solve(formulation.mip, config, path, formulation.start)
+        records.append(_record(formulation, result))
+        start_s, spread = extract(problem, formulation, result.values)
+        replayed = replay(problem, start_s, spread)
+        _check(replayed, records[-1], formulation)
+        if not replayed.oversubscribed:
+            break
+        if replayed.oversubscribed <= core_resources:
+            raise PhazecError(
+                _replay_failure(f"over-subscribes {sorted(replayed.oversubscribed)}", records[-1])
+            )
+        core_resources |= replayed.oversubscribed
+        logger.debug("schedule over-subscribes %s; adding core variables", sorted(replayed.oversubscribed))
+    found = Schedule(
+        makespan_s=replayed.makespan_s,
+        start_s=start_s,
+        duration_s=tuple(problem.duration_s(i, spread[i]) for i in range(len(problem.ops))),
+        spread=spread,
+        cores=replayed.cores,
+        solves=tuple(records),
+    )
+    if cache is not None and found.optimal:
+        cache.put(key, found)
+    return found
+
+
+def _incumbent(problem: ScheduleProblem) -> Incumbent:
+    """The list schedule, replayed for its makespan and cores."""
+    modes = [problem.modes(i) for i in range(len(problem.ops))]
+    start_s, spread = list_schedule(problem, bounds(problem, modes).lower_s)
+    replayed = replay(problem, start_s, spread)
+    if replayed.late_deps or replayed.oversubscribed:
+        raise AssertionError(f"list schedule infeasible: {replayed}")
+    return Incumbent(start_s=start_s, spread=spread, cores=replayed.cores, makespan_s=replayed.makespan_s)
+
+
+def _record(formulation: Formulation, result: MipResult) -> SolveRecord:
+    unit_s = formulation.unit_s
+    objective_s, bound_s = result.objective * unit_s, min(result.bound, result.objective) * unit_s
+    return SolveRecord(
+        backend=result.backend,
+        status=result.status,
+        objective_s=objective_s,
+        bound_s=bound_s,
+        gap=(objective_s - bound_s) / objective_s if objective_s > 0 else 0.0,
+        runtime_s=result.runtime_s,
+        num_vars=formulation.mip.num_vars,
+        num_constraints=formulation.mip.num_constraints,
+        core_resources=tuple(sorted(formulation.core_resources)),
+    )
+
+
+def _check(replayed: Replay, record: SolveRecord, formulation: Formulation) -> None:
+    """Raise unless precedence holds and bound <= replayed makespan <= objective (within tolerance).
+
+    The bound is checked only for a schedule that over-subscribes nothing: otherwise it belongs to the
+    relaxation without core variables, which may beat the lower bounds on real schedules.
+    """
+    if replayed.late_deps:
+        raise PhazecError(
+            _replay_failure(f"starts ops before their inputs: {replayed.late_deps[:3]}", record)
+        )
+    tol_s = REPLAY_RTOL * formulation.horizon_s
+    bound_s = -tol_s if replayed.oversubscribed else record.bound_s
+    if not bound_s - tol_s <= replayed.makespan_s <= record.objective_s + tol_s:
+        raise PhazecError(
+            _replay_failure(
+                f"has makespan {replayed.makespan_s!r} s outside [bound, objective] = "
+                f"[{record.bound_s!r}, {record.objective_s!r}] s",
+                record,
+            )
+        )
+
+
+def _replay_failure(what: str, record: SolveRecord) -> str:
+    return (
+        f"The schedule from {record.backend} ({record.num_vars} variables) {what} when replayed; "
+        "the solver's answer is numerically wrong or phazec's model has a bug. Try the other "
+        "solver.backend, and report it with solver.write_lp=true."
+    )
