@@ -6,7 +6,7 @@ STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint bench clean
+.PHONY: help setup run test lint bench ui clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
@@ -22,7 +22,7 @@ $(STAMP): $(SOURCES)
 setup: $(STAMP)  ## Create .venv and install phazec with its C++ extension (torch CPU first)
 
 run: setup  ## Install, then run the default job
-	$(BIN)/phazec-ir
+	$(BIN)/phazec model=bert_large hw=tpuv4
 
 test: setup  ## Install, then run the test suite
 	$(BIN)/python -m pytest
@@ -35,5 +35,8 @@ lint: setup  ## ruff (lint and format check) and mypy --strict
 bench: setup  ## Run every benchmark under bench/ (each prints its figure)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
+ui: setup  ## MLflow dashboard of the default store (./phazec.db) on http://127.0.0.1:5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/phazec.db --host 127.0.0.1 --port 5000
+
 clean:  ## Remove the venv, build trees, caches and run outputs
-	rm -rf $(VENV) build outputs multirun .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build outputs multirun phazec.db mlartifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -11,6 +11,9 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic
@@ -20,6 +23,7 @@ from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
+from phazec.report.plots import write_plots
 from phazec.report.table import layer_table, result_table, training_table
 from phazec.search.run import run_search
 
@@ -39,6 +43,29 @@ def user_errors() -> Iterator[None]:
     except PhazecError as err:
         print(f"phazec: error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+class JobError(PhazecError, CompactHydraException):
+    """A PhazecError leaving a `phazec` job: Hydra records the job as failed (its callbacks see the
+    failure), a multirun prints the paragraph without a traceback, and a single run ends through
+    `UserErrorExit`."""
+
+
+class UserErrorExit(Callback):
+    """Ends a single run whose job raised a PhazecError as `user_errors` does: one paragraph, exit 2.
+
+    Registered in `conf/config.yaml`. Runs after every callback's `on_job_end`, so tracking has already
+    recorded the failed job; without it Hydra would print a traceback and exit 1.
+    """
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Exit 2 with the job's message if it failed with a PhazecError."""
+        job_return = kwargs.get("job_return")
+        if isinstance(job_return, JobReturn) and job_return.status is JobStatus.FAILED:
+            error = job_return._return_value  # the exception the job raised (JobReturn's own field)
+            if isinstance(error, PhazecError):
+                with user_errors():
+                    raise error
 
 
 def output_dir() -> Path:
@@ -79,9 +106,13 @@ register()
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _search_app(cfg: DictConfig) -> None:
-    with user_errors():
-        result = run_search(cfg, output_dir(), Path(conf_dir()))
-        print(result_table(result))
+    out_dir = output_dir()
+    try:
+        result = run_search(cfg, out_dir, Path(conf_dir()))
+    except PhazecError as err:
+        raise JobError(str(err)) from err
+    write_plots(result, out_dir)
+    print(result_table(result))
 
 
 def main() -> None:

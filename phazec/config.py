@@ -55,6 +55,18 @@ class TrackingConfig:
 
     backend: str = "none"
     """`none` or `mlflow`."""
+    uri: str = ""
+    """MLflow tracking URI (`sqlite:////abs/file.db`, `http://host:port`, ...); empty means the SQLite file
+    `phazec.db` in the directory the command was started in."""
+    experiment: str = "phazec"
+    """MLflow experiment; a sweep's parent run and its job runs share it."""
+    artifacts: str = ""
+    """Artifact location of a new experiment; empty means `mlartifacts/` beside a SQLite store and the
+    server's own location for any other store."""
+    http_retries: int = 2
+    """Retries of a failed request to an `http(s)://` tracking server (MLflow's own default is 7)."""
+    http_timeout_s: int = 10
+    """Timeout of one request to an `http(s)://` tracking server."""
 
 
 @dataclass

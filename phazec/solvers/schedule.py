@@ -1,9 +1,9 @@
 """The optimal schedule of one layer's operator graph: problem -> build -> solve -> extract, replayed.
 
-`schedule()` first solves without core-assignment variables (cores of a resource are then
-unlimited, except single-core resources and spread ops, which the model always orders). The replay
-of that schedule shows which resources it over-subscribes; the model is rebuilt with core variables
-for exactly those and solved again, until a replay finds none. Every solve is replayed and checked,
+`schedule()` first solves without core capacity (cores of a resource are then unlimited, except
+single-core resources and spread ops, which the model always orders). The replay of that schedule
+shows which resources it over-subscribes; the model is rebuilt with capacity for exactly those and
+solved again, until a replay finds none. Every solve is replayed and checked,
 and recorded in the result.
 """
 
@@ -43,7 +43,7 @@ class SolveRecord:
     num_vars: int
     num_constraints: int
     core_resources: tuple[str, ...]
-    """Resources modelled with core-assignment variables in this solve."""
+    """Resources whose core capacity this solve modelled (capacity rows or core variables)."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,14 @@ class ScheduleCache:
         return found
 
     def put(self, key: str, found: Schedule) -> None:
-        """Store `found` under `key` in memory and on disk."""
+        """Store `found` under `key` in memory, and on disk if it is proven optimal.
+
+        A time-limited schedule depends on the machine, so it is kept for this process only: within
+        one run the same problem always gets the same answer.
+        """
         self._memory[key] = found
         path = self._path(key)
-        if path is None:
+        if path is None or not found.optimal:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
@@ -130,8 +134,8 @@ def schedule(
     Args:
         problem: the operator graph and core counts.
         config: backend, limits and seed.
-        cache: where solved schedules are looked up and stored; only proven-optimal ones are stored,
-            since a time-limited answer depends on the machine.
+        cache: where solved schedules are looked up and stored; a time-limited one stays in memory
+            only, since it depends on the machine.
         model_dir: where model files go when `config.write_lp` is set.
 
     Raises:
@@ -165,7 +169,7 @@ def schedule(
                 _replay_failure(f"over-subscribes {sorted(replayed.oversubscribed)}", records[-1])
             )
         core_resources |= replayed.oversubscribed
-        logger.debug("schedule over-subscribes %s; adding core variables", sorted(replayed.oversubscribed))
+        logger.debug("schedule over-subscribes %s; adding core capacity", sorted(replayed.oversubscribed))
     found = Schedule(
         makespan_s=replayed.makespan_s,
         start_s=start_s,
@@ -174,7 +178,7 @@ def schedule(
         cores=replayed.cores,
         solves=tuple(records),
     )
-    if cache is not None and found.optimal:
+    if cache is not None:
         cache.put(key, found)
     return found
 
@@ -209,7 +213,7 @@ def _check(replayed: Replay, record: SolveRecord, formulation: Formulation) -> N
     """Raise unless precedence holds and bound <= replayed makespan <= objective (within tolerance).
 
     The bound is checked only for a schedule that over-subscribes nothing: otherwise it belongs to the
-    relaxation without core variables, which may beat the lower bounds on real schedules.
+    relaxation without core capacity, which may beat the lower bounds on real schedules.
     """
     if replayed.late_deps:
         raise PhazecError(

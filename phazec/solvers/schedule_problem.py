@@ -1,0 +1,238 @@
+"""The scheduling problem: one layer's operator graph on one accelerator, as plain frozen data.
+
+An operator runs on the resources its kind names: a tensor-core (TC) op holds one tensor core, a
+vector-core (VC) op one vector core, a fused op a TC and a VC core at once, and a collective holds
+the network (at most one collective at a time, on no core, so it may overlap compute). An op may
+instead be *spread* over all cores of its type(s) (intra-op parallelism): it then takes its
+all-cores latency and holds every core of those types, so no other op needing them runs beside it.
+"""
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from phazec.errors import PhazecError
+
+TC = "tc"
+VC = "vc"
+NET = "net"
+
+
+class OpKind(StrEnum):
+    """What an operator runs on."""
+
+    TC = "tc"
+    VC = "vc"
+    FUSED = "fused"
+    COLLECTIVE = "collective"
+
+
+_RESOURCES = {
+    OpKind.TC: (TC,),
+    OpKind.VC: (VC,),
+    OpKind.FUSED: (TC, VC),
+    OpKind.COLLECTIVE: (NET,),
+}
+
+
+@dataclass(frozen=True)
+class ScheduleOp:
+    """One operator to schedule."""
+
+    name: str
+    kind: OpKind
+    latency_s: float
+    """Latency on one core of its type (for a fused op: one TC and one VC core); for a collective,
+    its latency on the network."""
+    latency_io_s: float
+    """Latency when spread over all cores of its type(s); ignored for a collective on the network."""
+
+
+@dataclass(frozen=True)
+class ScheduleProblem:
+    """One operator graph and the cores it may use; construction validates everything.
+
+    Ops are listed in any order; `deps` holds (before, after) index pairs and must be acyclic.
+    """
+
+    ops: tuple[ScheduleOp, ...]
+    deps: tuple[tuple[int, int], ...]
+    """(i, j): op j starts only after op i has finished."""
+    num_tc: int
+    num_vc: int
+    collectives_as_vector: bool = False
+    """Treat a collective as vector work that holds a vector core (the reference's behaviour)."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def resources(self, i: int) -> tuple[str, ...]:
+        """The resources op `i` holds while it runs: a subset of ("tc", "vc", "net")."""
+        kind = self.ops[i].kind
+        if kind is OpKind.COLLECTIVE and self.collectives_as_vector:
+            return (VC,)
+        return _RESOURCES[kind]
+
+    def capacity(self, resource: str) -> int:
+        """How many ops may hold `resource` at once (its core count; 1 for the network)."""
+        return {TC: self.num_tc, VC: self.num_vc, NET: 1}[resource]
+
+    def modes(self, i: int) -> tuple[bool, ...]:
+        """The spread settings worth considering for op `i` (False: one core, True: all cores).
+
+        Spreading is dropped when it is no faster (it would hold more cores for no less time) and
+        forced when every resource of the op has a single core (then both hold the same core) or it
+        takes no time (then it holds nothing). A collective on the network has no all-cores form.
+        """
+        op = self.ops[i]
+        if self.resources(i) == (NET,) or op.latency_io_s >= op.latency_s:
+            return (False,)
+        if op.latency_io_s == 0 or all(self.capacity(r) == 1 for r in self.resources(i)):
+            return (True,)
+        return (False, True)
+
+    def duration_s(self, i: int, spread: bool) -> float:
+        """Op `i`'s latency in the given mode."""
+        op = self.ops[i]
+        return op.latency_io_s if spread else op.latency_s
+
+
+def _validate(problem: ScheduleProblem) -> None:
+    names = [op.name for op in problem.ops]
+    for op in problem.ops:
+        if not isinstance(op.kind, OpKind):
+            valid = ", ".join(k.value for k in OpKind)
+            raise PhazecError(f"Operator {op.name!r} has kind {op.kind!r}; valid kinds are {valid}.")
+        for field, value in (("latency_s", op.latency_s), ("latency_io_s", op.latency_io_s)):
+            if not (math.isfinite(value) and value >= 0):
+                raise PhazecError(
+                    f"Operator {op.name!r} has {field}={value!r}; latencies must be finite and >= 0 seconds."
+                )
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PhazecError(f"Operator name {dup!r} appears more than once; every operator needs its own name.")
+    for field, count in (("num_tc", problem.num_tc), ("num_vc", problem.num_vc)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise PhazecError(f"The design has {field}={count!r}; core counts must be integers >= 0.")
+    for i in range(len(problem.ops)):
+        for resource in problem.resources(i):
+            if problem.capacity(resource) == 0:
+                kind = problem.ops[i].kind.value
+                as_vector = " (treated as vector work)" if problem.ops[i].kind is OpKind.COLLECTIVE else ""
+                raise PhazecError(
+                    f"Operator {names[i]!r} of type {kind}{as_vector} needs a {resource} core, but the "
+                    f"design has num_{resource}=0; give the design at least one {resource} core or "
+                    f"remove {kind} operators."
+                )
+    n = len(problem.ops)
+    for dep in problem.deps:
+        if len(dep) != 2 or not all(isinstance(k, int) and 0 <= k < n for k in dep) or dep[0] == dep[1]:
+            raise PhazecError(
+                f"Dependency {dep!r} is not a pair of two different operator indices in 0..{n - 1}."
+            )
+    topological_order(n, problem.deps, names)
+
+
+def topological_order(
+    n: int, deps: tuple[tuple[int, int], ...], names: list[str] | None = None
+) -> tuple[int, ...]:
+    """Ops ordered so every dependency points forward; ties go to the lower index.
+
+    Raises:
+        PhazecError: if the dependencies have a cycle (naming an op on it when `names` is given).
+    """
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for a, b in set(deps):
+        succs[a].append(b)
+        indegree[b] += 1
+    ready = sorted(i for i in range(n) if indegree[i] == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.pop(0)
+        order.append(i)
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+        ready.sort()
+    if len(order) < n:
+        stuck = next(i for i in range(n) if indegree[i] > 0)
+        label = repr(names[stuck]) if names else str(stuck)
+        raise PhazecError(f"The dependencies have a cycle through operator {label}; they must form a DAG.")
+    return tuple(order)
+
+
+def descendants(problem: ScheduleProblem) -> tuple[int, ...]:
+    """Per op, a bitmask of every op reachable from it along dependencies (itself excluded)."""
+    n = len(problem.ops)
+    succs: list[set[int]] = [set() for _ in range(n)]
+    for a, b in problem.deps:
+        succs[a].add(b)
+    reach = [0] * n
+    for i in reversed(topological_order(n, problem.deps)):
+        for j in succs[i]:
+            reach[i] |= reach[j] | (1 << j)
+    return tuple(reach)
+
+
+def independent_pairs(problem: ScheduleProblem) -> tuple[tuple[int, int], ...]:
+    """Pairs i < j that share a resource and where neither depends on the other, even indirectly."""
+    reach = descendants(problem)
+    pairs = []
+    for i in range(len(problem.ops)):
+        for j in range(i + 1, len(problem.ops)):
+            related = (reach[i] >> j) & 1 or (reach[j] >> i) & 1
+            shared = set(problem.resources(i)) & set(problem.resources(j))
+            if shared and not related:
+                pairs.append((i, j))
+    return tuple(pairs)
+
+
+def contract_free_ops(problem: ScheduleProblem) -> ScheduleProblem:
+    """Remove ops with zero latency in both modes, linking each one's predecessors to its successors.
+
+    Orderings through removed ops are kept: if a -> free -> b, the result has a -> b. Kept ops keep
+    their names and relative order.
+    """
+    n = len(problem.ops)
+    free = {i for i, op in enumerate(problem.ops) if op.latency_s == 0 and op.latency_io_s == 0}
+    if not free:
+        return problem
+    succs: list[set[int]] = [set() for _ in range(n)]
+    for a, b in problem.deps:
+        succs[a].add(b)
+    kept_succs: list[set[int]] = [set() for _ in range(n)]
+    for i in reversed(topological_order(n, problem.deps)):
+        for j in succs[i]:
+            kept_succs[i] |= kept_succs[j] if j in free else {j}
+    new_index = {old: new for new, old in enumerate(i for i in range(n) if i not in free)}
+    deps = sorted((new_index[a], new_index[b]) for a in new_index for b in kept_succs[a])
+    return ScheduleProblem(
+        ops=tuple(problem.ops[i] for i in new_index),
+        deps=tuple(deps),
+        num_tc=problem.num_tc,
+        num_vc=problem.num_vc,
+        collectives_as_vector=problem.collectives_as_vector,
+    )
+
+
+def canonical_key(problem: ScheduleProblem, mip_gap: float) -> str:
+    """A hash of what determines the schedule: graph structure, latencies, core counts and gap.
+
+    Operator names are left out, so identical blocks under different names share one key.
+    """
+    canonical = {
+        "version": 1,
+        "ops": [
+            [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex()] for op in problem.ops
+        ],
+        "deps": sorted(set(problem.deps)),
+        "num_tc": problem.num_tc,
+        "num_vc": problem.num_vc,
+        "collectives_as_vector": problem.collectives_as_vector,
+        "mip_gap": float(mip_gap).hex(),
+    }
+    return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()

@@ -1,0 +1,250 @@
+"""MLflow runs from Hydra's callbacks; the search itself knows nothing of MLflow.
+
+A single run is one MLflow run. A multirun is a parent run with a nested run per job; the parent gets
+the sweep summary (`phazec.report.sweep`). A job's run gets every config value as a param, the
+result's figures as metrics, and `result.json`, `explored.csv`, the plots and the resolved config
+as artifacts; it ends FINISHED or, with the job's error as the `error` tag, FAILED.
+
+Logging never fails a job: the first MLflow error is reported in one warning line and tracking stops
+for the rest of the process, while the results are written to the run directories as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import DictConfig, OmegaConf
+
+from phazec.errors import PhazecError
+from phazec.report.sweep import Summary
+from phazec.track.sweep import SweepCallback
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+log = logging.getLogger(__name__)
+
+SQLITE_PREFIX = "sqlite:///"
+DEFAULT_STORE = "phazec.db"
+"""The SQLite store used when `tracking.uri` is empty, in the directory the command started in."""
+ARTIFACTS_DIR = "mlartifacts"
+"""Artifacts of a SQLite store's experiments, beside the store."""
+PARAMS_PER_REQUEST = 100
+"""MLflow's limit of params in one `log_batch`."""
+JOB_ARTIFACTS = ("result.json", "explored.csv")
+ERROR_TAG = "error"
+
+
+def store_uri(uri: str, cwd: Path) -> str:
+    """The tracking URI: `uri`, or the SQLite file `phazec.db` in `cwd` when it is empty."""
+    return uri or f"{SQLITE_PREFIX}{cwd / DEFAULT_STORE}"
+
+
+def artifact_location(uri: str, artifacts: str, cwd: Path) -> str | None:
+    """Where a new experiment keeps its artifacts: `artifacts` if given, `mlartifacts/` beside a SQLite
+    store, else None (the tracking server's own location)."""
+    if artifacts:
+        return artifacts
+    if uri.startswith(SQLITE_PREFIX):
+        store = cwd / uri.removeprefix(SQLITE_PREFIX)  # absolute for sqlite:////abs/file.db
+        return (store.parent / ARTIFACTS_DIR).as_uri()
+    return None
+
+
+def flat_items(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, text) of every leaf of nested dicts; lists are leaves."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from flat_items(inner, f"{prefix}{key}.")
+    else:
+        yield prefix.removesuffix("."), str(value)
+
+
+def job_params(config: DictConfig) -> dict[str, str]:
+    """Every value of a job's resolved config except Hydra's own, by dotted key."""
+    values = OmegaConf.to_container(
+        OmegaConf.masked_copy(config, [str(k) for k in config if k != "hydra"]), resolve=True
+    )
+    return dict(flat_items(values))
+
+
+def job_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The figures of a result.json: throughput, time per batch, area, speedups over each baseline,
+    designs evaluated and pruned, and the time of each search stage."""
+    throughput = result["throughput_samples_per_s"]
+    metrics = {
+        "throughput_samples_per_s": throughput,
+        "time_per_batch_s": result["time_per_batch_s"],
+        "area_mm2": result["design"]["area_mm2"],
+        "hbm_bytes": result["design"]["hbm_bytes"],
+    }
+    for name, baseline in result["baselines"].items():
+        if baseline["throughput_samples_per_s"]:
+            metrics[f"speedup_vs_{name}"] = throughput / baseline["throughput_samples_per_s"]
+    search = result["search"]
+    for key in ("designs_total", "designs_evaluated", "designs_pruned", "ilp_cache_hits",
+                "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
+        metrics[key] = search[key]
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line: its type and its message with whitespace collapsed."""
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+class MlflowCallback(SweepCallback):
+    """Logs jobs and sweeps to MLflow (`tracking` config: uri, experiment, artifacts, HTTP limits).
+
+    State set by `on_multirun_start` (URI, experiment, parent run) travels with the callback to the
+    processes of parallel launchers; each job's run id is local to the process running the job.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._uri = ""
+        self._experiment_id = ""
+        self._parent_id: str | None = None
+        self._shared_keys: list[str] = []
+        """Keys the sweep's command line sets to one value for every job."""
+        self._run_id: str | None = None
+        self._broken = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Open the parent run of the sweep."""
+        super().on_multirun_start(config, **kwargs)
+        self._guard(str(config.hydra.sweep.dir), self._start_parent, config)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Open the job's run (nested under the sweep's) and log its params."""
+        self._guard(str(config.hydra.runtime.output_dir), self._start_job, config)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """Log the job's metrics and artifacts, or its error, and end its run."""
+        self._guard(str(config.hydra.runtime.output_dir), self._end_job, config, job_return)
+
+    def sweep_ended(self, summary: Summary, failed: bool) -> None:
+        """Log the summary to the parent run and end it (FAILED if a job failed)."""
+        super().sweep_ended(summary, failed)
+        if self._parent_id is not None:
+            self._guard(str(self._sweep_dir), self._end_parent, summary, failed)
+
+    def _guard(self, results_dir: str, step: Callable[..., None], *args: Any) -> None:
+        """Run one logging step; on its first failure say so once and stop tracking."""
+        if self._broken:
+            return
+        try:
+            step(*args)
+        except Exception as error:
+            self._broken = True
+            log.warning(
+                "MLflow logging failed, nothing more is tracked at %s (results are still written to %s): %s",
+                self._uri, results_dir, one_line(error)[:500],
+            )  # fmt: skip
+
+    def _client(self) -> MlflowClient:
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self._uri)
+
+    def _open(self, config: DictConfig) -> MlflowClient:
+        """The client of the configured store, with its experiment found or created."""
+        if self._uri:
+            return self._client()
+        tracking = config.tracking
+        cwd = Path(config.hydra.runtime.cwd)
+        self._uri = store_uri(tracking.uri, cwd)
+        if self._uri.startswith(("http://", "https://")):
+            os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(tracking.http_retries)
+            os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(tracking.http_timeout_s)
+        client = self._client()
+        experiment = client.get_experiment_by_name(tracking.experiment)
+        if experiment is None:
+            location = artifact_location(self._uri, tracking.artifacts, cwd)
+            self._experiment_id = client.create_experiment(tracking.experiment, artifact_location=location)
+        else:
+            self._experiment_id = experiment.experiment_id
+        return client
+
+    def _start_parent(self, config: DictConfig) -> None:
+        client = self._open(config)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        parsed = OverridesParser.create().parse_overrides([str(o) for o in config.hydra.overrides.task])
+        self._shared_keys = [o.get_key_element() for o in parsed if not o.is_sweep_override()]
+        declared = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+        run = client.create_run(self._experiment_id, run_name=f"sweep {sweep_dir.name}")
+        self._parent_id = run.info.run_id
+        client.log_param(
+            self._parent_id, "sweep_overrides", " ".join(str(o) for o in config.hydra.overrides.task)
+        )
+        if declared is not None:
+            client.log_param(self._parent_id, "sweep_params", json.dumps(OmegaConf.to_container(declared)))
+        client.set_tag(self._parent_id, "sweep_dir", str(sweep_dir))
+
+    def _job_name(self, config: DictConfig) -> str:
+        """A single run's overrides; a sweep job's number and the overrides of the keys it sweeps."""
+        overrides = [str(o) for o in config.hydra.overrides.task]
+        if self._parent_id is None:
+            return " ".join(overrides) or "defaults"
+        mine = [o for o in overrides if o.split("=", 1)[0] not in self._shared_keys]
+        return f"job {config.hydra.job.num}: {' '.join(mine)}"
+
+    def _start_job(self, config: DictConfig) -> None:
+        from mlflow.entities import Param
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        client = self._open(config)
+        tags = {} if self._parent_id is None else {MLFLOW_PARENT_RUN_ID: self._parent_id}
+        run = client.create_run(self._experiment_id, run_name=self._job_name(config), tags=tags)
+        self._run_id = run.info.run_id
+        params = [Param(k, v) for k, v in job_params(config).items()]
+        for i in range(0, len(params), PARAMS_PER_REQUEST):
+            client.log_batch(self._run_id, params=params[i : i + PARAMS_PER_REQUEST])
+
+    def _log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now_ms = int(time.time() * 1000)
+        self._client().log_batch(run_id, metrics=[Metric(k, v, now_ms, 0) for k, v in metrics.items()])
+
+    def _end_job(self, config: DictConfig, job_return: JobReturn) -> None:
+        assert self._run_id is not None
+        client = self._client()
+        out_dir = Path(config.hydra.runtime.output_dir)
+        resolved = out_dir / str(config.hydra.output_subdir) / "config.yaml"
+        if resolved.is_file():
+            client.log_artifact(self._run_id, str(resolved), artifact_path="hydra")
+        if job_return.status is JobStatus.COMPLETED:
+            self._log_metrics(self._run_id, job_metrics(json.loads((out_dir / "result.json").read_text())))
+            for path in [*(out_dir / name for name in JOB_ARTIFACTS), *sorted(out_dir.glob("*.png"))]:
+                client.log_artifact(self._run_id, str(path))
+            status = "FINISHED"
+        else:
+            error = job_return._return_value  # the exception the job raised (JobReturn's own field)
+            message = " ".join(str(error).split()) if isinstance(error, PhazecError) else one_line(error)
+            client.set_tag(self._run_id, ERROR_TAG, message[:5000])
+            client.log_text(self._run_id, "".join(traceback.format_exception(error)), "error.txt")
+            status = "FAILED"
+        client.set_terminated(self._run_id, status)
+        self._run_id = None
+
+    def _end_parent(self, summary: Summary, failed: bool) -> None:
+        assert self._parent_id is not None
+        client = self._client()
+        failed_jobs = sum(j.result is None for j in summary.jobs)
+        metrics = {"jobs": float(len(summary.jobs)), "jobs_failed": float(failed_jobs)}
+        if summary.best is not None and summary.best.result is not None:
+            metrics |= job_metrics(summary.best.result) | {"best_job": float(summary.best.num)}
+        self._log_metrics(self._parent_id, metrics)
+        for path in summary.paths:
+            client.log_artifact(self._parent_id, str(path))
+        client.set_terminated(self._parent_id, "FAILED" if failed or failed_jobs else "FINISHED")

@@ -1,0 +1,257 @@
+"""Hand-built scheduling instances with known optima, on both backends, and the error paths."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from phazec.errors import PhazecError
+from phazec.report.gantt import plot_schedule
+from phazec.solvers import schedule_model
+from phazec.solvers.schedule import ScheduleCache, schedule
+from phazec.solvers.schedule_model import CLIQUE_LIMIT
+from phazec.solvers.schedule_problem import (
+    OpKind,
+    ScheduleOp,
+    ScheduleProblem,
+    canonical_key,
+    contract_free_ops,
+)
+from phazec.solvers.schedule_replay import replay
+from phazec.solvers.schema import SolverConfig
+
+TC, VC, FUSED, COLL = OpKind.TC, OpKind.VC, OpKind.FUSED, OpKind.COLLECTIVE
+BACKENDS = ["highs", "gurobi"]
+
+
+def op(name: str, kind: OpKind, latency_s: float, latency_io_s: float | None = None) -> ScheduleOp:
+    return ScheduleOp(name, kind, latency_s, latency_s if latency_io_s is None else latency_io_s)
+
+
+def solve(problem: ScheduleProblem, backend: str = "highs") -> tuple[float, tuple[bool, ...]]:
+    found = schedule(problem, SolverConfig(backend=backend))
+    assert found.optimal
+    assert found.solves[-1].backend == backend
+    return found.makespan_s, found.spread
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_three_gemms_on_two_tensor_cores(backend: str) -> None:
+    # Three independent GEMMs, 2 s on one TC, 1.5 s spread over both TCs.
+    # Two side by side then the third spread: 2 + 1.5 = 3.5.   (All on one core each: 2 + 2 = 4;
+    # all spread: 3 * 1.5 = 4.5; one spread first, then two side by side: 1.5 + 2 = 3.5.)
+    problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0, 1.5) for i in range(3)), (), num_tc=2, num_vc=1)
+    makespan_s, spread = solve(problem, backend)
+    assert makespan_s == 3.5
+    assert sorted(spread) == [False, False, True]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_three_gemms_without_intra_op_parallelism(backend: str) -> None:
+    # Spreading is no faster (L_io = L): two side by side, then the third: 2 + 2 = 4.
+    problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0) for i in range(3)), (), num_tc=2, num_vc=1)
+    assert solve(problem, backend) == (4.0, (False, False, False))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_takes_the_faster_mode_of_each_op(backend: str) -> None:
+    # a -> b -> c: a TC op (4 s, 1 s spread), a VC op (3 s, 5 s spread), a TC op (2 s, 0.5 s spread).
+    # A chain never overlaps, so each op takes its faster mode: 1 + 3 + 0.5 = 4.5.
+    problem = ScheduleProblem(
+        (op("a", TC, 4.0, 1.0), op("b", VC, 3.0, 5.0), op("c", TC, 2.0, 0.5)),
+        ((0, 1), (1, 2)),
+        num_tc=4,
+        num_vc=4,
+    )
+    assert solve(problem, backend) == (4.5, (True, False, True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fused_op_holds_a_tensor_and_a_vector_core(backend: str) -> None:
+    # 2 TCs, 1 VC; independent: f fused (3 s), v vector (2 s), t tensor (2 s).
+    # f and v both need the only VC, so they run one after the other: 3 + 2 = 5; t runs beside them
+    # on the second TC. Were f on a TC alone, the makespan would be 3.
+    problem = ScheduleProblem(
+        (op("f", FUSED, 3.0), op("v", VC, 2.0), op("t", TC, 2.0)), (), num_tc=2, num_vc=1
+    )
+    assert solve(problem, backend)[0] == 5.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_intra_op_parallelism_wins(backend: str) -> None:
+    # Two independent GEMMs on 4 TCs: 8 s on one core, 2.5 s spread over all four.
+    # Side by side: 8. Spread, one after the other: 2.5 + 2.5 = 5. Optimum 5.
+    problem = ScheduleProblem((op("a", TC, 8.0, 2.5), op("b", TC, 8.0, 2.5)), (), num_tc=4, num_vc=1)
+    assert solve(problem, backend) == (5.0, (True, True))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_intra_op_parallelism_loses(backend: str) -> None:
+    # Same, but 4 s on one core: side by side 4 beats spread 2.5 + 2.5 = 5 (and one spread 2.5 + 4).
+    problem = ScheduleProblem((op("a", TC, 4.0, 2.5), op("b", TC, 4.0, 2.5)), (), num_tc=4, num_vc=1)
+    assert solve(problem, backend) == (4.0, (False, False))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_collectives_overlap_compute_but_not_each_other(backend: str) -> None:
+    # v vector (2 s), c1 and c2 collectives (3 s each), all independent, 1 VC.
+    # On the network the collectives run one after the other beside v: 3 + 3 = 6.
+    # As vector work (the reference) all three share the VC: 2 + 3 + 3 = 8.
+    ops = (op("v", VC, 2.0), op("c1", COLL, 3.0), op("c2", COLL, 3.0))
+    assert solve(ScheduleProblem(ops, (), num_tc=1, num_vc=1), backend)[0] == 6.0
+    as_vector = ScheduleProblem(ops, (), num_tc=1, num_vc=1, collectives_as_vector=True)
+    assert solve(as_vector, backend)[0] == 8.0
+
+
+@pytest.mark.parametrize("clique_limit", [CLIQUE_LIMIT, 0])
+def test_diamond_needs_core_capacity(clique_limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # s -> {a, b, c} -> e on 2 TCs, all 1 s, no spreading: the three branches need two rounds:
+    # 1 + 2 + 1 = 4. A solve without core capacity runs all three at once (makespan 3), the replay
+    # finds 3 TCs busy, and the second solve with capacity for TCs gives 4: with the row
+    # cap_tc_0 (one of a, b, c ordered against another), or with core variables (limit 0).
+    monkeypatch.setattr(schedule_model, "CLIQUE_LIMIT", clique_limit)
+    ops = (op("s", TC, 1.0), op("a", TC, 1.0), op("b", TC, 1.0), op("c", TC, 1.0), op("e", TC, 1.0))
+    deps = ((0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4))
+    found = schedule(ScheduleProblem(ops, deps, num_tc=2, num_vc=1), SolverConfig(backend="highs"))
+    assert found.makespan_s == 4.0
+    assert [s.core_resources for s in found.solves] == [(), ("tc",)]
+    assert {c for held in found.cores for _, c in held} == {0, 1}
+
+
+def test_solve_record_and_determinism() -> None:
+    problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0, 1.5) for i in range(3)), (), num_tc=2, num_vc=1)
+    first = schedule(problem, SolverConfig(backend="highs"))
+    second = schedule(problem, SolverConfig(backend="highs"))
+    assert (first.start_s, first.spread, first.cores) == (second.start_s, second.spread, second.cores)
+    record = first.solves[-1]
+    assert record.status == "optimal"
+    assert record.gap <= 1e-6
+    assert record.objective_s == pytest.approx(3.5, rel=1e-9)
+    assert record.num_vars > 0
+    assert record.num_constraints > 0
+    assert record.runtime_s >= 0
+
+
+def test_empty_problem() -> None:
+    found = schedule(ScheduleProblem((), (), num_tc=1, num_vc=1), SolverConfig(backend="highs"))
+    assert found.makespan_s == 0.0
+
+
+def test_zero_tensor_cores_is_a_clear_error() -> None:
+    with pytest.raises(PhazecError, match=r"type tc .*num_tc=0"):
+        ScheduleProblem((op("gemm", TC, 1.0),), (), num_tc=0, num_vc=4)
+    with pytest.raises(PhazecError, match=r"type fused .*num_vc=0"):
+        ScheduleProblem((op("gemm_gelu", FUSED, 1.0),), (), num_tc=4, num_vc=0)
+    with pytest.raises(PhazecError, match=r"type collective \(treated as vector work\)"):
+        ScheduleProblem((op("ar", COLL, 1.0),), (), num_tc=4, num_vc=0, collectives_as_vector=True)
+    # A collective on the network needs no core.
+    ScheduleProblem((op("ar", COLL, 1.0),), (), num_tc=4, num_vc=0)
+
+
+def test_bad_problems_are_clear_errors() -> None:
+    with pytest.raises(PhazecError, match="cycle"):
+        ScheduleProblem((op("a", TC, 1.0), op("b", TC, 1.0)), ((0, 1), (1, 0)), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match=r"latency_s=-1\.0"):
+        ScheduleProblem((op("a", TC, -1.0),), (), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match="'a' appears more than once"):
+        ScheduleProblem((op("a", TC, 1.0), op("a", VC, 1.0)), (), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match=r"\(0, 5\)"):
+        ScheduleProblem((op("a", TC, 1.0),), ((0, 5),), num_tc=1, num_vc=1)
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    problem = ScheduleProblem((op("a", TC, 1.0),), (), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match=r"solver\.backend='cplex'.*auto, gurobi, highs"):
+        schedule(problem, SolverConfig(backend="cplex"))
+    with pytest.raises(PhazecError, match=r"solver\.time_limit_s=0"):
+        schedule(problem, SolverConfig(time_limit_s=0))
+    with pytest.raises(PhazecError, match=r"solver\.write_lp=true needs a directory"):
+        schedule(problem, SolverConfig(write_lp=True))
+
+
+def test_contract_free_ops_links_around_views() -> None:
+    # a -> view1 -> view2 -> {b, c}; view2 -> b directly too.
+    ops = (op("a", TC, 1.0), op("view1", VC, 0.0), op("view2", VC, 0.0), op("b", VC, 2.0), op("c", TC, 3.0))
+    problem = ScheduleProblem(ops, ((0, 1), (1, 2), (2, 3), (2, 4)), num_tc=1, num_vc=1)
+    contracted = contract_free_ops(problem)
+    assert [o.name for o in contracted.ops] == ["a", "b", "c"]
+    assert contracted.deps == ((0, 1), (0, 2))
+
+
+def test_canonical_key_ignores_names_only() -> None:
+    a = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.0)), ((0, 1),), num_tc=2, num_vc=1)
+    b = ScheduleProblem((op("p", TC, 1.0), op("q", VC, 2.0)), ((0, 1),), num_tc=2, num_vc=1)
+    c = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.5)), ((0, 1),), num_tc=2, num_vc=1)
+    d = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.0)), ((0, 1),), num_tc=4, num_vc=1)
+    assert canonical_key(a, 1e-6) == canonical_key(b, 1e-6)
+    assert len({canonical_key(a, 1e-6), canonical_key(c, 1e-6), canonical_key(d, 1e-6)}) == 3
+
+
+def test_cache_in_memory_and_on_disk(tmp_path: Path) -> None:
+    problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0, 1.5) for i in range(3)), (), num_tc=2, num_vc=1)
+    config = SolverConfig(backend="highs")
+    cache = ScheduleCache(tmp_path)
+    first = schedule(problem, config, cache)
+    files = list(tmp_path.iterdir())
+    assert [f.name for f in files] == [f"{canonical_key(problem, config.mip_gap)}.json"]
+    assert json.loads(files[0].read_text())["makespan_s"] == 3.5
+    assert schedule(problem, config, cache) is first  # memory hit
+    # A fresh cache on the same directory reads the file back exactly.
+    assert schedule(problem, config, ScheduleCache(tmp_path)) == first
+
+
+def test_write_lp_names_variables_by_index(tmp_path: Path) -> None:
+    problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
+    schedule(problem, SolverConfig(backend="highs", write_lp=True), model_dir=tmp_path)
+    (model,) = tmp_path.glob("*.lp")
+    text = model.read_text()
+    for name in ("makespan", "t_0", "y_1", "x_0_1", "x_1_0", "seq_0_1", "alone_0_0_1"):
+        assert name in text
+
+
+def test_auto_falls_back_to_highs_when_the_model_is_too_large(caplog: pytest.LogCaptureFixture) -> None:
+    # 46 independent collectives share the network: 46 * 45 = 2070 order variables, more than the
+    # 2000 of gurobipy's size-limited licence. Every order is optimal: 46 * 1 s.
+    problem = ScheduleProblem(tuple(op(f"c{i}", COLL, 1.0) for i in range(46)), (), num_tc=1, num_vc=1)
+    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
+        found = schedule(problem, SolverConfig(backend="auto"))
+    assert found.makespan_s == 46.0
+    assert found.solves[-1].backend == "highs"
+    assert found.solves[-1].num_vars > 2000
+    assert "too large for its size-limited licence" in caplog.text
+    with pytest.raises(PhazecError, match=r"solver\.backend=gurobi cannot solve this model"):
+        schedule(problem, SolverConfig(backend="gurobi"))
+
+
+def test_auto_falls_back_to_highs_on_a_bad_licence_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("GRB_LICENSE_FILE", str(tmp_path / "missing.lic"))
+    problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
+    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
+        found = schedule(problem, SolverConfig(backend="auto"))
+    assert found.solves[-1].backend == "highs"
+    assert "licence file is missing or invalid" in caplog.text
+
+
+def test_replay_finds_late_starts_and_oversubscription() -> None:
+    problem = ScheduleProblem(
+        (op("a", TC, 2.0), op("b", TC, 2.0), op("c", TC, 1.0)), ((0, 2),), num_tc=1, num_vc=1
+    )
+    # a and b overlap on the only TC; c starts at 1 before a ends at 2.
+    found = replay(problem, (0.0, 1.0, 1.0), (False, False, False))
+    assert found.late_deps == ((0, 2),)
+    assert found.oversubscribed == {"tc"}
+    # Back to back, half-open intervals: no conflict; cores handed out.
+    fine = replay(problem, (0.0, 2.0, 4.0), (False, False, False))
+    assert (fine.late_deps, fine.oversubscribed, fine.makespan_s) == ((), frozenset(), 5.0)
+    assert fine.cores == ((("tc", 0),), (("tc", 0),), (("tc", 0),))
+
+
+def test_gantt_chart_is_a_png(tmp_path: Path) -> None:
+    ops = (op("f", FUSED, 3.0), op("v", VC, 2.0), op("t", TC, 2.0, 1.0), op("ar", COLL, 1.0))
+    problem = ScheduleProblem(ops, ((0, 3),), num_tc=2, num_vc=1)
+    found = schedule(problem, SolverConfig(backend="highs"))
+    path = plot_schedule(problem, found, tmp_path / "gantt.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,219 @@
+"""The real `phazec` command with MLflow tracking: multiruns into SQLite, a real server, failures.
+
+Every test runs the command in a subprocess in its own working directory, on BERT-large and the
+single TPUv4 design so a job takes a few seconds; the ONNX export and the schedule cache are shared
+through the session's cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from phazec.report.sweep import BEST_JSON, COMPARISON_CSV, COMPARISON_TXT
+
+JOB = ["hw=tpuv4", "model=bert_large", "solver.time_limit_s=1", "train.recompute=[false]"]
+"""One design, one recompute setting: a job takes a few seconds once the model is cached."""
+JOB_ARTIFACTS = {"result.json", "explored.csv", "hydra/config.yaml", "pipeline.png", "throughput_vs_area.png"}
+JOB_METRICS = {
+    "throughput_samples_per_s", "time_per_batch_s", "area_mm2", "hbm_bytes",
+    "speedup_vs_tpuv4_optimal_placement", "speedup_vs_tpuv4_megatron_plan",
+    "speedup_vs_found_design_megatron_plan", "designs_total", "designs_evaluated", "designs_pruned",
+    "ilp_cache_hits", "wall_s", "cost_s", "ilp_s", "dp_s",
+}  # fmt: skip
+PARENT = "mlflow.parentRunId"
+
+
+def phazec(
+    cwd: Path, cache_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `phazec` command in `cwd` with the shared model cache (and `env` added)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PHAZEC_CACHE_DIR": str(cache_dir), **(env or {})}
+    command = [sys.executable, "-c", "from phazec.cli import main; main()", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def runs(uri: str) -> list[Run]:
+    """Every run of the store, oldest first."""
+    client = MlflowClient(tracking_uri=uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return sorted(client.search_runs(ids), key=lambda r: r.info.start_time)
+
+
+def artifacts(uri: str, run_id: str, path: str | None = None) -> set[str]:
+    """Every artifact file of a run, recursively."""
+    client = MlflowClient(tracking_uri=uri)
+    found: set[str] = set()
+    for entry in client.list_artifacts(run_id, path):
+        found |= artifacts(uri, run_id, entry.path) if entry.is_dir else {entry.path}
+    return found
+
+
+def job_dirs(cwd: Path) -> list[Path]:
+    """The job directories of the one sweep under `cwd/multirun`, by job number."""
+    (sweep,) = (cwd / "multirun").glob("*/*")
+    return sorted((p for p in sweep.iterdir() if p.is_dir()), key=lambda p: int(p.name))
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on (bound and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -> None:
+    done = phazec(tmp_path, cache_dir, "-m", *JOB, "system.hbm_gb=[32]", "train.microbatch=[8],[16]")
+    assert done.returncode == 0, done.stderr
+    uri = f"sqlite:///{tmp_path / 'phazec.db'}"  # the default store, in the starting directory
+    parent, *children = runs(uri)
+    assert PARENT not in parent.data.tags
+    assert len(children) == 2  # the declared recompute sweep is replaced by the command line's value
+    assert {c.data.tags[PARENT] for c in children} == {parent.info.run_id}
+    assert [r.info.status for r in (parent, *children)] == ["FINISHED"] * 3
+    results = [json.loads((d / "result.json").read_text()) for d in job_dirs(tmp_path)]
+    for child, result in sorted(zip(children, results, strict=True), key=lambda p: p[0].info.run_name):
+        assert set(child.data.metrics) == JOB_METRICS
+        assert child.data.metrics["throughput_samples_per_s"] == result["throughput_samples_per_s"]
+        assert child.data.params["train.microbatch"] == str(result["config"]["train"]["microbatch"])
+        assert child.data.params["model.name"] == "bert_large"
+        assert child.data.params["hw.name"] == "tpuv4"
+        assert child.data.params["search.strategy"] == "phaze"
+        assert artifacts(uri, child.info.run_id) == JOB_ARTIFACTS
+        assert child.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())
+    best = max(results, key=lambda r: r["throughput_samples_per_s"])
+    assert parent.data.metrics["throughput_samples_per_s"] == best["throughput_samples_per_s"]
+    assert artifacts(uri, parent.info.run_id) == {BEST_JSON, COMPARISON_CSV, COMPARISON_TXT}
+    sweep_dir = job_dirs(tmp_path)[0].parent
+    assert json.loads((sweep_dir / BEST_JSON).read_text())["result"] == best
+    assert (sweep_dir / COMPARISON_CSV).read_text().count("\n") == 3
+    for job_dir in job_dirs(tmp_path):
+        for png in ("pipeline.png", "throughput_vs_area.png"):
+            assert (job_dir / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+    # The sweep's best equals one run searching both microbatch sizes.
+    single = phazec(
+        tmp_path, cache_dir, *JOB, "system.hbm_gb=[32]", "train.microbatch=[8,16]", "tracking=none"
+    )
+    assert single.returncode == 0, single.stderr
+    (single_dir,) = (tmp_path / "outputs").glob("*/*")
+    one_run = json.loads((single_dir / "result.json").read_text())
+    assert (one_run["design"], one_run["plan"]) == (best["design"], best["plan"])
+    assert one_run["throughput_samples_per_s"] == best["throughput_samples_per_s"]
+
+
+def test_failed_job_ends_failed_and_the_other_job_finishes(tmp_path: Path, cache_dir: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'store' / 'runs.db'}"
+    (tmp_path / "store").mkdir()
+    done = phazec(
+        tmp_path,
+        cache_dir,
+        "-m",
+        *JOB,
+        "train.microbatch=[8]",
+        "system.hbm_gb=[32],[0.001]",
+        f"tracking.uri={uri}",
+    )
+    assert done.returncode == 1
+    assert "no training plan fits in HBM" in done.stderr and "Traceback" not in done.stderr
+    parent, *children = runs(uri)
+    statuses = {c.data.params["system.hbm_gb"]: c.info.status for c in children}
+    assert statuses == {"[32.0]": "FINISHED", "[0.001]": "FAILED"}
+    (failed,) = (c for c in children if c.info.status == "FAILED")
+    assert failed.data.tags["error"].startswith("no training plan fits in HBM of [0.0] GB")
+    assert artifacts(uri, failed.info.run_id) == {"error.txt", "hydra/config.yaml"}
+    assert (parent.info.status, parent.data.metrics["jobs_failed"]) == ("FAILED", 1.0)
+    assert (tmp_path / "store" / "mlartifacts").is_dir()
+    csv_lines = (job_dirs(tmp_path)[0].parent / COMPARISON_CSV).read_text().splitlines()
+    assert [line.split(",")[1] for line in csv_lines[1:]] == ["ok", "failed"]
+
+
+def test_single_run_user_error_exits_2_and_its_run_fails(tmp_path: Path, cache_dir: Path) -> None:
+    done = phazec(tmp_path, cache_dir, *JOB, "train.microbatch=[8]", "system.hbm_gb=[0.001]")
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("phazec: error:")]
+    assert len(errors) == 1 and "no training plan fits in HBM" in errors[0]
+    assert "Traceback" not in done.stderr
+    (run,) = runs(f"sqlite:///{tmp_path / 'phazec.db'}")
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("no training plan fits in HBM")
+
+
+def test_job_logs_to_a_real_mlflow_server(tmp_path: Path, cache_dir: Path) -> None:
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                    assert response.status == 200
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "mlflow server did not answer /health in 90 s"
+                assert server.poll() is None, "mlflow server exited"
+                time.sleep(0.5)
+        job_dir = tmp_path / "job"
+        job_dir.mkdir()
+        done = phazec(
+            job_dir, cache_dir, *JOB, "train.microbatch=[8]", "system.hbm_gb=[32]", f"tracking.uri={uri}"
+        )
+        assert done.returncode == 0, done.stderr
+        (run,) = runs(uri)
+        result = json.loads(next((job_dir / "outputs").glob("*/*/result.json")).read_text())
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["throughput_samples_per_s"] == result["throughput_samples_per_s"]
+        assert artifacts(uri, run.info.run_id) == JOB_ARTIFACTS
+        assert not (job_dir / "phazec.db").exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    assert server.returncode is not None
+
+
+def test_unreachable_server_keeps_local_results_and_says_so(tmp_path: Path, cache_dir: Path) -> None:
+    uri = f"http://127.0.0.1:{free_port()}"
+    done = phazec(
+        tmp_path, cache_dir, *JOB, "train.microbatch=[8]", "system.hbm_gb=[32]", f"tracking.uri={uri}"
+    )
+    assert done.returncode == 0, done.stderr
+    (result,) = (tmp_path / "outputs").glob("*/*/result.json")
+    assert json.loads(result.read_text())["throughput_samples_per_s"] > 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "MLflow logging failed" in line]
+    assert len(lines) == 1 and uri in lines[0] and str(result.parent) in lines[0]
+
+
+@pytest.mark.parametrize("tracking", ["mlflow", "none"])
+def test_tracking_presets_register_one_callback(tracking: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from phazec.cli import conf_dir
+
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        cfg = compose("config", overrides=[f"tracking={tracking}"], return_hydra_config=True)
+    target = {"mlflow": "phazec.track.mlflow_runs.MlflowCallback", "none": "phazec.track.sweep.SweepCallback"}
+    assert cfg.tracking.backend == tracking
+    assert cfg.hydra.callbacks.phazec._target_ == target[tracking]
+    assert dict(cfg.hydra.sweeper.params) == {
+        "train.microbatch": "[1],[2],[4],[8]",
+        "train.recompute": "[false],[true]",
+    }
