@@ -131,7 +131,7 @@ class Evaluator:
             forward_latency_s=np.stack([latencies[t][j, 0] for t in widths]),
             backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
             param_bytes=np.stack([r[0] for r in rows]),
-            activation_bytes=np.stack([r[1] for r in rows]),
+            activation_bytes=np.stack([r[1] for r in rows]),  # live activations = the stash of one microbatch
             stash_bytes=np.stack([r[1] for r in rows]),
             input_bytes=np.stack([r[2] for r in rows]),
             tensor_parallel=np.stack([r[3] for r in rows]),
