@@ -1,19 +1,16 @@
 """The scheduling pass: a layer's forward or backward graph on one design, scheduled optimally by ILP.
 
 It turns an operator graph and its per-operator costs on one design into a `ScheduleProblem`
-(dependencies from the dataflow, zero-cost operators contracted away) and solves it with
-`phazec.solvers.schedule`, whose cache makes identical blocks and designs solve once.
+(dependencies from the dataflow, zero-cost operators contracted away), which
+`phazec.solvers.schedule.schedule` solves; its cache makes identical blocks and designs solve once.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from phazec.ir.core import Graph, OpKind
-from phazec.solvers.schedule import Schedule, ScheduleCache, schedule
 from phazec.solvers.schedule_problem import OpKind as ScheduleKind
 from phazec.solvers.schedule_problem import ScheduleOp, ScheduleProblem, contract_free_ops
 from phazec.solvers.schema import SolverConfig
@@ -51,19 +48,3 @@ def schedule_problem(
     )
     problem = ScheduleProblem(ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector)
     return contract_free_ops(problem)
-
-
-def schedule_graph(
-    graph: Graph,
-    single_core_s: NDArray[np.float64],
-    all_cores_s: NDArray[np.float64],
-    *,
-    num_tc: int,
-    num_vc: int,
-    config: SolverConfig,
-    cache: ScheduleCache | None = None,
-    model_dir: Path | None = None,
-) -> Schedule:
-    """The optimal schedule of one graph on one design (an empty graph takes no time)."""
-    problem = schedule_problem(graph, single_core_s, all_cores_s, num_tc=num_tc, num_vc=num_vc, config=config)
-    return schedule(problem, config, cache, model_dir)

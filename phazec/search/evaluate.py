@@ -20,7 +20,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
 from phazec.passes.cost import class_costs
-from phazec.passes.schedule import schedule_graph
+from phazec.passes.schedule import schedule_problem
 from phazec.solvers.placement import (
     NoFeasiblePlacement,
     Placement,
@@ -31,7 +31,7 @@ from phazec.solvers.placement import (
     megatron_plan,
     solve_placements,
 )
-from phazec.solvers.schedule import ScheduleCache
+from phazec.solvers.schedule import ScheduleCache, schedule
 from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
@@ -104,15 +104,15 @@ class Evaluator:
         """The optimal latency of one graph on design j (ILP, cached)."""
         start = time.perf_counter()
         hits = len(self.cache)
-        found = schedule_graph(
+        problem = schedule_problem(
             graph,
             op_costs.single_core_s[:, j],
             op_costs.all_cores_s[:, j],
             num_tc=int(designs.num_tc[j]),
             num_vc=int(designs.num_vc[j]),
             config=self.solver,
-            cache=self.cache,
         )
+        found = schedule(problem, self.solver, self.cache)
         self.timings.ilp_s += time.perf_counter() - start
         if len(self.cache) == hits:
             self.timings.ilp_cache_hits += 1
