@@ -54,7 +54,7 @@ def test_llama_exported_layer_graph_places(lowered: Callable[[str], Model]) -> N
         graphs={1: training_pipeline(1).run(model)[0]},
         system=system_from_config(cfg.system),
         latency_model=latency_model_from_config(cfg.cost),
-        solver=SolverConfig(time_limit_s=5.0),
+        solver=SolverConfig(),
         knobs=Knobs(microbatches=(1,), recompute=(True,), hbm_bytes=(80 * 10**9,), optimizer="sgd"),
     )
     tpuv4 = enumerate_designs(hw_space_from_config(OmegaConf.load(Path(conf_dir()) / "hw" / "tpuv4.yaml")))

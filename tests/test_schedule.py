@@ -9,7 +9,7 @@ import pytest
 from phazec.errors import PhazecError
 from phazec.report.gantt import plot_schedule
 from phazec.solvers import schedule_model
-from phazec.solvers.schedule import ScheduleCache, schedule
+from phazec.solvers.schedule import ScheduleCache, optimize, schedule
 from phazec.solvers.schedule_model import CLIQUE_LIMIT
 from phazec.solvers.schedule_problem import (
     OpKind,
@@ -30,7 +30,7 @@ def op(name: str, kind: OpKind, latency_s: float, latency_io_s: float | None = N
 
 
 def solve(problem: ScheduleProblem, backend: str = "highs") -> tuple[float, tuple[bool, ...]]:
-    found = schedule(problem, SolverConfig(backend=backend))
+    found = optimize(problem, SolverConfig(backend=backend))
     assert found.optimal
     assert found.solves[-1].backend == backend
     return found.makespan_s, found.spread
@@ -113,16 +113,50 @@ def test_diamond_needs_core_capacity(clique_limit: int, monkeypatch: pytest.Monk
     monkeypatch.setattr(schedule_model, "CLIQUE_LIMIT", clique_limit)
     ops = (op("s", TC, 1.0), op("a", TC, 1.0), op("b", TC, 1.0), op("c", TC, 1.0), op("e", TC, 1.0))
     deps = ((0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4))
-    found = schedule(ScheduleProblem(ops, deps, num_tc=2, num_vc=1), SolverConfig(backend="highs"))
+    found = optimize(ScheduleProblem(ops, deps, num_tc=2, num_vc=1), SolverConfig(backend="highs"))
     assert found.makespan_s == 4.0
     assert [s.core_resources for s in found.solves] == [(), ("tc",)]
     assert {c for held in found.cores for _, c in held} == {0, 1}
 
 
+def test_list_schedule_meeting_the_relaxed_bound_ends_the_search() -> None:
+    # Independent TC ops of 2, 1 and 1 s on 2 TCs, no spreading. Without core capacity all three
+    # run at once (bound 2 s); the list schedule (2 | 1 + 1) also takes 2 s, so it is optimal and
+    # no solve with core capacity is needed.
+    ops = (op("a", TC, 2.0), op("b", TC, 1.0), op("c", TC, 1.0))
+    problem = ScheduleProblem(ops, (), num_tc=2, num_vc=1)
+    found = optimize(problem, SolverConfig(backend="highs"))
+    assert (found.makespan_s, found.bound_s, found.status) == (2.0, 2.0, "optimal")
+    assert [s.core_resources for s in found.solves] == [()]
+    # schedule() needs no solve at all: the longest op (2 s) bounds the makespan from below.
+    assert schedule(problem, SolverConfig(backend="highs")).solves == ()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_node_limit_stops_repeatably_and_is_cached(backend: str, tmp_path: Path) -> None:
+    # Independent TC ops of 5, 7, 9, 11 and 13 s on 3 TCs, each 2.5 times faster spread: 45 s of
+    # core-time, so every schedule takes at least 15 s. One node does not prove any schedule optimal,
+    # so the search stops at the node limit with a feasible schedule, a valid bound, and the same
+    # answer every time; being repeatable, it is stored on disk.
+    ops = tuple(op(f"g{k}", TC, float(k), k / 2.5) for k in (5, 7, 9, 11, 13))
+    problem = ScheduleProblem(ops, (), num_tc=3, num_vc=1)
+    config = SolverConfig(backend=backend, node_limit=1)
+    first = schedule(problem, config, ScheduleCache(tmp_path))
+    second = schedule(problem, config)
+    assert first.status == "node_limit"
+    assert 15.0 <= first.bound_s < first.makespan_s
+    assert (first.makespan_s, first.start_s, first.bound_s) == (
+        second.makespan_s,
+        second.start_s,
+        second.bound_s,
+    )
+    assert ScheduleCache(tmp_path).get(canonical_key(problem, config)) == first
+
+
 def test_solve_record_and_determinism() -> None:
     problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0, 1.5) for i in range(3)), (), num_tc=2, num_vc=1)
-    first = schedule(problem, SolverConfig(backend="highs"))
-    second = schedule(problem, SolverConfig(backend="highs"))
+    first = optimize(problem, SolverConfig(backend="highs"))
+    second = optimize(problem, SolverConfig(backend="highs"))
     assert (first.start_s, first.spread, first.cores) == (second.start_s, second.spread, second.cores)
     record = first.solves[-1]
     assert record.status == "optimal"
@@ -166,6 +200,8 @@ def test_bad_config_is_a_clear_error() -> None:
         schedule(problem, SolverConfig(backend="cplex"))
     with pytest.raises(PhazecError, match=r"solver\.time_limit_s=0"):
         schedule(problem, SolverConfig(time_limit_s=0))
+    with pytest.raises(PhazecError, match=r"solver\.node_limit=0.*whole number"):
+        schedule(problem, SolverConfig(node_limit=0))
     with pytest.raises(PhazecError, match=r"solver\.write_lp=true needs a directory"):
         schedule(problem, SolverConfig(write_lp=True))
 
@@ -184,8 +220,11 @@ def test_canonical_key_ignores_names_only() -> None:
     b = ScheduleProblem((op("p", TC, 1.0), op("q", VC, 2.0)), ((0, 1),), num_tc=2, num_vc=1)
     c = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.5)), ((0, 1),), num_tc=2, num_vc=1)
     d = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.0)), ((0, 1),), num_tc=4, num_vc=1)
-    assert canonical_key(a, 1e-6) == canonical_key(b, 1e-6)
-    assert len({canonical_key(a, 1e-6), canonical_key(c, 1e-6), canonical_key(d, 1e-6)}) == 3
+    config = SolverConfig()
+    assert canonical_key(a, config) == canonical_key(b, config)
+    assert len({canonical_key(a, config), canonical_key(c, config), canonical_key(d, config)}) == 3
+    # A schedule stopped by the node limit depends on the limit, so the key does too.
+    assert canonical_key(a, SolverConfig(node_limit=1)) != canonical_key(a, config)
 
 
 def test_cache_in_memory_and_on_disk(tmp_path: Path) -> None:
@@ -194,7 +233,7 @@ def test_cache_in_memory_and_on_disk(tmp_path: Path) -> None:
     cache = ScheduleCache(tmp_path)
     first = schedule(problem, config, cache)
     files = list(tmp_path.iterdir())
-    assert [f.name for f in files] == [f"{canonical_key(problem, config.mip_gap)}.json"]
+    assert [f.name for f in files] == [f"{canonical_key(problem, config)}.json"]
     assert json.loads(files[0].read_text())["makespan_s"] == 3.5
     assert schedule(problem, config, cache) is first  # memory hit
     # A fresh cache on the same directory reads the file back exactly.
@@ -203,7 +242,7 @@ def test_cache_in_memory_and_on_disk(tmp_path: Path) -> None:
 
 def test_write_lp_names_variables_by_index(tmp_path: Path) -> None:
     problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
-    schedule(problem, SolverConfig(backend="highs", write_lp=True), model_dir=tmp_path)
+    optimize(problem, SolverConfig(backend="highs", write_lp=True), model_dir=tmp_path)
     (model,) = tmp_path.glob("*.lp")
     text = model.read_text()
     for name in ("makespan", "t_0", "y_1", "x_0_1", "x_1_0", "seq_0_1", "alone_0_0_1"):
@@ -215,13 +254,13 @@ def test_auto_falls_back_to_highs_when_the_model_is_too_large(caplog: pytest.Log
     # 2000 of gurobipy's size-limited licence. Every order is optimal: 46 * 1 s.
     problem = ScheduleProblem(tuple(op(f"c{i}", COLL, 1.0) for i in range(46)), (), num_tc=1, num_vc=1)
     with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
-        found = schedule(problem, SolverConfig(backend="auto"))
+        found = optimize(problem, SolverConfig(backend="auto"))
     assert found.makespan_s == 46.0
     assert found.solves[-1].backend == "highs"
     assert found.solves[-1].num_vars > 2000
     assert "too large for its size-limited licence" in caplog.text
     with pytest.raises(PhazecError, match=r"solver\.backend=gurobi cannot solve this model"):
-        schedule(problem, SolverConfig(backend="gurobi"))
+        optimize(problem, SolverConfig(backend="gurobi"))
 
 
 def test_auto_falls_back_to_highs_on_a_bad_licence_file(
@@ -230,7 +269,7 @@ def test_auto_falls_back_to_highs_on_a_bad_licence_file(
     monkeypatch.setenv("GRB_LICENSE_FILE", str(tmp_path / "missing.lic"))
     problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
     with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
-        found = schedule(problem, SolverConfig(backend="auto"))
+        found = optimize(problem, SolverConfig(backend="auto"))
     assert found.solves[-1].backend == "highs"
     assert "licence file is missing or invalid" in caplog.text
 

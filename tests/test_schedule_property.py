@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phazec.solvers import schedule_model
-from phazec.solvers.schedule import Schedule, schedule
+from phazec.solvers.schedule import Schedule, optimize, schedule
 from phazec.solvers.schedule_problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schema import SolverConfig
 
@@ -150,11 +150,21 @@ def problems(draw: st.DrawFn) -> ScheduleProblem:
 @settings(max_examples=300, deadline=None)
 @given(problems())
 def test_ilp_matches_brute_force(problem: ScheduleProblem) -> None:
-    found = schedule(problem, SolverConfig(backend="highs"))
+    found = optimize(problem, SolverConfig(backend="highs"))
     assert_valid(problem, found)
     assert found.optimal
     # Integer latencies: the extracted schedule's times are exact sums of integers.
     assert found.makespan_s == brute_force_makespan(problem)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_schedule_matches_brute_force(problem: ScheduleProblem) -> None:
+    # The same through schedule(), which skips the ILP when the list schedule meets the lower bound.
+    found = schedule(problem, SolverConfig(backend="highs"))
+    assert_valid(problem, found)
+    assert found.optimal
+    assert found.bound_s <= found.makespan_s == brute_force_makespan(problem)
 
 
 @settings(max_examples=100, deadline=None)
@@ -163,7 +173,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
     # The same with core-assignment variables instead of capacity rows for every resource.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(schedule_model, "CLIQUE_LIMIT", 0)
-        found = schedule(problem, SolverConfig(backend="highs"))
+        found = optimize(problem, SolverConfig(backend="highs"))
     assert_valid(problem, found)
     assert found.makespan_s == brute_force_makespan(problem)
 
@@ -172,7 +182,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
 @given(problems())
 def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     # Random DAGs of up to 7 ops fit gurobipy's size-limited licence.
-    gurobi = schedule(problem, SolverConfig(backend="gurobi"))
-    highs = schedule(problem, SolverConfig(backend="highs"))
+    gurobi = optimize(problem, SolverConfig(backend="gurobi"))
+    highs = optimize(problem, SolverConfig(backend="highs"))
     assert gurobi.solves[-1].backend == "gurobi"
     assert gurobi.makespan_s == highs.makespan_s

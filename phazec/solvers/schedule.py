@@ -1,10 +1,11 @@
 """The optimal schedule of one layer's operator graph: problem -> build -> solve -> extract, replayed.
 
-`schedule()` first solves without core capacity (cores of a resource are then unlimited, except
-single-core resources and spread ops, which the model always orders). The replay of that schedule
-shows which resources it over-subscribes; the model is rebuilt with capacity for exactly those and
-solved again, until a replay finds none. Every solve is replayed and checked,
-and recorded in the result.
+`schedule()` starts from a list schedule and returns it at once when it meets the combinatorial lower
+bound. Otherwise `optimize()` solves the ILP, first without core capacity (cores of a resource are then
+unlimited, except single-core resources and spread ops, which the model always orders). The replay of
+that schedule shows which resources it over-subscribes; the model is rebuilt with capacity for
+exactly those and solved again, until a replay finds none or the best feasible schedule meets the
+relaxation's bound. Every solve is replayed and checked, and recorded in the result.
 """
 
 import json
@@ -16,8 +17,8 @@ from pathlib import Path
 
 from phazec.errors import PhazecError
 from phazec.solvers.schedule_backends import MipResult, check_config, solve
-from phazec.solvers.schedule_heuristic import list_schedule
-from phazec.solvers.schedule_model import Formulation, Incumbent, bounds, build, extract
+from phazec.solvers.schedule_heuristic import list_schedule, list_schedule_in_order
+from phazec.solvers.schedule_model import Formulation, Incumbent, bounds, build, extract, modelled_modes
 from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
 from phazec.solvers.schedule_replay import Replay, replay
 from phazec.solvers.schema import SolverConfig
@@ -34,7 +35,7 @@ class SolveRecord:
 
     backend: str
     status: str
-    """`optimal` (within the gap) or `time_limit` (feasible, gap open)."""
+    """`optimal` (within the gap), or `node_limit` or `time_limit` (feasible, gap open)."""
     objective_s: float
     bound_s: float
     gap: float
@@ -51,6 +52,11 @@ class Schedule:
     """A replay-checked schedule; per-op tuples follow the problem's op order."""
 
     makespan_s: float
+    bound_s: float
+    """A proven lower bound on the makespan of every schedule of the problem."""
+    status: str
+    """`optimal` (makespan within the gap of the bound), or the limit that stopped the search:
+    `node_limit` or `time_limit`."""
     start_s: tuple[float, ...]
     duration_s: tuple[float, ...]
     spread: tuple[bool, ...]
@@ -62,8 +68,8 @@ class Schedule:
 
     @property
     def optimal(self) -> bool:
-        """Whether the last solve proved optimality within the configured gap."""
-        return not self.solves or self.solves[-1].status == "optimal"
+        """Whether the makespan is proven optimal within the configured gap."""
+        return self.status == "optimal"
 
 
 class ScheduleCache:
@@ -94,6 +100,8 @@ class ScheduleCache:
         )
         found = Schedule(
             makespan_s=data["makespan_s"],
+            bound_s=data["bound_s"],
+            status=data["status"],
             start_s=tuple(data["start_s"]),
             duration_s=tuple(data["duration_s"]),
             spread=tuple(data["spread"]),
@@ -104,14 +112,15 @@ class ScheduleCache:
         return found
 
     def put(self, key: str, found: Schedule) -> None:
-        """Store `found` under `key` in memory, and on disk if it is proven optimal.
+        """Store `found` under `key` in memory, and on disk unless the time limit stopped it.
 
         A time-limited schedule depends on the machine, so it is kept for this process only: within
-        one run the same problem always gets the same answer.
+        one run the same problem always gets the same answer. Optimal and node-limited ones are
+        repeatable.
         """
         self._memory[key] = found
         path = self._path(key)
-        if path is None or not found.optimal:
+        if path is None or found.status == "time_limit":
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
@@ -131,11 +140,18 @@ def schedule(
 ) -> Schedule:
     """The minimum-makespan schedule of `problem`, solved once per canonical problem.
 
+    The best feasible schedule known so far (first the list schedule) bounds every solve; when it
+    meets the combinatorial lower bound (critical path and core-time), no solve is needed. A solve
+    without core capacity is a relaxation: its bound is a lower bound on every real schedule, so the
+    loop stops as soon as the best feasible schedule meets the best bound, which often saves the
+    slower solve with capacity. A relaxed schedule that over-subscribes cores is also repaired by
+    list scheduling in its order, which may improve the best feasible schedule.
+
     Args:
         problem: the operator graph and core counts.
         config: backend, limits and seed.
-        cache: where solved schedules are looked up and stored; a time-limited one stays in memory
-            only, since it depends on the machine.
+        cache: where solved schedules are looked up and stored; one stopped by the time limit stays
+            in memory only, since it depends on the machine.
         model_dir: where model files go when `config.write_lp` is set.
 
     Raises:
@@ -144,25 +160,58 @@ def schedule(
     check_config(config)
     if config.write_lp and model_dir is None:
         raise PhazecError("solver.write_lp=true needs a directory for the model files; pass model_dir.")
-    key = canonical_key(problem, config.mip_gap)
+    key = canonical_key(problem, config)
     if cache is not None and (hit := cache.get(key)) is not None:
         logger.debug("schedule cache hit %s", key[:12])
         return hit
-    incumbent = _incumbent(problem)
+    best = _incumbent(problem)
+    lower_s = modelled_modes(problem, best)[1].lower_s
+    if best.makespan_s * (1 - config.mip_gap) <= lower_s:
+        found = _schedule(problem, best, lower_s, "optimal", ())
+    else:
+        found = optimize(problem, config, best, lower_s, model_dir)
+    if cache is not None:
+        cache.put(key, found)
+    return found
+
+
+def optimize(
+    problem: ScheduleProblem,
+    config: SolverConfig,
+    best: Incumbent | None = None,
+    lower_s: float = 0.0,
+    model_dir: Path | None = None,
+) -> Schedule:
+    """The ILP loop of `schedule()`, which always solves at least once.
+
+    Args:
+        best: a feasible schedule to start from; the list schedule when None.
+        lower_s: a known lower bound on the makespan.
+    """
+    best = best or _incumbent(problem)
+    prefix = f"schedule_{canonical_key(problem, config)[:12]}"
+    proven = False
     core_resources: frozenset[str] = frozenset()
     records: list[SolveRecord] = []
     while True:
-        formulation = build(problem, incumbent, core_resources)
+        formulation = build(problem, best, core_resources)
         path = None
         if config.write_lp and model_dir is not None:
             model_dir.mkdir(parents=True, exist_ok=True)
-            path = model_dir / f"schedule_{key[:12]}_{len(records)}.lp"
+            path = model_dir / f"{prefix}_{len(records)}.lp"
         result = solve(formulation.mip, config, path, formulation.start)
         records.append(_record(formulation, result))
         start_s, spread = extract(problem, formulation, result.values)
         replayed = replay(problem, start_s, spread)
         _check(replayed, records[-1], formulation)
+        lower_s = max(lower_s, records[-1].bound_s)
         if not replayed.oversubscribed:
+            best = _better(best, _as_incumbent(start_s, spread, replayed))
+            proven = result.status == "optimal" or best.makespan_s * (1 - config.mip_gap) <= lower_s
+            break
+        best = _better(best, _repair(problem, start_s))
+        proven = best.makespan_s * (1 - config.mip_gap) <= lower_s
+        if proven or result.status != "optimal":
             break
         if replayed.oversubscribed <= core_resources:
             raise PhazecError(
@@ -170,27 +219,50 @@ def schedule(
             )
         core_resources |= replayed.oversubscribed
         logger.debug("schedule over-subscribes %s; adding core capacity", sorted(replayed.oversubscribed))
-    found = Schedule(
-        makespan_s=replayed.makespan_s,
-        start_s=start_s,
-        duration_s=tuple(problem.duration_s(i, spread[i]) for i in range(len(problem.ops))),
-        spread=spread,
-        cores=replayed.cores,
-        solves=tuple(records),
+    status = "optimal" if proven else next(r.status for r in reversed(records) if r.status != "optimal")
+    return _schedule(problem, best, lower_s, status, tuple(records))
+
+
+def _schedule(
+    problem: ScheduleProblem, best: Incumbent, lower_s: float, status: str, solves: tuple[SolveRecord, ...]
+) -> Schedule:
+    return Schedule(
+        makespan_s=best.makespan_s,
+        bound_s=min(lower_s, best.makespan_s),
+        status=status,
+        start_s=best.start_s,
+        duration_s=tuple(problem.duration_s(i, best.spread[i]) for i in range(len(problem.ops))),
+        spread=best.spread,
+        cores=best.cores,
+        solves=solves,
     )
-    if cache is not None:
-        cache.put(key, found)
-    return found
 
 
 def _incumbent(problem: ScheduleProblem) -> Incumbent:
     """The list schedule, replayed for its makespan and cores."""
     modes = [problem.modes(i) for i in range(len(problem.ops))]
-    start_s, spread = list_schedule(problem, bounds(problem, modes).lower_s)
+    return _feasible(problem, *list_schedule(problem, bounds(problem, modes).lower_s))
+
+
+def _repair(problem: ScheduleProblem, start_s: tuple[float, ...]) -> Incumbent:
+    """A feasible schedule that takes the ops in the order of `start_s` (a relaxed schedule)."""
+    return _feasible(problem, *list_schedule_in_order(problem, start_s))
+
+
+def _feasible(problem: ScheduleProblem, start_s: tuple[float, ...], spread: tuple[bool, ...]) -> Incumbent:
     replayed = replay(problem, start_s, spread)
     if replayed.late_deps or replayed.oversubscribed:
         raise AssertionError(f"list schedule infeasible: {replayed}")
+    return _as_incumbent(start_s, spread, replayed)
+
+
+def _as_incumbent(start_s: tuple[float, ...], spread: tuple[bool, ...], replayed: Replay) -> Incumbent:
     return Incumbent(start_s=start_s, spread=spread, cores=replayed.cores, makespan_s=replayed.makespan_s)
+
+
+def _better(a: Incumbent, b: Incumbent) -> Incumbent:
+    """The shorter schedule; `a` on ties, so earlier schedules win and results are repeatable."""
+    return b if b.makespan_s < a.makespan_s else a
 
 
 def _record(formulation: Formulation, result: MipResult) -> SolveRecord:

@@ -63,7 +63,8 @@ class MipResult:
     backend: str
     """`gurobi` or `highs`."""
     status: str
-    """`optimal` (within the configured gap) or `time_limit` (a feasible solution, gap open)."""
+    """`optimal` (within the configured gap), or `node_limit` or `time_limit` (a feasible solution,
+    gap open)."""
     values: tuple[float, ...]
     objective: float
     bound: float
@@ -83,6 +84,11 @@ def check_config(config: SolverConfig) -> None:
         )
     if not 0 <= config.mip_gap < 1:
         raise PhazecError(f"solver.mip_gap={config.mip_gap!r}; it must be a relative gap in [0, 1).")
+    limit = config.node_limit
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise PhazecError(
+            f"solver.node_limit={limit!r}; it must be a whole number of branch-and-bound nodes >= 1."
+        )
     if config.threads < 1:
         raise PhazecError(f"solver.threads={config.threads!r}; it must be at least 1.")
 
@@ -150,6 +156,7 @@ def _run_gurobi(
         ("Threads", config.threads),
         ("Seed", config.seed),
         ("TimeLimit", config.time_limit_s),
+        ("NodeLimit", float(config.node_limit)),
         ("MIPGap", config.mip_gap),
         ("IntFeasTol", INT_FEAS_TOL),
     ):
@@ -186,11 +193,12 @@ def _run_gurobi(
         raise PhazecError(_infeasible_message("Gurobi", mip))
     if model.SolCount == 0:
         raise PhazecError(_no_solution_message("Gurobi", str(status), config))
-    if status not in (grb.OPTIMAL, grb.TIME_LIMIT):
+    stops = {grb.OPTIMAL: "optimal", grb.NODE_LIMIT: "node_limit", grb.TIME_LIMIT: "time_limit"}
+    if status not in stops:
         raise PhazecError(f"Gurobi stopped with status {status} on the schedule of {mip.num_vars} variables.")
     return MipResult(
         backend="gurobi",
-        status="optimal" if status == grb.OPTIMAL else "time_limit",
+        status=stops[status],
         values=tuple(model.getAttr("X", x.values())),
         objective=model.ObjVal,
         bound=model.ObjBound,
@@ -208,6 +216,7 @@ def _solve_highs(
         ("threads", config.threads),
         ("random_seed", config.seed),
         ("time_limit", float(config.time_limit_s)),
+        ("mip_max_nodes", config.node_limit),
         ("mip_rel_gap", float(config.mip_gap)),
         ("mip_feasibility_tolerance", INT_FEAS_TOL),
     ):
@@ -222,15 +231,13 @@ def _solve_highs(
     info = h.getInfo()
     if status in (status_type.kInfeasible, status_type.kUnbounded, status_type.kUnboundedOrInfeasible):
         raise PhazecError(_infeasible_message("HiGHS", mip))
-    limits = (
-        status_type.kTimeLimit,
-        status_type.kIterationLimit,
-        status_type.kSolutionLimit,
-        status_type.kInterrupt,
-        status_type.kMemoryLimit,
-    )
+    stops = {
+        status_type.kOptimal: "optimal",
+        status_type.kSolutionLimit: "node_limit",  # HiGHS reports mip_max_nodes as a solution limit
+        status_type.kTimeLimit: "time_limit",
+    }
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    if status not in (status_type.kOptimal, *limits):
+    if status not in stops:
         raise PhazecError(
             f"HiGHS stopped with status {h.modelStatusToString(status)} on the schedule "
             f"of {mip.num_vars} variables."
@@ -239,10 +246,11 @@ def _solve_highs(
         raise PhazecError(_no_solution_message("HiGHS", h.modelStatusToString(status), config))
     return MipResult(
         backend="highs",
-        status="optimal" if status == status_type.kOptimal else "time_limit",
+        status=stops[status],
         values=tuple(h.getSolution().col_value),
         objective=info.objective_function_value,
-        bound=info.mip_dual_bound,
+        # A model without integer columns is an LP: HiGHS solves it by simplex, with no MIP bound.
+        bound=info.mip_dual_bound if any(mip.col_integer) else info.objective_function_value,
         runtime_s=h.getRunTime(),
     )
 

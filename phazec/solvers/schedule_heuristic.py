@@ -36,13 +36,27 @@ def list_schedule(problem: ScheduleProblem, lower_s: float) -> tuple[tuple[float
         priority = remaining if run == 0 else [r * rng.uniform(0.8, 1.2) for r in remaining]
         for first_start in (False, True):
             start, spread = _greedy(problem, priority, first_start)
-            makespan = max((s + problem.duration_s(i, spread[i]) for i, s in enumerate(start)), default=0.0)
+            makespan = _makespan_s(problem, start, spread)
             if best is None or makespan < best[0]:
                 best = (makespan, (start, spread))
         if best is not None and best[0] <= lower_s:
             break
     assert best is not None
     return best[1]
+
+
+def list_schedule_in_order(
+    problem: ScheduleProblem, start_s: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[bool, ...]]:
+    """A feasible schedule that follows another one, e.g. a relaxed schedule that over-subscribes
+    cores: ready ops are taken earliest `start_s` first (either greedy rule, the shorter wins)."""
+    priority = [-s for s in start_s]
+    runs = [_greedy(problem, priority, first_start) for first_start in (False, True)]
+    return min(runs, key=lambda run: _makespan_s(problem, *run))
+
+
+def _makespan_s(problem: ScheduleProblem, start: tuple[float, ...], spread: tuple[bool, ...]) -> float:
+    return max((s + problem.duration_s(i, spread[i]) for i, s in enumerate(start)), default=0.0)
 
 
 def _greedy(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from phazec.errors import PhazecError
+from phazec.solvers.schema import SolverConfig
 
 TC = "tc"
 VC = "vc"
@@ -219,13 +220,14 @@ def contract_free_ops(problem: ScheduleProblem) -> ScheduleProblem:
     )
 
 
-def canonical_key(problem: ScheduleProblem, mip_gap: float) -> str:
-    """A hash of what determines the schedule: graph structure, latencies, core counts and gap.
+def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
+    """A hash of what determines the schedule: graph structure, latencies, core counts, and the
+    solver settings a schedule stopped by the node limit depends on.
 
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 1,
+        "version": 2,
         "ops": [
             [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex()] for op in problem.ops
         ],
@@ -233,6 +235,6 @@ def canonical_key(problem: ScheduleProblem, mip_gap: float) -> str:
         "num_tc": problem.num_tc,
         "num_vc": problem.num_vc,
         "collectives_as_vector": problem.collectives_as_vector,
-        "mip_gap": float(mip_gap).hex(),
+        "solver": [config.backend, float(config.mip_gap).hex(), config.node_limit, config.seed],
     }
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()

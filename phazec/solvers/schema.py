@@ -9,8 +9,12 @@ class SolverConfig:
 
     backend: str = "auto"
     """`auto` (Gurobi when its licence accepts the model, else HiGHS), `gurobi` or `highs`."""
-    time_limit_s: float = 60.0
-    """Wall-time limit of one solve; a feasible schedule found by then is returned with its gap."""
+    node_limit: int = 2000
+    """Branch-and-bound nodes per solve; the best schedule found by then is returned with its gap.
+    Unlike a time limit it stops every machine at the same point, so results stay reproducible."""
+    time_limit_s: float = 600.0
+    """Wall-time safety net per solve (a schedule it stops depends on the machine, so it is not
+    stored on disk); the node limit normally stops first."""
     mip_gap: float = 1e-6
     """Relative optimality gap at which a solve stops (the reference used 0.01)."""
     threads: int = 1

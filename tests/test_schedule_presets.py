@@ -1,0 +1,65 @@
+"""Gurobi and HiGHS on the real blocks of every preset: the same makespan, within what each proved."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phazec.cli import conf_dir
+from phazec.cost.model import latency_model_from_config
+from phazec.hw.system import system_from_config
+from phazec.ir.core import Model
+from phazec.passes.cost import class_costs
+from phazec.passes.schedule import schedule_problem
+from phazec.search.run import tpuv4_designs, training_graphs
+from phazec.solvers.schedule import optimize
+from phazec.solvers.schedule_problem import ScheduleProblem
+from phazec.solvers.schema import SolverConfig
+from tests.conftest import PRESETS, compose_config, model_config
+
+
+def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
+    """Forward and backward graph of the most common layer class on TPUv4 at microbatch 1, at the
+    preset's smallest and largest tensor-parallel width."""
+    cfg, preset = compose_config(f"model={name}"), model_config(name)
+    widths = sorted({min(preset.tp_widths), max(preset.tp_widths)})
+    graphs = training_graphs(model, widths, cfg.train.optimizer, cfg.parallel.vocab_parallel)
+    tpu = tpuv4_designs(Path(conf_dir()))
+    system, latency = system_from_config(cfg.system), latency_model_from_config(cfg.cost)
+    problems = []
+    for graph in graphs.values():
+        block = graph.classes[int(np.argmax(np.bincount([layer.cls for layer in graph.layers])))]
+        costs = class_costs(block, tpu, system, latency, 1)
+        assert block.backward is not None and costs.backward is not None
+        for ops, op_costs in ((block.graph, costs.forward), (block.backward, costs.backward)):
+            problems.append(
+                schedule_problem(
+                    ops,
+                    op_costs.single_core_s[:, 0],
+                    op_costs.all_cores_s[:, 0],
+                    num_tc=int(tpu.num_tc[0]),
+                    num_vc=int(tpu.num_vc[0]),
+                    config=SolverConfig(),
+                )
+            )
+    return problems
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_gurobi_and_highs_agree_on_every_block(name: str, lowered: Callable[[str], Model]) -> None:
+    for problem in block_problems(lowered(name), name):
+        highs = optimize(problem, SolverConfig(backend="highs"))
+        gurobi = optimize(problem, SolverConfig(backend="gurobi"))
+        assert gurobi.solves[-1].backend == "gurobi"  # the block fits the size-limited licence
+        tol_s = 1e-6 * max(highs.makespan_s, gurobi.makespan_s)
+        # Each makespan lies within the range the other backend proved: [bound, makespan].
+        assert highs.bound_s - tol_s <= gurobi.makespan_s
+        assert gurobi.bound_s - tol_s <= highs.makespan_s
+        if highs.optimal and gurobi.optimal:
+            assert gurobi.makespan_s == pytest.approx(highs.makespan_s, rel=1e-6)
+        for found in (highs, gurobi):
+            assert found.bound_s <= found.makespan_s
+            assert found.status in ("optimal", "node_limit")  # never the machine-dependent time limit
