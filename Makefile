@@ -21,8 +21,8 @@ $(STAMP): $(SOURCES)
 
 setup: $(STAMP)  ## Create .venv and install phazec with its C++ extension (torch CPU first)
 
-run: setup  ## Install, then run the default job
-	$(BIN)/phazec model=bert_large hw=tpuv4
+run: setup  ## Install, then run the default search (Llama2-7B over PHAZE's tpu_area space)
+	$(BIN)/phazec
 
 test: setup  ## Install, then run the test suite
 	$(BIN)/python -m pytest

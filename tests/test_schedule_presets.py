@@ -54,12 +54,13 @@ def test_gurobi_and_highs_agree_on_every_block(name: str, lowered: Callable[[str
         highs = optimize(problem, SolverConfig(backend="highs"))
         gurobi = optimize(problem, SolverConfig(backend="gurobi"))
         assert gurobi.solves[-1].backend == "gurobi"  # the block fits the size-limited licence
-        tol_s = 1e-6 * max(highs.makespan_s, gurobi.makespan_s)
-        # Each makespan lies within the range the other backend proved: [bound, makespan].
+        # Each makespan lies within the range the other backend proved, [bound, makespan], widened by
+        # both solves' relative gap of 1e-6 (an `optimal` solve is optimal within it).
+        tol_s = 2e-6 * max(highs.makespan_s, gurobi.makespan_s)
         assert highs.bound_s - tol_s <= gurobi.makespan_s
         assert gurobi.bound_s - tol_s <= highs.makespan_s
         if highs.optimal and gurobi.optimal:
-            assert gurobi.makespan_s == pytest.approx(highs.makespan_s, rel=1e-6)
+            assert gurobi.makespan_s == pytest.approx(highs.makespan_s, rel=2e-6)
         for found in (highs, gurobi):
             assert found.bound_s <= found.makespan_s
             assert found.status in ("optimal", "node_limit")  # never the machine-dependent time limit
