@@ -39,14 +39,27 @@ class ParallelConfig:
 
 @dataclass
 class SearchConfig:
-    """Architecture search strategy."""
+    """Architecture search strategy, its processes and its saved state."""
 
     strategy: str = "phaze"
-    """`phaze` (area bins, largest first, early stop) or `exhaustive`."""
+    """`phaze` (area bins, largest first, early stop), `exhaustive`, `bounded` (exhaustive's answer,
+    skipping designs a proven bound rules out) or `bo` (Bayesian optimisation of one block's forward
+    latency, then the chosen design placed)."""
     bin_mm2: float = 0.01
     """Width of an area bin (phaze strategy)."""
     patience: int = 5
     """Consecutive non-improving bins after which the phaze strategy stops."""
+    batch_designs: int = 8
+    """Designs per batch of the exhaustive and bounded strategies (phaze's batches are its bins): the
+    unit handed to a worker process and saved for resuming."""
+    workers: int | None = None
+    """Processes evaluating designs; None means one per core, 1 evaluates in this process."""
+    resume: bool = True
+    """Continue from the state a killed run with the same config saved; false starts afresh."""
+    trials: int = 100
+    """Trials of the bo strategy's sampler."""
+    seed: int = 0
+    """Seed of the bo strategy's sampler."""
 
 
 @dataclass
@@ -100,6 +113,25 @@ def validate_train(train: TrainConfig) -> None:
         )
     if train.optimizer not in OPTIMIZERS:
         raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
+
+
+STRATEGIES = ("phaze", "exhaustive", "bounded", "bo")
+
+
+def validate_search(search: SearchConfig) -> None:
+    """Range checks of the search settings; raises PhazecError naming the bad value."""
+    if search.strategy not in STRATEGIES:
+        raise PhazecError(
+            f"search.strategy={search.strategy!r} is not a strategy; valid: {list(STRATEGIES)}."
+        )
+    for name in ("bin_mm2", "patience", "batch_designs", "trials"):
+        if getattr(search, name) <= 0:
+            raise PhazecError(f"search.{name}={getattr(search, name)} is not valid: it must be positive.")
+    if search.workers is not None and search.workers < 1:
+        raise PhazecError(
+            f"search.workers={search.workers} is not valid: give a number of processes >= 1 (1 evaluates "
+            "in this process), or leave it unset (null) for one per core."
+        )
 
 
 def register() -> None:

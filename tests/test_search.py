@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from phazec.cli import conf_dir
+from phazec.config import STRATEGIES
+from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
-from phazec.search.run import run_search
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import system_from_config
+from phazec.ir.core import Model
+from phazec.search import explore
+from phazec.search.evaluate import Candidate, Evaluator, Knobs
+from phazec.search.run import run_search, training_graphs
+from phazec.search.state import candidate_from_json, candidate_json, state_key
+from phazec.solvers.placement import NoFeasiblePlacement, Placement, Stage
+from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 
 RESULT_KEYS = {
@@ -30,7 +46,6 @@ QUICK = (
     "train.recompute=[false]",
     "system.hbm_gb=[32]",
     "tracking=none",
-    "solver.time_limit_s=5",
 )
 """One knob setting, so a design evaluates in a few solves."""
 
@@ -76,8 +91,187 @@ def test_single_tpuv4_design(tmp_path: Path, cache_dir: Path) -> None:
         (("train.microbatch=[3]",), r"train.microbatch values \[3\] do not divide the global batch 4096"),
         (("system.hbm_gb=[0.001]",), r"no training plan fits in HBM of \[0.0\] GB on any design\. The plan"),
         (("hw.area_budget_mm2=1.0",), r"area"),
+        (("search.workers=0",), r"search.workers=0 is not valid: give a number of processes >= 1"),
+        (("search.batch_designs=0",), r"search.batch_designs=0 is not valid: it must be positive"),
+        (("search=bo", "search.trials=0"), r"search.trials=0 is not valid: it must be positive"),
     ],
 )
 def test_bad_input(tmp_path: Path, cache_dir: Path, overrides: tuple[str, ...], message: str) -> None:
     with pytest.raises(PhazecError, match=message):
         search(tmp_path, cache_dir, "model=bert_large", "hw=tpuv4", *overrides)
+
+
+BOUNDED = 1
+"""Designs of tpu_small the bounded search evaluates one by one before its bound stops it."""
+SMALL = ("model=bert_large", "hw=tpu_small")
+"""37 designs around TPUv4; with QUICK knobs a design evaluates in a fraction of a second."""
+TIMINGS = ("wall_s", "cost_s", "ilp_s", "dp_s", "ilp_cache_hits")
+
+
+def answer(result: dict[str, Any]) -> dict[str, Any]:
+    """result.json without the fields allowed to differ between runs of one search: timings, and the
+    settings that cannot change the answer."""
+    out: dict[str, Any] = json.loads(json.dumps(result))
+    for key in TIMINGS:
+        del out["search"][key]
+    for key in ("workers", "resume"):
+        del out["config"]["search"][key]
+    del out["config"]["cache_dir"]
+    return out
+
+
+def test_strategies_agree_and_count_pruned_designs(tmp_path: Path, cache_dir: Path) -> None:
+    runs = {
+        strategy: search(
+            tmp_path / strategy, cache_dir, *SMALL, f"search={strategy}", "search.batch_designs=1"
+        )
+        for strategy in ("exhaustive", "bounded", "phaze")
+    }
+    exhaustive, bounded, phaze = runs["exhaustive"], runs["bounded"], runs["phaze"]
+    assert exhaustive["design"] == {
+        "num_tc": 16, "tc_width": 128, "tc_depth": 128, "num_vc": 4, "vc_width": 128,
+        "glb_bytes": 32 * 2**20, "hbm_bytes": 32 * 10**9, "area_mm2": pytest.approx(253.5583, abs=1e-3),
+    }  # fmt: skip
+    for key in ("design", "plan", "time_per_batch_s", "baselines"):
+        assert bounded[key] == exhaustive[key]
+        assert phaze[key] == exhaustive[key]
+    counts = {s: (r["search"]["designs_evaluated"], r["search"]["designs_pruned"]) for s, r in runs.items()}
+    assert counts == {
+        "exhaustive": (37, 0),
+        "bounded": (BOUNDED, 37 - BOUNDED),
+        "phaze": (11, 26),
+    }
+    # Bounded evaluated whole designs: its rows of explored.csv are exhaustive's rows of those designs.
+    rows = {s: (tmp_path / s / "explored.csv").read_text().splitlines() for s in runs}
+    assert len(rows["bounded"]) == 1 + BOUNDED
+    assert set(rows["bounded"]) <= set(rows["exhaustive"])
+
+
+def test_lower_bounds_hold_on_every_design(lowered: Callable[[str], Model]) -> None:
+    cfg = compose_config(*SMALL)
+    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    knobs = Knobs(
+        microbatches=(8,), recompute=(False, True), hbm_bytes=(32 * 10**9, 80 * 10**9), optimizer="sgd"
+    )
+    evaluator = Evaluator(
+        graphs=training_graphs(lowered("bert_large"), [1], "sgd", vocab_parallel=True),
+        system=system_from_config(cfg.system),
+        latency_model=latency_model_from_config(cfg.cost),
+        solver=SolverConfig(),
+        knobs=knobs,
+    )
+    lower = evaluator.layer_lower_bounds_s(designs, 8)[1]
+    exact = evaluator.layer_latencies_s(designs, 8)[1]
+    assert np.all(lower <= exact)
+    assert np.all(lower >= 0.5 * exact)  # not trivially loose
+    bounds_s = evaluator.lower_bounds_s(designs)
+    candidates = evaluator.evaluate(designs)
+    for j in range(len(designs)):
+        times = [
+            c.result.time_per_batch_s for c in candidates if c.design == j and isinstance(c.result, Placement)
+        ]
+        assert bounds_s[j] <= min(times)
+        assert bounds_s[j] >= 0.9 * min(times)
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "bounded"])
+def test_two_workers_give_the_same_files_as_one(tmp_path: Path, cache_dir: Path, strategy: str) -> None:
+    common = (*SMALL, f"search={strategy}", "search.batch_designs=4", "search.resume=false")
+    one = search(tmp_path / "one", cache_dir, *common, "search.workers=1")
+    two = search(tmp_path / "two", cache_dir, *common, "search.workers=2")
+    assert json.dumps(answer(one)) == json.dumps(answer(two))
+    assert (tmp_path / "one" / "explored.csv").read_bytes() == (
+        tmp_path / "two" / "explored.csv"
+    ).read_bytes()
+
+
+def test_a_killed_search_resumes(tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A cache of its own (sharing the exported ONNX files) so the first run solves every schedule
+    # and is slow enough to be killed midway.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache_dir / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    overrides = (
+        *SMALL,
+        "hw.glb_bytes=[33554432]",
+        "search=exhaustive",
+        "search.batch_designs=1",
+        "search.workers=1",
+    )
+    command = [sys.executable, "-c", "from phazec.cli import main; main()", *QUICK, *overrides]
+    killed = subprocess.Popen(
+        [*command, f"cache_dir={cache}", f"hydra.run.dir={tmp_path / 'killed'}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    saved = cache / "search"
+    while len(list(saved.glob("*/batch_*.json"))) < 2:
+        assert killed.poll() is None, "the search ended before it could be killed"
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    assert not (tmp_path / "killed" / "result.json").exists()
+
+    with caplog.at_level(logging.INFO, logger="phazec.search.explore"):
+        resumed = search(tmp_path / "resumed", cache, *overrides)
+    (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
+    done = int(message.split()[1])
+    assert 2 <= done < 16
+    assert message.startswith(f"resumed {done} of 16 evaluated designs")
+    fresh = search(tmp_path / "fresh", cache, *overrides, "search.resume=false")
+    assert answer(resumed) == answer(fresh)
+    assert (tmp_path / "resumed" / "explored.csv").read_bytes() == (
+        tmp_path / "fresh" / "explored.csv"
+    ).read_bytes()
+
+
+def test_every_strategy_is_built() -> None:
+    assert set(explore.STRATEGIES) == set(STRATEGIES)
+
+
+def test_state_key_ignores_what_cannot_change_the_answer() -> None:
+    key = state_key(compose_config(*SMALL))
+    same = state_key(
+        compose_config(*SMALL, "search.workers=3", "search.resume=false", "tracking=mlflow", "cache_dir=/x")
+    )
+    assert key == same
+    assert state_key(compose_config(*SMALL, "train.microbatch=[8]")) != key
+    assert state_key(compose_config(*SMALL, "search=bounded")) != key
+
+
+def test_saved_candidates_read_back_bit_for_bit() -> None:
+    placement = Placement(
+        stages=(Stage((0, 1), 1, 0.1 + 0.2, 3 * 10**9), Stage((2,), 4, 1 / 3, 7)),
+        t=4, d=2, recompute=True, hbm_bytes=80 * 10**9, microbatches_per_pipeline=3,
+        time_per_batch_s=2 / 3, throughput_samples_per_s=4096 / (2 / 3), fits_hbm=True,
+    )  # fmt: skip
+    infeasible = NoFeasiblePlacement(
+        t=1, recompute=False, hbm_bytes=32 * 10**9, min_memory_bytes=40 * 10**9,
+        parameter_bytes=30 * 10**9, activation_bytes=6 * 10**9, stash_bytes=4 * 10**9,
+    )  # fmt: skip
+    for candidate in (Candidate(12, 8, placement), Candidate(3, 1, infeasible)):
+        assert candidate_from_json(json.loads(json.dumps(candidate_json(candidate)))) == candidate
+
+
+def test_bo_places_the_design_with_the_fastest_block(
+    tmp_path: Path, cache_dir: Path, lowered: Callable[[str], Model]
+) -> None:
+    runs = [search(tmp_path / str(i), cache_dir, *SMALL, "search=bo", "search.trials=30") for i in range(2)]
+    assert answer(runs[0]) == answer(runs[1])  # seeded: the same trials every time
+    result = runs[0]
+    assert (result["search"]["designs_evaluated"], result["search"]["designs_pruned"]) == (1, 36)
+    # The 30 trials found the design whose block forward pass is fastest among all 37.
+    cfg = compose_config(*QUICK, *SMALL)
+    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    evaluator = Evaluator(
+        graphs=training_graphs(lowered("bert_large"), [1], "sgd", vocab_parallel=True),
+        system=system_from_config(cfg.system),
+        latency_model=latency_model_from_config(cfg.cost),
+        solver=SolverConfig(),
+        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+    )
+    fastest = int(np.argmin(evaluator.block_forward_s(designs)))
+    assert result["design"]["area_mm2"] == designs.area_mm2[fastest]
+    assert result["design"]["num_tc"] == designs.num_tc[fastest]
+    assert result["design"]["num_vc"] == designs.num_vc[fastest]

@@ -23,9 +23,10 @@ from mlflow.tracking import MlflowClient
 
 from phazec.report.sweep import BEST_JSON, COMPARISON_CSV, COMPARISON_TXT
 
-JOB = ["hw=tpuv4", "model=bert_large", "solver.time_limit_s=1", "train.recompute=[false]"]
+JOB = ["hw=tpuv4", "model=bert_large", "train.recompute=[false]"]
 """One design, one recompute setting: a job takes a few seconds once the model is cached."""
-JOB_ARTIFACTS = {"result.json", "explored.csv", "hydra/config.yaml", "pipeline.png", "throughput_vs_area.png"}
+PLOTS = {"pipeline.png", "throughput_vs_area.png", "bottleneck_gantt.png"}
+JOB_ARTIFACTS = {"result.json", "explored.csv", "hydra/config.yaml", *PLOTS}
 JOB_METRICS = {
     "throughput_samples_per_s", "time_per_batch_s", "area_mm2", "hbm_bytes",
     "speedup_vs_tpuv4_optimal_placement", "speedup_vs_tpuv4_megatron_plan",
@@ -101,7 +102,7 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
     assert json.loads((sweep_dir / BEST_JSON).read_text())["result"] == best
     assert (sweep_dir / COMPARISON_CSV).read_text().count("\n") == 3
     for job_dir in job_dirs(tmp_path):
-        for png in ("pipeline.png", "throughput_vs_area.png"):
+        for png in PLOTS:
             assert (job_dir / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
     # The sweep's best equals one run searching both microbatch sizes.

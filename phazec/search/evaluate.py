@@ -3,13 +3,16 @@
 For a batch of designs, every layer class's forward and backward operators are priced on all of them
 at once (the cost pass), each class is scheduled per design by the ILP (cached), and the placement DP
 solves every combination of tensor-parallel width, recompute flag and HBM size per microbatch size.
+`lower_bounds_s` does the same with a cheap lower bound in place of each schedule, which gives a
+proven lower bound on a design's time per batch (the `bounded` search strategy).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,9 +35,14 @@ from phazec.solvers.placement import (
     solve_placements,
 )
 from phazec.solvers.schedule import ScheduleCache, schedule
+from phazec.solvers.schedule_model import bounds
+from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
 from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
+
+BOUND_MARGIN = 1e-9
+"""Relative amount by which a layer's latency lower bound is lowered to absorb rounding."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,13 @@ class Timings:
     dp_s: float = 0.0
     ilp_cache_hits: int = 0
     ilp_solves: int = 0
+    bound_s: float = 0.0
+    """Lower bounds on designs (strategy `bounded`): schedule bounds and the DP on them."""
+
+    def add(self, other: Timings) -> None:
+        """Add another process's timings to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass
@@ -82,7 +97,18 @@ class Evaluator:
     timings: Timings = field(default_factory=Timings)
 
     def layer_latencies_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 2, layers] of forward and backward latency of every layer."""
+        """Per t: array [designs, 2, layers] of forward and backward latency of every layer (ILP)."""
+        return self._per_layer_s(designs, microbatch, self.schedule_s)
+
+    def layer_lower_bounds_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
+        """Like `layer_latencies_s`, but proven lower bounds on those latencies, without the ILP."""
+        return self._per_layer_s(designs, microbatch, self.lower_s)
+
+    def _per_layer_s(
+        self, designs: Designs, microbatch: int, latency_s: Callable[[ScheduleProblem], float]
+    ) -> dict[int, NDArray[np.float64]]:
+        """Per t: array [designs, 2, layers] of `latency_s` of each layer's forward and backward
+        scheduling problem on each design."""
         out: dict[int, NDArray[np.float64]] = {}
         for t, model in self.graphs.items():
             per_class = np.zeros((len(designs), 2, len(model.classes)))
@@ -95,16 +121,15 @@ class Evaluator:
                     graphs.append((1, cls.backward, costs.backward))
                 for direction, graph, op_costs in graphs:
                     for j in range(len(designs)):
-                        per_class[j, direction, c] = self.schedule_s(graph, op_costs, designs, j)
+                        problem = self.schedule_problem(graph, op_costs, designs, j)
+                        per_class[j, direction, c] = latency_s(problem)
             layer_class = np.array([layer.cls for layer in model.layers])
             out[t] = per_class[:, :, layer_class]
         return out
 
-    def schedule_s(self, graph: Graph, op_costs: OpCosts, designs: Designs, j: int) -> float:
-        """The optimal latency of one graph on design j (ILP, cached)."""
-        start = time.perf_counter()
-        hits = len(self.cache)
-        problem = schedule_problem(
+    def schedule_problem(self, graph: Graph, op_costs: OpCosts, designs: Designs, j: int) -> ScheduleProblem:
+        """The scheduling problem of one graph on design j."""
+        return schedule_problem(
             graph,
             op_costs.single_core_s[:, j],
             op_costs.all_cores_s[:, j],
@@ -112,13 +137,29 @@ class Evaluator:
             num_vc=int(designs.num_vc[j]),
             config=self.solver,
         )
+
+    def schedule_s(self, problem: ScheduleProblem) -> float:
+        """The optimal latency of one layer's graph on one design (ILP, cached)."""
+        start = time.perf_counter()
+        cached = self.cache.get(canonical_key(problem, self.solver)) is not None
         found = schedule(problem, self.solver, self.cache)
         self.timings.ilp_s += time.perf_counter() - start
-        if len(self.cache) == hits:
+        if cached:
             self.timings.ilp_cache_hits += 1
         else:
             self.timings.ilp_solves += 1
         return found.makespan_s
+
+    def lower_s(self, problem: ScheduleProblem) -> float:
+        """A proven lower bound on the makespan of every schedule of one layer's graph, without the ILP.
+
+        `bounds` sums latencies in another order than a replayed schedule does, so it is lowered by
+        BOUND_MARGIN: far more than any rounding difference, far less than any real one.
+        """
+        start = time.perf_counter()
+        lower_s = bounds(problem, [problem.modes(i) for i in range(len(problem.ops))]).lower_s
+        self.timings.bound_s += time.perf_counter() - start
+        return lower_s * (1.0 - BOUND_MARGIN)
 
     def problem(self, latencies: dict[int, NDArray[np.float64]], j: int, microbatch: int) -> PlacementProblem:
         """The placement problem of design j at one microbatch size (all allowed t)."""
@@ -155,16 +196,58 @@ class Evaluator:
         ]
 
     def evaluate(self, designs: Designs) -> list[Candidate]:
-        """Every (design, microbatch, variant) of a batch of designs."""
+        """Every (design, microbatch, variant) of a batch of designs, in that order."""
+        microbatches = self.knobs.microbatches
+        latencies = {mb: self.layer_latencies_s(designs, mb) for mb in microbatches}
         candidates = []
-        for microbatch in self.knobs.microbatches:
-            latencies = self.layer_latencies_s(designs, microbatch)
-            for j in range(len(designs)):
+        for j in range(len(designs)):
+            for microbatch in microbatches:
                 start = time.perf_counter()
-                results = solve_placements(self.problem(latencies, j, microbatch), self.variants())
+                problem = self.problem(latencies[microbatch], j, microbatch)
+                results = solve_placements(problem, self.variants())
                 self.timings.dp_s += time.perf_counter() - start
                 candidates += [Candidate(j, microbatch, r) for r in results]
         return candidates
+
+    def lower_bounds_s(self, designs: Designs) -> NDArray[np.float64]:
+        """Per design, a proven lower bound on the time per batch of every plan and knob setting.
+
+        It is the placement DP's optimum with every layer's latency replaced by a lower bound on its
+        schedule (`lower_s`). The DP's time per batch only grows with any layer latency (critical
+        paths, sums, max and products with positive counts, all rounded monotonically), and which
+        plans fit in HBM does not depend on latencies, so this optimum is at most the real one. Only
+        the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
+        fits gets infinity.
+        """
+        variants = [
+            Variant(t, recompute, max(self.knobs.hbm_bytes))
+            for t in sorted(self.graphs)
+            for recompute in self.knobs.recompute
+        ]
+        out = np.full(len(designs), np.inf)
+        for microbatch in self.knobs.microbatches:
+            latencies = self.layer_lower_bounds_s(designs, microbatch)
+            start = time.perf_counter()
+            for j in range(len(designs)):
+                results = solve_placements(self.problem(latencies, j, microbatch), variants)
+                times = [r.time_per_batch_s for r in results if isinstance(r, Placement)]
+                out[j] = min([out[j], *times])
+            self.timings.bound_s += time.perf_counter() - start
+        return out
+
+    def block_forward_s(self, designs: Designs) -> NDArray[np.float64]:
+        """Per design, the scheduled latency of one forward pass of the model's block (the layer class
+        with the most layers, the first on a tie) at the smallest tensor-parallel width and the largest
+        microbatch: one accelerator's inference-style figure, blind to placement (strategy `bo`)."""
+        model = self.graphs[min(self.graphs)]
+        block = max(model.classes, key=lambda cls: cls.count)
+        start = time.perf_counter()
+        costs = class_costs(block, designs, self.system, self.latency_model, max(self.knobs.microbatches))
+        self.timings.cost_s += time.perf_counter() - start
+        problems = [
+            self.schedule_problem(block.graph, costs.forward, designs, j) for j in range(len(designs))
+        ]
+        return np.array([self.schedule_s(problem) for problem in problems])
 
     def evaluate_fixed(self, designs: Designs, pp: int, dp: int, tp: int) -> list[Candidate]:
         """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting."""

@@ -1,11 +1,8 @@
 """The co-search: lower the model, derive its training graphs, search the hardware space, compare.
 
-Strategies (`search.strategy`):
-- `phaze`: designs in area bins of `search.bin_mm2` (0.01 mm^2), largest area first; stop after
-  `search.patience` (5) consecutive bins that do not improve the best throughput (PHAZE section 7).
-- `exhaustive`: every design of the space.
-Both report the TPUv4 design with optimal placement and with the model's fixed Megatron-style plan,
-and the found design with that fixed plan.
+The strategies (`phaze`, `exhaustive`, `bounded`) live in `phazec.search.explore`. Every result
+reports the TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and
+the found design with that fixed plan.
 """
 
 from __future__ import annotations
@@ -14,16 +11,14 @@ import csv
 import io
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic
-from phazec.config import validate_train
+from phazec.config import validate_search, validate_train
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
@@ -33,27 +28,18 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.training import training_pipeline
+from phazec.report.bottleneck import write_bottleneck_gantt
 from phazec.search.evaluate import Candidate, Evaluator, Knobs, best, least_memory
+from phazec.search.explore import Found, search
+from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
 from phazec.solvers.schedule import ScheduleCache
 from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("phaze", "exhaustive")
 TPUV4_PRESET = "tpuv4"
 """The `conf/hw/` preset holding the TPUv4-like design every result compares against."""
-
-
-@dataclass(frozen=True)
-class Found:
-    """A search's answer on one set of designs."""
-
-    designs: Designs
-    best: Candidate | None
-    evaluated: list[int]
-    """Indices of the designs evaluated, in order."""
-    candidates: list[Candidate]
 
 
 def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
@@ -85,36 +71,6 @@ def training_graphs(
         t: training_pipeline(t, optimizer=optimizer, vocab_parallel=vocab_parallel).run(model)[0]
         for t in sorted(set(widths))
     }
-
-
-def area_bins(designs: Designs, bin_mm2: float) -> list[NDArray[np.int64]]:
-    """Design indices grouped by area bin, largest area first (designs are sorted by area)."""
-    keys = np.floor(designs.area_mm2 / bin_mm2).astype(np.int64)
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    return np.split(np.arange(len(designs), dtype=np.int64), starts[1:])
-
-
-def search(evaluator: Evaluator, designs: Designs, strategy: str, bin_mm2: float, patience: int) -> Found:
-    """Run a strategy over the designs; returns the best candidate with global design indices."""
-    evaluated: list[int] = []
-    candidates: list[Candidate] = []
-    best_s = np.inf
-    stale = 0
-    for group in area_bins(designs, bin_mm2):
-        found = evaluator.evaluate(designs.take(group))
-        candidates += [Candidate(int(group[c.design]), c.microbatch, c.result) for c in found]
-        evaluated += [int(i) for i in group]
-        top = best(candidates)
-        improved = top is not None and top.result.time_per_batch_s < best_s  # type: ignore[union-attr]
-        if improved:
-            best_s = top.result.time_per_batch_s  # type: ignore[union-attr]
-            stale = 0
-        else:
-            stale += 1
-        log.info("%d/%d designs evaluated, best %.4g s per batch", len(evaluated), len(designs), best_s)
-        if strategy == "phaze" and stale >= patience:
-            break
-    return Found(designs, best(candidates), evaluated, candidates)
 
 
 def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
@@ -206,10 +162,7 @@ def tpuv4_designs(conf_dir: Path) -> Designs:
 def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]:
     """The whole co-search for one model; writes result.json and explored.csv to `out_dir`."""
     start = time.perf_counter()
-    if cfg.search.strategy not in STRATEGIES:
-        raise PhazecError(
-            f"search.strategy={cfg.search.strategy!r} is not a strategy; valid: {list(STRATEGIES)}."
-        )
+    validate_search(cfg.search)
     system = system_from_config(cfg.system)
     knobs = check_knobs(cfg, system.global_batch)
     model_cfg = OmegaConf.to_object(cfg.model)
@@ -228,7 +181,8 @@ def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]
         knobs=knobs,
         cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
     )
-    found = search(evaluator, designs, cfg.search.strategy, cfg.search.bin_mm2, cfg.search.patience)
+    state = SearchState(default_cache_dir(cfg.cache_dir) / "search" / state_key(cfg), cfg.search.resume)
+    found = search(evaluator, designs, cfg.search, state)
     if found.best is None:
         raise no_plan_error(found.candidates, knobs.hbm_bytes)
     tpuv4 = tpuv4_designs(conf_dir)
@@ -258,7 +212,7 @@ def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]
             "strategy": cfg.search.strategy,
             "designs_total": len(designs),
             "designs_evaluated": len(found.evaluated),
-            "designs_pruned": 0,
+            "designs_pruned": found.pruned,
             "wall_s": time.perf_counter() - start,
             "cost_s": evaluator.timings.cost_s,
             "ilp_s": evaluator.timings.ilp_s,
@@ -267,6 +221,7 @@ def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]
         },
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    write_bottleneck_gantt(evaluator, designs, found.best, out_dir)
     atomic.write_json(out_dir / "result.json", result)
     atomic.write_bytes(out_dir / "explored.csv", explored_csv(found).encode())
     return result

@@ -1,0 +1,65 @@
+"""The `bo` strategy: a Spotlight-style baseline that picks a design by Bayesian optimisation alone.
+
+Optuna's TPE sampler (seeded by `search.seed`) proposes a value for each knob of the design space
+(`vc_width` follows `tc_width` when the space ties them) for `search.trials` trials; a proposal the
+space does not hold (e.g. over the area budget) scores infinity. A design scores its block's forward
+latency (`Evaluator.block_forward_s`), an inference-style objective blind to the training plan. The
+design with the least score (the earliest trial on a tie) is then evaluated like any other, with the
+full placement, so the result shows what co-design adds over optimising the accelerator alone.
+Trials run one after another in this process, so the sampler sees every earlier result and the
+choice is repeatable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import numpy as np
+import optuna
+from tqdm import tqdm
+
+from phazec.errors import PhazecError
+from phazec.hw.designs import KNOBS, Designs
+from phazec.search.evaluate import Evaluator
+
+log = logging.getLogger(__name__)
+
+
+def tpe_design(evaluator: Evaluator, designs: Designs, trials: int, seed: int) -> int:
+    """The index of the design with the least block forward latency that TPE found in `trials` trials.
+
+    Raises:
+        PhazecError: no trial proposed a design of the space.
+    """
+    tied = bool(np.array_equal(designs.vc_width, designs.tc_width))
+    free = [k for k in KNOBS if not (tied and k == "vc_width")]
+    choices = {k: sorted({int(v) for v in getattr(designs, k)}) for k in free}
+    index: dict[tuple[int, ...], int] = {}
+    for i, row in enumerate(zip(*(getattr(designs, k).tolist() for k in KNOBS), strict=True)):
+        index.setdefault(tuple(row), i)
+
+    def objective(trial: optuna.Trial) -> float:
+        knobs = {k: trial.suggest_categorical(k, choices[k]) for k in free}
+        if tied:
+            knobs["vc_width"] = knobs["tc_width"]
+        j = index.get(tuple(knobs[k] for k in KNOBS))
+        if j is None:
+            return math.inf
+        return float(evaluator.block_forward_s(designs.take(np.array([j])))[0])
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    with tqdm(total=trials, desc="bo trials", unit="trial", disable=None, file=sys.stderr) as bar:
+        study.optimize(objective, n_trials=trials, callbacks=[lambda _, __: bar.update()])
+    done = [(t.value, t.number, t.params) for t in study.trials if t.value is not None and t.value < math.inf]
+    if not done:
+        raise PhazecError(
+            f"search.trials={trials} Bayesian-optimisation trials proposed no design of the space; "
+            "raise search.trials or use another strategy."
+        )
+    value, number, params = min(done, key=lambda d: (d[0], d[1]))
+    knobs = {**params, **({"vc_width": params["tc_width"]} if tied else {})}
+    log.info("bo: trial %d of %d found block forward latency %.4g s", number, trials, value)
+    return index[tuple(knobs[k] for k in KNOBS)]

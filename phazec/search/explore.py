@@ -1,0 +1,315 @@
+"""Architecture exploration: the strategies, and the loop that evaluates their batches of designs.
+
+A strategy is a fixed list of batches of design indices and a rule, checked before each batch in
+order, saying whether the search still wants it; the first batch it does not want ends the search.
+- `phaze`: one batch per area bin of `search.bin_mm2`, largest area first; stops after
+  `search.patience` consecutive bins that do not improve the best time per batch (PHAZE section 7).
+- `exhaustive`: every design, in batches of `search.batch_designs` in design order.
+- `bounded`: first a proven lower bound on each design's time per batch (`Evaluator.lower_bounds_s`),
+  then the designs in order of increasing bound, in batches of `search.batch_designs`; stops at the
+  first batch whose least bound exceeds the best time found, since no design in it or after it can
+  beat or tie the best. Its answer is exhaustive's.
+- `bo`: one batch, the design Bayesian optimisation of a block's forward latency picks
+  (`phazec.search.bo`); the trials run in this process.
+
+Batches never depend on the number of workers: up to two per worker are evaluated ahead, and results
+are taken in batch order, so a search gives the same answer with any number of processes. The answer
+is the fastest candidate, ties going to the first in design order, then microbatch and variant order,
+as an exhaustive search in design order finds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+from tqdm import tqdm
+
+from phazec.config import SearchConfig
+from phazec.hw.designs import Designs
+from phazec.search.bo import tpe_design
+from phazec.search.evaluate import Candidate, Evaluator, Timings, best
+from phazec.search.pool import Workers
+from phazec.search.state import SearchState
+from phazec.solvers.placement import Placement
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search's answer on one set of designs."""
+
+    designs: Designs
+    best: Candidate | None
+    """The fastest feasible candidate (global design index), or None if nothing fits."""
+    evaluated: list[int]
+    """Indices of the designs evaluated, in evaluation order."""
+    candidates: list[Candidate]
+    """Every evaluated candidate, in design order."""
+
+    @property
+    def pruned(self) -> int:
+        """Designs never evaluated: ruled out by a proven bound (`bounded`), or left when patience ran
+        out (`phaze`, no proof)."""
+        return len(self.designs) - len(self.evaluated)
+
+
+class Strategy(Protocol):
+    """Batches of design indices in evaluation order, and whether the search still wants the next."""
+
+    batches: list[NDArray[np.int64]]
+
+    def wanted(self, i: int, best_s: float) -> bool:
+        """Whether to evaluate batch i, given the best time per batch so far (inf: none)."""
+        ...
+
+    def record(self, improved: bool) -> None:
+        """Note whether the batch just taken improved the best time."""
+        ...
+
+
+@dataclass
+class Exhaustive:
+    """Every batch."""
+
+    batches: list[NDArray[np.int64]]
+
+    def wanted(self, i: int, best_s: float) -> bool:
+        """Always."""
+        return True
+
+    def record(self, improved: bool) -> None:
+        """Nothing to note."""
+
+
+@dataclass
+class Phaze:
+    """Area bins until `patience` bins in a row bring no improvement."""
+
+    batches: list[NDArray[np.int64]]
+    patience: int
+    stale: int = 0
+    """Consecutive batches without improvement so far."""
+
+    def wanted(self, i: int, best_s: float) -> bool:
+        """While patience lasts."""
+        return self.stale < self.patience
+
+    def record(self, improved: bool) -> None:
+        """Count a stale bin, or start again after an improvement."""
+        self.stale = 0 if improved else self.stale + 1
+
+
+@dataclass
+class Bounded:
+    """Batches in order of increasing lower bound, while the least bound can still match the best."""
+
+    batches: list[NDArray[np.int64]]
+    least_bound_s: list[float]
+    """The least lower bound of each batch (its first design's)."""
+
+    def wanted(self, i: int, best_s: float) -> bool:
+        """If a design of batch i could be as fast as the best so far."""
+        return self.least_bound_s[i] <= best_s
+
+    def record(self, improved: bool) -> None:
+        """Nothing to note."""
+
+
+def area_bins(designs: Designs, bin_mm2: float) -> list[NDArray[np.int64]]:
+    """Design indices grouped by area bin, largest area first (designs are sorted by area)."""
+    keys = np.floor(designs.area_mm2 / bin_mm2).astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return np.split(np.arange(len(designs), dtype=np.int64), starts[1:])
+
+
+def chunks(order: NDArray[np.int64], size: int) -> list[NDArray[np.int64]]:
+    """`order` cut into consecutive batches of `size` (the last may be shorter)."""
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def search(evaluator: Evaluator, designs: Designs, config: SearchConfig, state: SearchState) -> Found:
+    """Run the configured strategy over the designs with `config.workers` processes."""
+    if config.strategy == "phaze":
+        batches = len(area_bins(designs, config.bin_mm2))
+    elif config.strategy == "bo":
+        batches = 1
+    else:
+        batches = math.ceil(len(designs) / config.batch_designs)
+    count = max(1, min(config.workers or os.cpu_count() or 1, batches))
+    log.info(
+        "%s search: %d designs, %d process(es), state in %s",
+        config.strategy,
+        len(designs),
+        count,
+        state.directory,
+    )
+    with Workers(evaluator, count) as workers:
+        strategy = STRATEGIES[config.strategy](designs, config, workers, state)
+        return explore(strategy, designs, workers, state, config.strategy)
+
+
+def bounded(designs: Designs, batch_designs: int, workers: Workers, state: SearchState) -> Bounded:
+    """The bounded strategy: every design's lower bound (in batches, saved for resuming), then the
+    designs sorted by it, ties in design order."""
+    bound_batches = chunks(np.arange(len(designs), dtype=np.int64), batch_designs)
+    bounds_s = np.empty(len(designs))
+    bar = tqdm(total=len(designs), desc="bounds", unit="design", disable=None, file=sys.stderr)
+    with bar:
+        for i, batch, found, fresh in _in_order(
+            bound_batches,
+            state.bounds,
+            lambda batch: workers.submit(Evaluator.lower_bounds_s, designs.take(batch)),
+            workers,
+            lambda i: True,
+        ):
+            bounds_s[batch] = found
+            if fresh:
+                state.put_bounds(i, batch, found)
+            bar.update(len(batch))
+    order = np.argsort(bounds_s, kind="stable").astype(np.int64)
+    batches = chunks(order, batch_designs)
+    return Bounded(batches, [float(bounds_s[b[0]]) for b in batches])
+
+
+def _phaze(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+    return Phaze(area_bins(designs, config.bin_mm2), config.patience)
+
+
+def _exhaustive(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+    return Exhaustive(chunks(np.arange(len(designs), dtype=np.int64), config.batch_designs))
+
+
+def _bounded(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+    return bounded(designs, config.batch_designs, workers, state)
+
+
+def _bo(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+    chosen = tpe_design(workers.evaluator, designs, config.trials, config.seed)
+    return Exhaustive([np.array([chosen], dtype=np.int64)])
+
+
+STRATEGIES: dict[str, Callable[[Designs, SearchConfig, Workers, SearchState], Strategy]] = {
+    "phaze": _phaze,
+    "exhaustive": _exhaustive,
+    "bounded": _bounded,
+    "bo": _bo,
+}
+"""How each `search.strategy` makes its batches (`bounded` bounds every design first)."""
+
+
+@dataclass
+class _Tally:
+    """What a search has taken so far."""
+
+    evaluated: list[int] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    resumed: int = 0
+    """Designs whose results were read from the saved state instead of evaluated by this run."""
+    best: Candidate | None = None
+    """The fastest candidate so far (any of equally fast ones)."""
+
+    @property
+    def best_s(self) -> float:
+        """The best time per batch so far; inf before any plan fits."""
+        return math.inf if self.best is None else _placement(self.best).time_per_batch_s
+
+    @property
+    def summary(self) -> str:
+        """The best throughput so far, for the progress bar."""
+        return (
+            ""
+            if self.best is None
+            else f"best {_placement(self.best).throughput_samples_per_s:.5g} samples/s"
+        )
+
+    def take(self, batch: NDArray[np.int64], found: list[Candidate]) -> bool:
+        """Add a batch's candidates; whether they improve the best time."""
+        self.evaluated += batch.tolist()
+        self.candidates += found
+        top = best(found)
+        improved = top is not None and _placement(top).time_per_batch_s < self.best_s
+        if improved:
+            self.best = top
+        return improved
+
+
+def explore(strategy: Strategy, designs: Designs, workers: Workers, state: SearchState, name: str) -> Found:
+    """Evaluate the strategy's batches in order while it wants them, saving each new one."""
+    tally = _Tally()
+    bar = tqdm(total=len(designs), desc=name, unit="design", disable=None, file=sys.stderr)
+    with bar:
+        for i, batch, found, fresh in _in_order(
+            strategy.batches,
+            state.candidates,
+            lambda batch: workers.submit(Evaluator.evaluate, designs.take(batch)),
+            workers,
+            lambda i: strategy.wanted(i, tally.best_s),
+        ):
+            taken = _global(batch, found) if fresh else found
+            if fresh:
+                state.put_candidates(i, batch, taken)
+            else:
+                tally.resumed += len(batch)
+            strategy.record(tally.take(batch, taken))
+            bar.set_postfix_str(tally.summary, refresh=False)
+            bar.update(len(batch))
+        skipped = len(designs) - len(tally.evaluated)
+        if skipped:
+            bar.set_postfix_str(f"{tally.summary}, {skipped} not evaluated", refresh=False)
+            bar.update(skipped)
+    if tally.resumed:
+        log.info(
+            "resumed %d of %d evaluated designs from %s", tally.resumed, len(tally.evaluated), state.directory
+        )
+    ordered = sorted(tally.candidates, key=lambda c: c.design)
+    return Found(designs, best(ordered), tally.evaluated, ordered)
+
+
+def _placement(candidate: Candidate) -> Placement:
+    assert isinstance(candidate.result, Placement)
+    return candidate.result
+
+
+def _global(batch: NDArray[np.int64], found: list[Candidate]) -> list[Candidate]:
+    """Candidates of a batch with their design indices into the whole space."""
+    return [Candidate(int(batch[c.design]), c.microbatch, c.result) for c in found]
+
+
+def _in_order(
+    batches: list[NDArray[np.int64]],
+    saved: Callable[[int, NDArray[np.int64]], T | None],
+    submit: Callable[[NDArray[np.int64]], Future[tuple[T, Timings]]],
+    workers: Workers,
+    wanted: Callable[[int], bool],
+) -> Iterator[tuple[int, NDArray[np.int64], T, bool]]:
+    """(index, batch, result, fresh) of each batch in order while `wanted(index)`; fresh is False for a
+    result read from the saved state.
+
+    Batches ahead of the current one that are wanted now (by the best so far) are started early, so
+    every worker stays busy; one that turns out not to be wanted is never read.
+    """
+    pending: dict[int, Future[tuple[T, Timings]] | T] = {}
+    for i, batch in enumerate(batches):
+        if not wanted(i):
+            return
+        for j in range(i, min(len(batches), i + workers.lookahead)):
+            if j not in pending and wanted(j):
+                got = saved(j, batches[j])
+                pending[j] = submit(batches[j]) if got is None else got
+        entry = pending.pop(i)
+        if isinstance(entry, Future):
+            yield i, batch, workers.result(entry), True
+        else:
+            yield i, batch, entry, False

@@ -1,0 +1,85 @@
+"""Evaluate batches of designs in worker processes on this machine, or in this process.
+
+Each worker gets a copy of the Evaluator once (pickled when it starts) and shares the on-disk
+schedule cache, whose files are written atomically. A task runs one Evaluator method on one batch
+and returns its result with the seconds the worker spent on it; the caller reads results in its
+own order, so the answer never depends on how many workers there are or which finishes first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import TypeVar
+
+from phazec.hw.designs import Designs
+from phazec.search.evaluate import Evaluator, Timings
+
+T = TypeVar("T")
+Task = Callable[[Evaluator, Designs], T]
+"""One Evaluator method on one batch, e.g. `Evaluator.evaluate`."""
+
+_WORKER: dict[str, Evaluator] = {}
+"""The evaluator of this worker process, under "evaluator"."""
+
+
+def _start_worker(evaluator: Evaluator) -> None:
+    _WORKER["evaluator"] = evaluator
+
+
+def _run(evaluator: Evaluator, task: Task[T], designs: Designs) -> tuple[T, Timings]:
+    """Run a task with fresh timings; returns its result and the timings it added."""
+    evaluator.timings = Timings()
+    return task(evaluator, designs), evaluator.timings
+
+
+def _run_in_worker(task: Task[T], designs: Designs) -> tuple[T, Timings]:
+    return _run(_WORKER["evaluator"], task, designs)
+
+
+class Workers:
+    """`count` processes (spawned, so nothing but the evaluator is inherited), or this process when
+    `count` is 1. Use as a context manager; leaving it cancels tasks not yet started."""
+
+    def __init__(self, evaluator: Evaluator, count: int) -> None:
+        self.evaluator = evaluator
+        self.count = count
+        self._pool: Executor | None = None
+        if count > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=count,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(evaluator,),
+            )
+
+    def submit(self, task: Task[T], designs: Designs) -> Future[tuple[T, Timings]]:
+        """Start a task (in this process: run it now)."""
+        if self._pool is None:
+            done: Future[tuple[T, Timings]] = Future()
+            own = self.evaluator.timings
+            try:
+                done.set_result(_run(self.evaluator, task, designs))
+            finally:
+                self.evaluator.timings = own
+            return done
+        return self._pool.submit(_run_in_worker, task, designs)
+
+    def result(self, future: Future[tuple[T, Timings]]) -> T:
+        """A task's result; the seconds it took are added to the evaluator's timings."""
+        value, timings = future.result()
+        self.evaluator.timings.add(timings)
+        return value
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def lookahead(self) -> int:
+        """How many batches to keep in flight: two per worker, so none waits; one in this process."""
+        return 1 if self._pool is None else 2 * self.count

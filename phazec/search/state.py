@@ -1,0 +1,120 @@
+"""A search's saved state, so that a killed search started again with the same config resumes.
+
+The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
+the settings that cannot change the answer (`search.workers`, `search.resume`, `tracking`,
+`cache_dir`), together with phazec's code (its Python sources and the placement extension), so a
+state never outlives a change that could change an answer. Each finished batch of designs is
+one compact JSON file written atomically, so a kill leaves whole files only. Floats are written with
+`repr`, which reads back to the same bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from omegaconf import DictConfig, OmegaConf
+
+import phazec
+from phazec import _placement, atomic
+from phazec.search.evaluate import Candidate
+from phazec.solvers.placement import NoFeasiblePlacement, Placement, PlacementResult, Stage
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+"""Bumped whenever the files change layout."""
+IGNORED = (("search", "workers"), ("search", "resume"), ("tracking",), ("cache_dir",))
+"""Config paths that do not change a search's answer, left out of the state key."""
+
+
+def state_key(cfg: DictConfig) -> str:
+    """The hash naming the state of a search with this config."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    for path in IGNORED:
+        node = plain
+        for part in path[:-1]:
+            node = node.get(part, {})
+        node.pop(path[-1], None)
+    keyed = {"state": STATE_VERSION, "code": code_digest(), "config": plain}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
+
+
+def code_digest() -> str:
+    """A hash of phazec's Python sources and its compiled placement extension."""
+    package = Path(phazec.__file__).parent
+    files = {str(path.relative_to(package)): path for path in package.rglob("*.py")}
+    extension = Path(_placement.__file__)
+    files[extension.name] = extension
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode())
+        digest.update(files[name].read_bytes())
+    return digest.hexdigest()
+
+
+class SearchState:
+    """Finished batches of one search on disk; `resume=False` ignores (and overwrites) old ones."""
+
+    def __init__(self, directory: Path, resume: bool) -> None:
+        self.directory = directory
+        self.resume = resume
+
+    def bounds(self, index: int, designs: NDArray[np.int64]) -> NDArray[np.float64] | None:
+        """The saved lower bounds of batch `index` of the bound pass, if it holds these designs."""
+        data = self._read(f"bounds_{index:06d}.json", designs)
+        return None if data is None else np.array(data["bounds_s"], dtype=np.float64)
+
+    def put_bounds(self, index: int, designs: NDArray[np.int64], bounds_s: NDArray[np.float64]) -> None:
+        """Save the lower bounds of batch `index` of the bound pass."""
+        self._write(f"bounds_{index:06d}.json", designs, {"bounds_s": [float(b) for b in bounds_s]})
+
+    def candidates(self, index: int, designs: NDArray[np.int64]) -> list[Candidate] | None:
+        """The saved candidates of evaluated batch `index`, if it holds these designs."""
+        data = self._read(f"batch_{index:06d}.json", designs)
+        return None if data is None else [candidate_from_json(c) for c in data["candidates"]]
+
+    def put_candidates(self, index: int, designs: NDArray[np.int64], candidates: list[Candidate]) -> None:
+        """Save the candidates (global design indices) of evaluated batch `index`."""
+        self._write(
+            f"batch_{index:06d}.json", designs, {"candidates": [candidate_json(c) for c in candidates]}
+        )
+
+    def _read(self, name: str, designs: NDArray[np.int64]) -> dict[str, Any] | None:
+        path = self.directory / name
+        if not self.resume or not path.exists():
+            return None
+        data: dict[str, Any] = json.loads(path.read_text())
+        if data["designs"] != designs.tolist():
+            log.warning("ignoring %s: it holds other designs than this search's batch", path)
+            return None
+        return data
+
+    def _write(self, name: str, designs: NDArray[np.int64], data: dict[str, Any]) -> None:
+        compact = json.dumps({"designs": designs.tolist(), **data}, separators=(",", ":"))
+        atomic.write_bytes(self.directory / name, compact.encode())
+
+
+def candidate_json(candidate: Candidate) -> dict[str, Any]:
+    """A candidate as plain JSON data."""
+    kind = "placement" if isinstance(candidate.result, Placement) else "infeasible"
+    return {"design": candidate.design, "microbatch": candidate.microbatch, kind: asdict(candidate.result)}
+
+
+def candidate_from_json(data: dict[str, Any]) -> Candidate:
+    """The candidate `candidate_json` wrote."""
+    result: PlacementResult
+    if "placement" in data:
+        fields = data["placement"]
+        stages = tuple(Stage(**{**s, "layers": tuple(s["layers"])}) for s in fields["stages"])
+        result = Placement(**{**fields, "stages": stages})
+    else:
+        result = NoFeasiblePlacement(**data["infeasible"])
+    return Candidate(data["design"], data["microbatch"], result)

@@ -1,0 +1,84 @@
+"""The Gantt chart of the bottleneck block: written by a real search, and really the bottleneck."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import phazec.search.run
+from phazec.cli import conf_dir
+from phazec.hw.designs import Designs
+from phazec.report import bottleneck
+from phazec.report.bottleneck import BOTTLENECK_PNG, bottleneck_block
+from phazec.search.evaluate import Candidate, Evaluator
+from phazec.solvers.placement import Placement
+from tests.conftest import compose_config
+from tests.test_search import QUICK, RESULT_KEYS
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height of a PNG, from its IHDR chunk (after checking the signature)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_search_writes_the_bottleneck_gantt(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+    real = bottleneck.write_bottleneck_gantt
+
+    def spy(evaluator: Evaluator, designs: Designs, candidate: Candidate, out_dir: Path) -> Path:
+        solves = evaluator.timings.ilp_solves
+        path = real(evaluator, designs, candidate, out_dir)
+        new_solves = evaluator.timings.ilp_solves - solves
+        seen.update(evaluator=evaluator, designs=designs, candidate=candidate, new_solves=new_solves)
+        return path
+
+    monkeypatch.setattr(phazec.search.run, "write_bottleneck_gantt", spy)
+    cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "model=bert_large", "hw=tpuv4")
+    phazec.search.run.run_search(cfg, tmp_path, Path(conf_dir()))
+
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert set(result) == RESULT_KEYS
+    width, height = png_size(tmp_path / BOTTLENECK_PNG)
+    assert 1000 <= width <= 2000 and 150 <= height <= 10000
+    assert (tmp_path / BOTTLENECK_PNG).stat().st_size > 10_000
+    # Every schedule was already solved by the search: the chart is drawn from cache hits.
+    assert seen["new_solves"] == 0
+
+    evaluator: Evaluator = seen["evaluator"]
+    designs: Designs = seen["designs"]
+    candidate: Candidate = seen["candidate"]
+    placement = candidate.result
+    assert isinstance(placement, Placement)
+    assert [list(s.layers) for s in placement.stages] == [s["layers"] for s in result["plan"]["stages"]]
+
+    # The bottleneck, worked out from the evaluator's per-layer latencies on the found design.
+    chosen = designs.take(np.array([candidate.design]))
+    latencies = evaluator.layer_latencies_s(chosen, candidate.microbatch)[placement.t][0]
+    loads = [s.load_s for s in placement.stages]
+    stage = loads.index(max(loads))
+    layers = list(placement.stages[stage].layers)
+    slowest = float(latencies[:, layers].max())
+    assert slowest > 0
+
+    block = bottleneck_block(evaluator, designs, candidate)
+    assert block.stage == stage
+    assert block.layer in layers
+    assert block.latency_s == slowest
+    assert latencies[("forward", "backward").index(block.direction), block.layer] == slowest
+    assert block.schedule.makespan_s == slowest
+    # Ties (identical blocks) go to the first layer of the stage.
+    assert block.layer == next(i for i in layers if latencies[:, i].max() == slowest)
+    name = evaluator.graphs[placement.t].layers[block.layer].name
+    for part in ("bert_large", name, block.direction, "microbatch 8", f"stage {stage} of {len(loads)}"):
+        assert part in block.title
