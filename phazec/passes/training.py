@@ -66,7 +66,7 @@ def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
 
 
 @dataclass(frozen=True, slots=True)
-class LayerRow:
+class TrainingRow:
     """One layer's per-device figures at one microbatch size: plain values for tables."""
 
     layer: int
@@ -86,7 +86,7 @@ class LayerRow:
     """Inputs kept for one microbatch when activations are recomputed."""
 
 
-def rows_at(model: Model, microbatch: int) -> list[LayerRow]:
+def rows_at(model: Model, microbatch: int) -> list[TrainingRow]:
     """Per-layer rows of a trained model at a microbatch size; raises PhazecError if it is not trained."""
     rows = []
     for layer in model.layers:
@@ -96,7 +96,7 @@ def rows_at(model: Model, microbatch: int) -> list[LayerRow]:
                 f"model {model.name!r} has no backward graphs or memory: run training_pipeline."
             )
         rows.append(
-            LayerRow(
+            TrainingRow(
                 layer=layer.index,
                 name=layer.name,
                 kind=layer.kind.value,
@@ -122,7 +122,7 @@ def training_rows(
     vocab_parallel: bool = False,
     fuse: bool = True,
     optimizer: str = "sgd",
-) -> tuple[list[LayerRow], list[PassTiming]]:
+) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
     The input model is not changed (it can be shared across widths).

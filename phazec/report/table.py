@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from phazec.ir.summary import LayerRow
-from phazec.passes.training import LayerRow as TrainingRow
+from phazec.passes.training import TrainingRow
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
