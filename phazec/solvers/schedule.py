@@ -64,7 +64,8 @@ class Schedule:
     cores: tuple[tuple[tuple[str, int], ...], ...]
     """Per op, the (resource, core index) it holds; empty for spread or zero-duration ops."""
     solves: tuple[SolveRecord, ...]
-    """Every solve that led here, the last one giving this schedule."""
+    """Every solve that led here (none when the list schedule met the lower bound). The schedule is
+    the best feasible one seen: the list schedule, a repaired relaxed schedule, or a solve's."""
 
     @property
     def optimal(self) -> bool:
