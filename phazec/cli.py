@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
@@ -25,7 +27,7 @@ from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
 from phazec.report.plots import write_plots
 from phazec.report.table import layer_table, result_table, training_table
-from phazec.search.run import run_search
+from phazec.search.run import multi_table, run_multi, run_search
 
 
 def conf_dir() -> str:
@@ -104,13 +106,42 @@ def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 register()
 
 
+def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:
+    """The presets of a `model=[a,b,...]` override (None without a list; Hydra merges a list of
+    presets into one `model` node, so the job reads them back from its overrides), and the
+    `model.<key>=<value>` overrides to apply to each (keys without the prefix)."""
+    names: list[str] | None = None
+    keys: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        value = override.value()
+        if key == "model" and isinstance(value, list):
+            names = [str(v) for v in value]
+        elif key.startswith("model."):
+            if override.is_delete():
+                raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
+            keys[key.removeprefix("model.")] = value
+    return names, keys
+
+
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _search_app(cfg: DictConfig) -> None:
     out_dir = output_dir()
     try:
-        result = run_search(cfg, out_dir, Path(conf_dir()))
+        names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
+        if names is not None and len(names) > 1:
+            result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
+        else:
+            result = run_search(cfg, out_dir, Path(conf_dir()))
     except PhazecError as err:
         raise JobError(str(err)) from err
+    if names is not None and len(names) > 1:
+        for name in names:
+            own = json.loads((out_dir / name / "result.json").read_text())
+            write_plots(own, out_dir / name)
+            print(result_table(own))
+        print(multi_table(result))
+        return
     write_plots(result, out_dir)
     print(result_table(result))
 
