@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,15 +18,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic
-from phazec.config import register, validate_train
+from phazec.config import model_list, register, validate_train
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
 from phazec.report.plots import write_plots
-from phazec.report.table import layer_table, result_table, training_table
-from phazec.search.run import run_search
+from phazec.report.table import layer_table, multi_table, result_table, training_table
+from phazec.search.run import run_multi, run_search
 
 
 def conf_dir() -> str:
@@ -108,9 +109,20 @@ register()
 def _search_app(cfg: DictConfig) -> None:
     out_dir = output_dir()
     try:
-        result = run_search(cfg, out_dir, Path(conf_dir()))
+        names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
+        if names is not None and len(names) > 1:
+            result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
+        else:
+            result = run_search(cfg, out_dir, Path(conf_dir()))
     except PhazecError as err:
         raise JobError(str(err)) from err
+    if names is not None and len(names) > 1:
+        for name in names:
+            own = json.loads((out_dir / name / "result.json").read_text())
+            write_plots(own, out_dir / name)
+            print(result_table(own))
+        print(multi_table(result))
+        return
     write_plots(result, out_dir)
     print(result_table(result))
 

@@ -5,8 +5,10 @@ typed node: a misspelled key or a value of the wrong type fails at composition w
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING
 
 from phazec.errors import PhazecError
@@ -132,6 +134,24 @@ def validate_search(search: SearchConfig) -> None:
             f"search.workers={search.workers} is not valid: give a number of processes >= 1 (1 evaluates "
             "in this process), or leave it unset (null) for one per core."
         )
+
+
+def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:
+    """The presets of a `model=[a,b,...]` override (None without a list; Hydra merges a list of
+    presets into one `model` node, so the job reads them back from its overrides), and the
+    `model.<key>=<value>` overrides to apply to each (keys without the prefix)."""
+    names: list[str] | None = None
+    keys: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        value = override.value()
+        if key == "model" and isinstance(value, list):
+            names = [str(v) for v in value]
+        elif key.startswith("model."):
+            if override.is_delete():
+                raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
+            keys[key.removeprefix("model.")] = value
+    return names, keys
 
 
 def register() -> None:

@@ -153,6 +153,31 @@ def test_single_run_user_error_exits_2_and_its_run_fails(tmp_path: Path, cache_d
     assert run.data.tags["error"].startswith("no training plan fits in HBM")
 
 
+def test_several_models_log_each_models_figures_and_directory(tmp_path: Path, cache_dir: Path) -> None:
+    models = ["bert_large", "opt_350m"]
+    job = ["hw=tpuv4", f"model=[{','.join(models)}]", "train.recompute=[false]", "train.microbatch=[8]"]
+    done = phazec(tmp_path, cache_dir, *job, "system.hbm_gb=[32]")
+    assert done.returncode == 0, done.stderr
+    assert "MLflow logging failed" not in done.stderr
+    (run,) = runs(f"sqlite:///{tmp_path / 'phazec.db'}")
+    assert run.info.status == "FINISHED"
+    (run_dir,) = (tmp_path / "outputs").glob("*/*")
+    result = json.loads((run_dir / "result.json").read_text())
+    own = {"throughput_samples_per_s", "time_per_batch_s", "speedup_vs_own_best_design",
+           "speedup_vs_tpuv4_optimal_placement"}  # fmt: skip
+    expected = JOB_METRICS - {"time_per_batch_s", *(m for m in JOB_METRICS if m.startswith("speedup"))}
+    assert set(run.data.metrics) == expected | {f"{m}.{name}" for m in own for name in models}
+    per_model = result["throughput_samples_per_s"]
+    assert run.data.metrics["throughput_samples_per_s"] == sum(per_model.values()) / 2
+    for name in models:
+        assert run.data.metrics[f"throughput_samples_per_s.{name}"] == per_model[name]
+    assert run.data.params["model"] == f"[{','.join(models)}]"
+    logged = artifacts(f"sqlite:///{tmp_path / 'phazec.db'}", run.info.run_id)
+    assert {"result.json", "common.csv", "hydra/config.yaml"} <= logged
+    for name in models:
+        assert {f"{name}/result.json", f"{name}/explored.csv", f"{name}/bottleneck_gantt.png"} <= logged
+
+
 def test_job_logs_to_a_real_mlflow_server(tmp_path: Path, cache_dir: Path) -> None:
     port = free_port()
     store = f"sqlite:///{tmp_path / 'server.db'}"

@@ -2,7 +2,8 @@
 
 A job is a directory of the sweep holding `.hydra/overrides.yaml`; it succeeded iff it holds
 `result.json`. The best job has the highest throughput (the first such job on ties), so the sweep's
-best equals one run searching the union of the jobs' knob lists.
+best equals one run searching the union of the jobs' knob lists. A job searching several models
+(`model=[a,b,...]`) is ranked by its mean throughput on its common design.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from phazec import atomic
+from phazec.report.result import headline_throughput, is_multi
 from phazec.report.table import render
 
 log = logging.getLogger(__name__)
@@ -71,17 +73,25 @@ def gather(sweep_dir: Path) -> list[SweepJob]:
 def best_job(jobs: list[SweepJob]) -> SweepJob | None:
     """The succeeded job with the highest throughput, the first one on ties."""
     done = [j for j in jobs if j.result is not None]
-    return max(done, key=lambda j: j.result["throughput_samples_per_s"] if j.result else 0.0, default=None)
+    return max(done, key=lambda j: headline_throughput(j.result) if j.result else 0.0, default=None)
 
 
 def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
     """One row of the comparison table: the job's overrides except the `shared` ones, and its figures
-    (empty for a failed job)."""
+    (empty for a failed job; for several models, the mean throughput and the common design's area
+    and HBM, the per-model figures being in its result.json)."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     own = " ".join(o for o in job.overrides if o not in shared)
     row.update(job=job.num, status="failed", overrides=own, dir=str(job.dir))
     r = job.result
-    if r is not None:
+    if r is not None and is_multi(r):
+        row.update(
+            status="ok",
+            throughput_samples_per_s=headline_throughput(r),
+            area_mm2=r["design"]["area_mm2"],
+            hbm_bytes=r["design"]["hbm_bytes"],
+        )
+    elif r is not None:
         plan = r["plan"]
         row.update(
             status="ok",

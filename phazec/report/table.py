@@ -7,6 +7,7 @@ from typing import Any
 
 from phazec.ir.summary import LayerRow
 from phazec.passes.training import TrainingRow
+from phazec.report.result import headline_throughput
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -95,6 +96,34 @@ def result_table(result: dict[str, Any]) -> str:
         f"({search['strategy']}) in {search['wall_s']:.1f} s"
     )
     table = render(["", "design", "plan", "samples/s", "vs TPUv4"], body)
+    return f"{header}\n{table}"
+
+
+def multi_table(result: dict[str, Any]) -> str:
+    """A multi-model result: per model, the common design against its own best design, with the
+    speedup over the TPUv4 design with optimal placement."""
+    body = []
+    for name in result["model"]:
+        own = result["baselines"][name]["own_best_design"]
+        tpu = result["baselines"][name]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+        common = result["throughput_samples_per_s"][name]
+        for label, design, plan, value in (
+            ("common design", result["design"], result["plan"][name], common),
+            ("own best design", own["design"], own["plan"], own["throughput_samples_per_s"]),
+        ):
+            ratio = value / own["throughput_samples_per_s"] if own["throughput_samples_per_s"] else 0.0
+            vs_tpu = f"{value / tpu:.2f}x" if tpu else "-"
+            body.append(
+                [name, label, _design_text(design), _plan_text(plan), f"{value:.4g}", f"{ratio:.2f}", vs_tpu]
+            )
+    search = result["search"]
+    mean = headline_throughput(result)
+    header = (
+        f"{', '.join(result['model'])}: common design with mean throughput {mean:.4g} samples/s, "
+        f"chosen among {search['designs_evaluated']} of {search['designs_total']} designs "
+        f"({search['strategy']}) in {search['wall_s']:.1f} s"
+    )
+    table = render(["model", "", "design", "plan", "samples/s", "of own best", "vs TPUv4"], body)
     return f"{header}\n{table}"
 
 

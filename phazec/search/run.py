@@ -7,14 +7,20 @@ the found design with that fixed plan.
 
 from __future__ import annotations
 
+import copy
 import csv
+import hashlib
 import io
+import json
 import logging
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic
@@ -23,14 +29,15 @@ from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
-from phazec.hw.designs import Designs
+from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.training import training_pipeline
 from phazec.report.bottleneck import write_bottleneck_gantt
-from phazec.search.evaluate import Candidate, Evaluator, Knobs, best, least_memory
-from phazec.search.explore import Found, search
+from phazec.search.evaluate import Candidate, Evaluator, Knobs, Timings, best, least_memory
+from phazec.search.explore import Exhaustive, Found, chunks, explore, search
+from phazec.search.pool import Workers
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
 from phazec.solvers.schedule import ScheduleCache
@@ -159,9 +166,18 @@ def tpuv4_designs(conf_dir: Path) -> Designs:
     return enumerate_designs(hw_space_from_config(OmegaConf.load(conf_dir / "hw" / f"{TPUV4_PRESET}.yaml")))
 
 
-def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]:
-    """The whole co-search for one model; writes result.json and explored.csv to `out_dir`."""
-    start = time.perf_counter()
+@dataclass(frozen=True)
+class Job:
+    """One model's search, set up: its config, the space, and the evaluator holding its training graphs."""
+
+    cfg: DictConfig
+    model_cfg: ModelConfig
+    designs: Designs
+    evaluator: Evaluator
+
+
+def setup(cfg: DictConfig) -> Job:
+    """Validate the config, enumerate the space, lower the model and build its Evaluator."""
     validate_search(cfg.search)
     system = system_from_config(cfg.system)
     knobs = check_knobs(cfg, system.global_batch)
@@ -181,47 +197,265 @@ def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]
         knobs=knobs,
         cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
     )
-    state = SearchState(default_cache_dir(cfg.cache_dir) / "search" / state_key(cfg), cfg.search.resume)
-    found = search(evaluator, designs, cfg.search, state)
-    if found.best is None:
-        raise no_plan_error(found.candidates, knobs.hbm_bytes)
+    return Job(cfg, model_cfg, designs, evaluator)
+
+
+def search_state(cfg: DictConfig, part: str = "") -> SearchState:
+    """The on-disk state of the search with this config (`part`: a named sub-state of it)."""
+    directory = default_cache_dir(cfg.cache_dir) / "search" / state_key(cfg)
+    return SearchState(directory / part if part else directory, cfg.search.resume)
+
+
+def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict[str, Any]]:
+    """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
+    found design with that fixed plan."""
+    evaluator, baseline = job.evaluator, job.model_cfg.baseline
     tpuv4 = tpuv4_designs(conf_dir)
-    baseline = model_cfg.baseline
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     tpu_fixed = best(evaluator.evaluate_fixed(tpuv4, baseline.pp, baseline.dp, baseline.tp))
-    chosen = designs.take(np.array([found.best.design]))
+    chosen = job.designs.take(np.array([found_best.design]))
     found_fixed = best(evaluator.evaluate_fixed(chosen, baseline.pp, baseline.dp, baseline.tp))
     if found_fixed is not None:
-        found_fixed = Candidate(found.best.design, found_fixed.microbatch, found_fixed.result)
-    main = outcome(designs, found.best)
-    baselines = {
+        found_fixed = Candidate(found_best.design, found_fixed.microbatch, found_fixed.result)
+    return {
         "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal),
         "tpuv4_megatron_plan": outcome(tpuv4, tpu_fixed),
-        "found_design_megatron_plan": outcome(designs, found_fixed),
+        "found_design_megatron_plan": outcome(job.designs, found_fixed),
     }
-    tpu_throughput = baselines["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+
+
+def speedup(throughput: float, reference: float) -> float | None:
+    """`throughput` over a reference throughput (None when the reference has no plan)."""
+    return throughput / reference if reference else None
+
+
+def search_record(
+    cfg: DictConfig, designs_total: int, designs_evaluated: int, timings: Timings, wall_s: float
+) -> dict[str, Any]:
+    """The `search` entry of result.json."""
+    return {
+        "strategy": cfg.search.strategy,
+        "designs_total": designs_total,
+        "designs_evaluated": designs_evaluated,
+        "designs_pruned": designs_total - designs_evaluated,
+        "wall_s": wall_s,
+        "cost_s": timings.cost_s,
+        "ilp_s": timings.ilp_s,
+        "dp_s": timings.dp_s,
+        "ilp_cache_hits": timings.ilp_cache_hits,
+    }
+
+
+def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found, dict[str, Any]]:
+    """One model's whole co-search: writes result.json, explored.csv and the bottleneck Gantt to
+    `out_dir`; returns the job, what the search found and the result."""
+    start = time.perf_counter()
+    job = setup(cfg)
+    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg))
+    if found.best is None:
+        raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
+    main = outcome(job.designs, found.best)
+    compared = baselines(job, found.best, conf_dir)
     result = {
-        "model": model_cfg.name,
+        "model": job.model_cfg.name,
         "design": main["design"],
         "plan": main["plan"],
         "time_per_batch_s": main["time_per_batch_s"],
         "throughput_samples_per_s": main["throughput_samples_per_s"],
-        "baselines": baselines,
-        "speedup_vs_tpuv4": main["throughput_samples_per_s"] / tpu_throughput if tpu_throughput else None,
-        "search": {
-            "strategy": cfg.search.strategy,
-            "designs_total": len(designs),
-            "designs_evaluated": len(found.evaluated),
-            "designs_pruned": found.pruned,
-            "wall_s": time.perf_counter() - start,
-            "cost_s": evaluator.timings.cost_s,
-            "ilp_s": evaluator.timings.ilp_s,
-            "dp_s": evaluator.timings.dp_s,
-            "ilp_cache_hits": evaluator.timings.ilp_cache_hits,
-        },
+        "baselines": compared,
+        "speedup_vs_tpuv4": speedup(
+            main["throughput_samples_per_s"], compared["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+        ),
+        "search": search_record(
+            cfg, len(job.designs), len(found.evaluated), job.evaluator.timings, time.perf_counter() - start
+        ),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    write_bottleneck_gantt(evaluator, designs, found.best, out_dir)
+    write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
     atomic.write_json(out_dir / "result.json", result)
     atomic.write_bytes(out_dir / "explored.csv", explored_csv(found).encode())
+    return job, found, result
+
+
+def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]:
+    """The whole co-search for one model; writes result.json and explored.csv to `out_dir`."""
+    return run_job(cfg, out_dir, conf_dir)[2]
+
+
+# --- Several models: one common design ------------------------------------------------------------
+
+Chip = tuple[int, int]
+"""A design of the space with one HBM size: (design index, HBM bytes)."""
+
+OUTCOME_KEYS = ("design", "plan", "time_per_batch_s", "throughput_samples_per_s")
+"""The keys of an `outcome`."""
+
+
+def model_preset(conf_dir: Path, name: str, overrides: dict[str, Any] | None = None) -> DictConfig:
+    """The `model` node of preset `conf/model/<name>.yaml` on its own, typed by the schema, with
+    `model.<key>` overrides (key without the `model.` prefix) applied."""
+    path = conf_dir / "model" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
+        raise PhazecError(f"unknown model preset {name!r} in the model list; presets: {', '.join(known)}.")
+    node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
+    for key, value in (overrides or {}).items():
+        OmegaConf.update(node, key, value, merge=True)
+    assert isinstance(node, DictConfig)
+    return node
+
+
+def model_config(
+    cfg: DictConfig, name: str, conf_dir: Path, overrides: dict[str, Any] | None = None
+) -> DictConfig:
+    """`cfg` with its `model` node replaced by preset `name` alone: the config `model=<name>` composes."""
+    out = copy.deepcopy(cfg)
+    out.model = model_preset(conf_dir, name, overrides)
+    return out
+
+
+def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candidate]:
+    """Every candidate of the given designs (global indices, ascending), in batches of
+    `search.batch_designs` with `search.workers` processes; batches are saved and resumed like a
+    search's, in a sub-state of the model's search."""
+    if not len(indices):
+        return []
+    config = job.cfg.search
+    batches = chunks(indices, config.batch_designs)
+    tag = hashlib.sha256(json.dumps(indices.tolist()).encode()).hexdigest()[:16]
+    count = max(1, min(config.workers or os.cpu_count() or 1, len(batches)))
+    with Workers(job.evaluator, count) as workers:
+        found = explore(
+            Exhaustive(batches),
+            job.designs,
+            workers,
+            search_state(job.cfg, f"common_{tag}"),
+            f"{name} (common)",
+        )
+    return found.candidates
+
+
+def best_per_chip(candidates: list[Candidate]) -> dict[Chip, Candidate]:
+    """The fastest feasible candidate of each (design, HBM size) (ties: the first)."""
+    groups: dict[Chip, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.design, c.result.hbm_bytes), []).append(c)
+    out = {}
+    for chip, group in groups.items():
+        top = best(group)
+        if top is not None:
+            out[chip] = top
+    return out
+
+
+def throughput(candidate: Candidate | None) -> float:
+    """A candidate's throughput; 0 when no plan fits."""
+    if candidate is None:
+        return 0.0
+    assert isinstance(candidate.result, Placement)
+    return candidate.result.throughput_samples_per_s
+
+
+def common_chip(chips: list[Chip], per_model: dict[str, dict[Chip, Candidate]]) -> tuple[Chip, float]:
+    """The chip with the best mean throughput over the models (a model with no plan on a chip scores
+    0 there), ties going to the first in `chips`; and that mean."""
+    chosen, top = chips[0], -1.0
+    for chip in chips:
+        mean = sum(throughput(bests.get(chip)) for bests in per_model.values()) / len(per_model)
+        if mean > top:
+            chosen, top = chip, mean
+    return chosen, top
+
+
+def common_csv(designs: Designs, chips: list[Chip], per_model: dict[str, dict[Chip, Candidate]]) -> str:
+    """One row per (design, HBM size) every model was evaluated on: each model's best throughput and
+    the mean (0: no plan fits)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["design", *KNOBS, "area_mm2", "hbm_bytes", *per_model, "mean_throughput_samples_per_s"])
+    for design, hbm in chips:
+        knobs = [int(getattr(designs, knob)[design]) for knob in KNOBS]
+        values = [throughput(bests.get((design, hbm))) for bests in per_model.values()]
+        writer.writerow([design, *knobs, f"{designs.area_mm2[design]:.6f}", hbm,
+                         *map(repr, values), repr(sum(values) / len(values))])  # fmt: skip
+    return out.getvalue()
+
+
+def run_multi(
+    cfg: DictConfig,
+    names: list[str],
+    out_dir: Path,
+    conf_dir: Path,
+    model_overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One common design for several model presets (`model=[a,b,...]`), beside each model's own best.
+
+    Each model gets its own single-model search (`run_job`, with `cfg` and `model=<name>`: the same
+    config, state and answer as `phazec model=<name>`), written to `out_dir/<name>/`: its own best
+    design. The common design is then chosen over the union of the designs any of these searches
+    evaluated, each at each HBM size of `system.hbm_gb`: every model is evaluated on the designs of
+    the union its own search skipped, and the (design, HBM size) with the best mean over the models of
+    each model's best throughput on it wins (a model with no plan on it scores 0; ties go to the
+    lowest design index, then the first HBM size). With `search=exhaustive` that is the best mean
+    over the whole space. Writes `out_dir/result.json` (the single-model keys, with `model` the list
+    of names; `plan`, `time_per_batch_s`, `throughput_samples_per_s` and `speedup_vs_tpuv4` keyed by
+    model for the common design; `baselines` keyed by model, with its own best and its TPUv4 design
+    with optimal placement; `search` summed over the models, counting the designs of the union) and
+    `out_dir/common.csv` (each model's best throughput on each design of the union).
+    """
+    start = time.perf_counter()
+    validate_search(cfg.search)
+    if not names or len(set(names)) != len(names):
+        raise PhazecError(
+            f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
+        )
+    configs = {name: model_config(cfg, name, conf_dir, model_overrides) for name in names}
+    runs: dict[str, tuple[Job, Found, dict[str, Any]]] = {}
+    for name, model_cfg in configs.items():
+        try:
+            runs[name] = run_job(model_cfg, out_dir / name, conf_dir)
+        except PhazecError as err:
+            raise PhazecError(f"model {name}: {err}") from err
+    designs = runs[names[0]][0].designs
+    union = np.array(sorted(set().union(*(found.evaluated for _, found, _ in runs.values()))), dtype=np.int64)
+    per_model: dict[str, dict[Chip, Candidate]] = {}
+    for name, (job, found, _) in runs.items():
+        missing = np.setdiff1d(union, np.array(found.evaluated, dtype=np.int64))
+        per_model[name] = best_per_chip(found.candidates + evaluate_more(job, missing, name))
+    hbm_sizes = runs[names[0]][0].evaluator.knobs.hbm_bytes
+    chips = [(int(d), hbm) for d in union for hbm in hbm_sizes]
+    (design, hbm), _ = common_chip(chips, per_model)
+    on_common = {name: outcome(designs, per_model[name].get((design, hbm))) for name in names}
+    own = {name: result for name, (_, _, result) in runs.items()}
+    timings = Timings()
+    for job, _, _ in runs.values():
+        timings.add(job.evaluator.timings)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    config["model"] = {name: OmegaConf.to_container(c.model, resolve=True) for name, c in configs.items()}
+    result = {
+        "model": list(names),
+        "design": design_record(designs, design, hbm),
+        "plan": {name: on_common[name]["plan"] for name in names},
+        "time_per_batch_s": {name: on_common[name]["time_per_batch_s"] for name in names},
+        "throughput_samples_per_s": {name: on_common[name]["throughput_samples_per_s"] for name in names},
+        "baselines": {
+            name: {
+                "own_best_design": {key: own[name][key] for key in OUTCOME_KEYS},
+                "tpuv4_optimal_placement": own[name]["baselines"]["tpuv4_optimal_placement"],
+            }
+            for name in names
+        },
+        "speedup_vs_tpuv4": {
+            name: speedup(
+                on_common[name]["throughput_samples_per_s"],
+                own[name]["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"],
+            )
+            for name in names
+        },
+        "search": search_record(cfg, len(designs), len(union), timings, time.perf_counter() - start),
+        "config": config,
+    }
+    atomic.write_json(out_dir / "result.json", result)
+    atomic.write_bytes(out_dir / "common.csv", common_csv(designs, chips, per_model).encode())
     return result

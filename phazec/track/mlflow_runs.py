@@ -24,7 +24,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from phazec.config import model_list
 from phazec.errors import PhazecError
+from phazec.report.result import headline_throughput, is_multi
 from phazec.report.sweep import Summary
 from phazec.track.sweep import SweepCallback
 
@@ -40,7 +42,9 @@ ARTIFACTS_DIR = "mlartifacts"
 """Artifacts of a SQLite store's experiments, beside the store."""
 PARAMS_PER_REQUEST = 100
 """MLflow's limit of params in one `log_batch`."""
-JOB_ARTIFACTS = ("result.json", "explored.csv")
+JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv")
+"""A job's files logged when present (common.csv: several models), beside its plots and, for
+several models, each model's own run directory."""
 ERROR_TAG = "error"
 
 
@@ -70,31 +74,55 @@ def flat_items(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
 
 
 def job_params(config: DictConfig) -> dict[str, str]:
-    """Every value of a job's resolved config except Hydra's own, by dotted key."""
+    """Every value of a job's resolved config except Hydra's own, by dotted key. For several models
+    (`model=[a,b,...]`, which Hydra merges into one `model` node) the `model` param is the list."""
     values = OmegaConf.to_container(
         OmegaConf.masked_copy(config, [str(k) for k in config if k != "hydra"]), resolve=True
     )
+    assert isinstance(values, dict)
+    names, _ = model_list([str(o) for o in config.hydra.overrides.task])
+    if names is not None and len(names) > 1:
+        values["model"] = f"[{','.join(names)}]"
     return dict(flat_items(values))
 
 
 def job_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The figures of a result.json: throughput, time per batch, area, speedups over each baseline,
-    designs evaluated and pruned, and the time of each search stage."""
-    throughput = result["throughput_samples_per_s"]
+    designs evaluated and pruned, and the time of each search stage. For several models
+    (`model=[a,b,...]`) the per-model figures on the common design are named `<figure>.<model>`,
+    beside their mean `throughput_samples_per_s`."""
     metrics = {
-        "throughput_samples_per_s": throughput,
-        "time_per_batch_s": result["time_per_batch_s"],
+        "throughput_samples_per_s": headline_throughput(result),
         "area_mm2": result["design"]["area_mm2"],
         "hbm_bytes": result["design"]["hbm_bytes"],
     }
-    for name, baseline in result["baselines"].items():
-        if baseline["throughput_samples_per_s"]:
-            metrics[f"speedup_vs_{name}"] = throughput / baseline["throughput_samples_per_s"]
+    if is_multi(result):
+        for model in result["model"]:
+            metrics |= {f"{k}.{model}": v for k, v in model_metrics(result, model).items()}
+    else:
+        metrics |= model_metrics(result, None)
     search = result["search"]
     for key in ("designs_total", "designs_evaluated", "designs_pruned", "ilp_cache_hits",
                 "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
         metrics[key] = search[key]
-    return {k: float(v) for k, v in metrics.items()}
+    return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def model_metrics(result: dict[str, Any], model: str | None) -> dict[str, float | None]:
+    """One model's time per batch and speedups over its baselines (`model`: its key in a
+    several-model result; None for a one-model result)."""
+
+    def pick(value: Any) -> Any:
+        return value if model is None else value[model]
+
+    throughput = pick(result["throughput_samples_per_s"])
+    metrics = {"time_per_batch_s": pick(result["time_per_batch_s"])}
+    if model is not None:
+        metrics["throughput_samples_per_s"] = throughput
+    for name, baseline in pick(result["baselines"]).items():
+        if baseline["throughput_samples_per_s"]:
+            metrics[f"speedup_vs_{name}"] = throughput / baseline["throughput_samples_per_s"]
+    return metrics
 
 
 def one_line(error: BaseException) -> str:
@@ -224,9 +252,13 @@ class MlflowCallback(SweepCallback):
         if resolved.is_file():
             client.log_artifact(self._run_id, str(resolved), artifact_path="hydra")
         if job_return.status is JobStatus.COMPLETED:
-            self._log_metrics(self._run_id, job_metrics(json.loads((out_dir / "result.json").read_text())))
-            for path in [*(out_dir / name for name in JOB_ARTIFACTS), *sorted(out_dir.glob("*.png"))]:
+            result = json.loads((out_dir / "result.json").read_text())
+            self._log_metrics(self._run_id, job_metrics(result))
+            files = [out_dir / name for name in JOB_ARTIFACTS if (out_dir / name).is_file()]
+            for path in [*files, *sorted(out_dir.glob("*.png"))]:
                 client.log_artifact(self._run_id, str(path))
+            for model in result["model"] if is_multi(result) else []:
+                client.log_artifacts(self._run_id, str(out_dir / model), artifact_path=model)
             status = "FINISHED"
         else:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
