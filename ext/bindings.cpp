@@ -1,6 +1,7 @@
 // The one nanobind bindings file: plain lists and numpy arrays in, plain values out, no IR objects.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +12,7 @@
 
 #include "phazec/dag.hpp"
 #include "phazec/placement.hpp"
+#include "phazec/schedule_search.hpp"
 
 namespace nb = nanobind;
 
@@ -98,10 +100,33 @@ std::vector<phazec::PlanResult> solve_placements(
   return phazec::solve_placements(in, vs);
 }
 
+phazec::ScheduleSearchResult search_schedule(
+    const std::vector<std::vector<std::pair<double, std::array<int32_t, phazec::kResources>>>>& modes,
+    const std::vector<std::vector<int32_t>>& preds, const std::array<int32_t, phazec::kResources>& capacity,
+    const std::vector<double>& tail_s, double upper_s, double lower_s, double rel_gap, int64_t node_limit) {
+  phazec::ScheduleSearchInput in;
+  for (const auto& op : modes) {
+    std::vector<phazec::OpMode> own;
+    for (const auto& [duration_s, use] : op) own.push_back({duration_s, use});
+    in.modes.push_back(std::move(own));
+  }
+  in.preds = preds;
+  in.capacity = capacity;
+  in.tail_s = tail_s;
+  in.upper_s = upper_s;
+  in.lower_s = lower_s;
+  in.rel_gap = rel_gap;
+  in.node_limit = node_limit;
+  nb::gil_scoped_release release;
+  return phazec::search_schedule(in);
+}
+
 }  // namespace
 
 NB_MODULE(_placement, m) {
-  m.doc() = "phazec's C++ layer-graph utilities and placement DP (private; use phazec.solvers).";
+  m.doc() =
+      "phazec's C++ layer-graph utilities, placement DP and exact schedule search (private; use "
+      "phazec.solvers).";
   m.def(
       "find_cycle",
       [](int32_t n, const std::vector<phazec::Edge>& edges) {
@@ -141,4 +166,17 @@ NB_MODULE(_placement, m) {
         nb::arg("variants"),
         "Solves each (width index, recompute, HBM bytes) variant with the GIL released; ValueError on bad "
         "input.");
+
+  using phazec::ScheduleSearchResult;
+  nb::class_<ScheduleSearchResult>(m, "ScheduleSearchResult", "The outcome of the exact schedule search.")
+      .def_ro("complete", &ScheduleSearchResult::complete)
+      .def_ro("improved", &ScheduleSearchResult::improved)
+      .def_ro("makespan_s", &ScheduleSearchResult::makespan_s)
+      .def_ro("bound_s", &ScheduleSearchResult::bound_s)
+      .def_ro("start_s", &ScheduleSearchResult::start_s)
+      .def_ro("mode", &ScheduleSearchResult::mode)
+      .def_ro("nodes", &ScheduleSearchResult::nodes);
+  m.def("search_schedule", &search_schedule, nb::arg("modes"), nb::arg("preds"), nb::arg("capacity"),
+        nb::arg("tail_s"), nb::arg("upper_s"), nb::arg("lower_s"), nb::arg("rel_gap"), nb::arg("node_limit"),
+        "Exact branch and bound for one operator schedule, GIL released; ValueError on bad input.");
 }

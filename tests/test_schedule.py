@@ -30,7 +30,7 @@ def op(name: str, kind: OpKind, latency_s: float, latency_io_s: float | None = N
 
 
 def solve(problem: ScheduleProblem, backend: str = "highs") -> tuple[float, tuple[bool, ...]]:
-    found = optimize(problem, SolverConfig(backend=backend))
+    found = optimize(problem, SolverConfig(backend=backend, search_node_limit=0))
     assert found.optimal
     assert found.solves[-1].backend == backend
     return found.makespan_s, found.spread
@@ -113,7 +113,8 @@ def test_diamond_needs_core_capacity(clique_limit: int, monkeypatch: pytest.Monk
     monkeypatch.setattr(schedule_model, "CLIQUE_LIMIT", clique_limit)
     ops = (op("s", TC, 1.0), op("a", TC, 1.0), op("b", TC, 1.0), op("c", TC, 1.0), op("e", TC, 1.0))
     deps = ((0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4))
-    found = optimize(ScheduleProblem(ops, deps, num_tc=2, num_vc=1), SolverConfig(backend="highs"))
+    problem = ScheduleProblem(ops, deps, num_tc=2, num_vc=1)
+    found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert found.makespan_s == 4.0
     assert [s.core_resources for s in found.solves] == [(), ("tc",)]
     assert {c for held in found.cores for _, c in held} == {0, 1}
@@ -125,7 +126,7 @@ def test_list_schedule_meeting_the_relaxed_bound_ends_the_search() -> None:
     # no solve with core capacity is needed.
     ops = (op("a", TC, 2.0), op("b", TC, 1.0), op("c", TC, 1.0))
     problem = ScheduleProblem(ops, (), num_tc=2, num_vc=1)
-    found = optimize(problem, SolverConfig(backend="highs"))
+    found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert (found.makespan_s, found.bound_s, found.status) == (2.0, 2.0, "optimal")
     assert [s.core_resources for s in found.solves] == [()]
     # schedule() needs no solve at all: the longest op (2 s) bounds the makespan from below.
@@ -135,12 +136,13 @@ def test_list_schedule_meeting_the_relaxed_bound_ends_the_search() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_node_limit_stops_repeatably_and_is_cached(backend: str, tmp_path: Path) -> None:
     # Independent TC ops of 5, 7, 9, 11 and 13 s on 3 TCs, each 2.5 times faster spread: 45 s of
-    # core-time, so every schedule takes at least 15 s. One node does not prove any schedule optimal,
-    # so the search stops at the node limit with a feasible schedule, a valid bound, and the same
-    # answer every time; being repeatable, it is stored on disk.
+    # core-time, so every schedule takes at least 15 s. One node of the ILP and of the exact search
+    # does not prove any schedule optimal, so both stop at their node limits with a feasible
+    # schedule, a valid bound, and the same answer every time; being repeatable, it is stored on
+    # disk. With the default limits the exact search proves the optimum.
     ops = tuple(op(f"g{k}", TC, float(k), k / 2.5) for k in (5, 7, 9, 11, 13))
     problem = ScheduleProblem(ops, (), num_tc=3, num_vc=1)
-    config = SolverConfig(backend=backend, node_limit=1)
+    config = SolverConfig(backend=backend, node_limit=1, search_node_limit=1)
     first = schedule(problem, config, ScheduleCache(tmp_path))
     second = schedule(problem, config)
     assert first.status == "node_limit"
@@ -151,12 +153,16 @@ def test_node_limit_stops_repeatably_and_is_cached(backend: str, tmp_path: Path)
         second.bound_s,
     )
     assert ScheduleCache(tmp_path).get(canonical_key(problem, config)) == first
+    assert [r.backend for r in first.solves][:2] == [backend, "search"]
+    proven = schedule(problem, SolverConfig(backend=backend, node_limit=1))
+    assert proven.optimal and proven.solves[-1].backend == "search"
+    assert first.bound_s <= proven.makespan_s <= first.makespan_s
 
 
 def test_solve_record_and_determinism() -> None:
     problem = ScheduleProblem(tuple(op(f"g{i}", TC, 2.0, 1.5) for i in range(3)), (), num_tc=2, num_vc=1)
-    first = optimize(problem, SolverConfig(backend="highs"))
-    second = optimize(problem, SolverConfig(backend="highs"))
+    first = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
+    second = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert (first.start_s, first.spread, first.cores) == (second.start_s, second.spread, second.cores)
     record = first.solves[-1]
     assert record.status == "optimal"
@@ -202,6 +208,8 @@ def test_bad_config_is_a_clear_error() -> None:
         schedule(problem, SolverConfig(time_limit_s=0))
     with pytest.raises(PhazecError, match=r"solver\.node_limit=0.*whole number"):
         schedule(problem, SolverConfig(node_limit=0))
+    with pytest.raises(PhazecError, match=r"solver.search_node_limit=-1; it must be a whole number"):
+        schedule(problem, SolverConfig(search_node_limit=-1))
     with pytest.raises(PhazecError, match=r"solver\.write_lp=true needs a directory"):
         schedule(problem, SolverConfig(write_lp=True))
 
@@ -242,7 +250,7 @@ def test_cache_in_memory_and_on_disk(tmp_path: Path) -> None:
 
 def test_write_lp_names_variables_by_index(tmp_path: Path) -> None:
     problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
-    optimize(problem, SolverConfig(backend="highs", write_lp=True), model_dir=tmp_path)
+    optimize(problem, SolverConfig(backend="highs", write_lp=True, search_node_limit=0), model_dir=tmp_path)
     (model,) = tmp_path.glob("*.lp")
     text = model.read_text()
     for name in ("makespan", "t_0", "y_1", "x_0_1", "x_1_0", "seq_0_1", "alone_0_0_1"):
@@ -254,13 +262,13 @@ def test_auto_falls_back_to_highs_when_the_model_is_too_large(caplog: pytest.Log
     # 2000 of gurobipy's size-limited licence. Every order is optimal: 46 * 1 s.
     problem = ScheduleProblem(tuple(op(f"c{i}", COLL, 1.0) for i in range(46)), (), num_tc=1, num_vc=1)
     with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
-        found = optimize(problem, SolverConfig(backend="auto"))
+        found = optimize(problem, SolverConfig(backend="auto", search_node_limit=0))
     assert found.makespan_s == 46.0
     assert found.solves[-1].backend == "highs"
     assert found.solves[-1].num_vars > 2000
     assert "too large for its size-limited licence" in caplog.text
     with pytest.raises(PhazecError, match=r"solver\.backend=gurobi cannot solve this model"):
-        optimize(problem, SolverConfig(backend="gurobi"))
+        optimize(problem, SolverConfig(backend="gurobi", search_node_limit=0))
 
 
 def test_auto_falls_back_to_highs_on_a_bad_licence_file(
@@ -269,7 +277,7 @@ def test_auto_falls_back_to_highs_on_a_bad_licence_file(
     monkeypatch.setenv("GRB_LICENSE_FILE", str(tmp_path / "missing.lic"))
     problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
     with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
-        found = optimize(problem, SolverConfig(backend="auto"))
+        found = optimize(problem, SolverConfig(backend="auto", search_node_limit=0))
     assert found.solves[-1].backend == "highs"
     assert "licence file is missing or invalid" in caplog.text
 

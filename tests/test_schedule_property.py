@@ -1,4 +1,5 @@
-"""The ILP's makespan equals a brute-force optimum on random small DAGs and core counts."""
+"""The ILP's and the exact search's makespans equal a brute-force optimum on random small DAGs and
+core counts."""
 
 import math
 
@@ -8,7 +9,9 @@ from hypothesis import strategies as st
 
 from phazec.solvers import schedule_model
 from phazec.solvers.schedule import Schedule, optimize, schedule
+from phazec.solvers.schedule_model import bounds
 from phazec.solvers.schedule_problem import OpKind, ScheduleOp, ScheduleProblem
+from phazec.solvers.schedule_search import search
 from phazec.solvers.schema import SolverConfig
 
 KIND_RESOURCES = {"tc": ("tc",), "vc": ("vc",), "fused": ("tc", "vc"), "collective": ("net",)}
@@ -150,7 +153,7 @@ def problems(draw: st.DrawFn) -> ScheduleProblem:
 @settings(max_examples=300, deadline=None)
 @given(problems())
 def test_ilp_matches_brute_force(problem: ScheduleProblem) -> None:
-    found = optimize(problem, SolverConfig(backend="highs"))
+    found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert_valid(problem, found)
     assert found.optimal
     # Integer latencies: the extracted schedule's times are exact sums of integers.
@@ -167,13 +170,37 @@ def test_schedule_matches_brute_force(problem: ScheduleProblem) -> None:
     assert found.bound_s <= found.makespan_s == brute_force_makespan(problem)
 
 
+@settings(max_examples=300, deadline=None)
+@given(problems())
+def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
+    # The search alone, from an upper bound above every schedule: it must find an optimal one.
+    modes = [problem.modes(i) for i in range(len(problem.ops))]
+    upper_s = 1.0 + sum(max(op.latency_s, op.latency_io_s) for op in problem.ops)
+    out = search(problem, modes, bounds(problem, modes), upper_s, 0.0, rel_gap=1e-9, node_limit=10**6)
+    assert out.complete and out.found is not None
+    start_s, spread = out.found
+    duration_s = tuple(problem.duration_s(i, s) for i, s in enumerate(spread))
+    found = Schedule(
+        makespan_s=max(s + d for s, d in zip(start_s, duration_s, strict=True)),
+        bound_s=out.bound_s,
+        status="optimal",
+        start_s=start_s,
+        duration_s=duration_s,
+        spread=spread,
+        cores=(),
+        solves=(),
+    )
+    assert_valid(problem, found)
+    assert out.bound_s <= found.makespan_s == brute_force_makespan(problem)
+
+
 @settings(max_examples=100, deadline=None)
 @given(problems())
 def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
     # The same with core-assignment variables instead of capacity rows for every resource.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(schedule_model, "CLIQUE_LIMIT", 0)
-        found = optimize(problem, SolverConfig(backend="highs"))
+        found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert_valid(problem, found)
     assert found.makespan_s == brute_force_makespan(problem)
 
@@ -182,7 +209,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
 @given(problems())
 def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     # Random DAGs of up to 7 ops fit gurobipy's size-limited licence.
-    gurobi = optimize(problem, SolverConfig(backend="gurobi"))
-    highs = optimize(problem, SolverConfig(backend="highs"))
+    gurobi = optimize(problem, SolverConfig(backend="gurobi", search_node_limit=0))
+    highs = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
     assert gurobi.solves[-1].backend == "gurobi"
     assert gurobi.makespan_s == highs.makespan_s

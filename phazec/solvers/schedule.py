@@ -5,13 +5,17 @@ bound. Otherwise `optimize()` solves the ILP, first without core capacity (cores
 unlimited, except single-core resources and spread ops, which the model always orders). The replay of
 that schedule shows which resources it over-subscribes; the model is rebuilt with capacity for
 exactly those and solved again, until a replay finds none or the best feasible schedule meets the
-relaxation's bound. Every solve is replayed and checked, and recorded in the result.
+relaxation's bound. When the first solve leaves the optimum unproven (core capacity binds, or the node
+limit stops it), the exact schedule search (`schedule_search`) runs once before capacity is added:
+it usually proves the optimum, often with a better schedule, and so saves the slower capacity solve.
+Every solve is replayed and checked, and recorded in the result.
 """
 
 import json
 import logging
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,9 +25,13 @@ from phazec.solvers.schedule_heuristic import list_schedule, list_schedule_in_or
 from phazec.solvers.schedule_model import Formulation, Incumbent, bounds, build, extract, modelled_modes
 from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
 from phazec.solvers.schedule_replay import Replay, replay
+from phazec.solvers.schedule_search import search
 from phazec.solvers.schema import SolverConfig
 
 logger = logging.getLogger(__name__)
+
+SEARCH = "search"
+"""The `backend` of a SolveRecord of the exact schedule search."""
 
 REPLAY_RTOL = 1e-6
 """Replay tolerance on the makespan, relative to the horizon (solver tolerances are absolute)."""
@@ -34,6 +42,7 @@ class SolveRecord:
     """One solve of the scheduling ILP."""
 
     backend: str
+    """`gurobi` or `highs` for an ILP solve, `search` for the exact schedule search."""
     status: str
     """`optimal` (within the gap), or `node_limit` or `time_limit` (feasible, gap open)."""
     objective_s: float
@@ -42,6 +51,7 @@ class SolveRecord:
     """(objective - bound) / objective, 0 for an empty schedule."""
     runtime_s: float
     num_vars: int
+    """Of the ILP; 0 for the exact search, which builds no model."""
     num_constraints: int
     core_resources: tuple[str, ...]
     """Resources whose core capacity this solve modelled (capacity rows or core variables)."""
@@ -167,7 +177,7 @@ def schedule(
         return hit
     best = _incumbent(problem)
     lower_s = modelled_modes(problem, best)[1].lower_s
-    if best.makespan_s * (1 - config.mip_gap) <= lower_s:
+    if _meets(best, lower_s, config):
         found = _schedule(problem, best, lower_s, "optimal", ())
     else:
         found = optimize(problem, config, best, lower_s, model_dir)
@@ -206,13 +216,16 @@ def optimize(
         replayed = replay(problem, start_s, spread)
         _check(replayed, records[-1], formulation)
         lower_s = max(lower_s, records[-1].bound_s)
-        if not replayed.oversubscribed:
+        if replayed.oversubscribed:
+            best = _better(best, _repair(problem, start_s))
+        else:
             best = _better(best, _as_incumbent(start_s, spread, replayed))
-            proven = result.status == "optimal" or best.makespan_s * (1 - config.mip_gap) <= lower_s
-            break
-        best = _better(best, _repair(problem, start_s))
-        proven = best.makespan_s * (1 - config.mip_gap) <= lower_s
-        if proven or result.status != "optimal":
+        proven = (result.status == "optimal" and not replayed.oversubscribed) or _meets(best, lower_s, config)
+        if not proven and config.search_node_limit > 0 and not any(r.backend == SEARCH for r in records):
+            best, lower_s, record = _search(problem, config, best, lower_s)
+            records.append(record)
+            proven = record.status == "optimal"
+        if proven or not replayed.oversubscribed or result.status != "optimal":
             break
         if replayed.oversubscribed <= core_resources:
             raise PhazecError(
@@ -222,6 +235,48 @@ def optimize(
         logger.debug("schedule over-subscribes %s; adding core capacity", sorted(replayed.oversubscribed))
     status = "optimal" if proven else next(r.status for r in reversed(records) if r.status != "optimal")
     return _schedule(problem, best, lower_s, status, tuple(records))
+
+
+def _search(
+    problem: ScheduleProblem, config: SolverConfig, best: Incumbent, lower_s: float
+) -> tuple[Incumbent, float, SolveRecord]:
+    """The exact search for a schedule shorter than `best`: the better schedule, the new lower
+    bound, and its record (`optimal` when the search finished, else `node_limit`)."""
+    modes, bnd = modelled_modes(problem, best)
+    begin = time.perf_counter()
+    out = search(
+        problem,
+        modes,
+        bnd,
+        best.makespan_s,
+        lower_s,
+        rel_gap=config.mip_gap,
+        node_limit=config.search_node_limit,
+    )
+    runtime_s = time.perf_counter() - begin
+    if out.found is not None:
+        best = _better(best, _feasible(problem, *out.found))
+    lower_s = max(lower_s, out.bound_s)
+    proven = out.complete or _meets(best, lower_s, config)
+    bound_s = min(lower_s, best.makespan_s)
+    record = SolveRecord(
+        backend=SEARCH,
+        status="optimal" if proven else "node_limit",
+        objective_s=best.makespan_s,
+        bound_s=bound_s,
+        gap=(best.makespan_s - bound_s) / best.makespan_s if best.makespan_s > 0 else 0.0,
+        runtime_s=runtime_s,
+        num_vars=0,
+        num_constraints=0,
+        core_resources=(),
+    )
+    logger.debug("exact search: %d nodes, %s", out.nodes, record.status)
+    return best, lower_s, record
+
+
+def _meets(best: Incumbent, lower_s: float, config: SolverConfig) -> bool:
+    """Whether `best` is proven optimal within the gap by the lower bound."""
+    return best.makespan_s * (1 - config.mip_gap) <= lower_s
 
 
 def _schedule(
@@ -253,7 +308,7 @@ def _repair(problem: ScheduleProblem, start_s: tuple[float, ...]) -> Incumbent:
 def _feasible(problem: ScheduleProblem, start_s: tuple[float, ...], spread: tuple[bool, ...]) -> Incumbent:
     replayed = replay(problem, start_s, spread)
     if replayed.late_deps or replayed.oversubscribed:
-        raise AssertionError(f"list schedule infeasible: {replayed}")
+        raise AssertionError(f"heuristic or searched schedule infeasible: {replayed}")
     return _as_incumbent(start_s, spread, replayed)
 
 

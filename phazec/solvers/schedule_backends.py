@@ -89,6 +89,12 @@ def check_config(config: SolverConfig) -> None:
         raise PhazecError(
             f"solver.node_limit={limit!r}; it must be a whole number of branch-and-bound nodes >= 1."
         )
+    search = config.search_node_limit
+    if isinstance(search, bool) or not isinstance(search, int) or search < 0:
+        raise PhazecError(
+            f"solver.search_node_limit={search!r}; it must be a whole number of nodes >= 0 (0: no exact "
+            "search, the ILP alone)."
+        )
     if config.threads < 1:
         raise PhazecError(f"solver.threads={config.threads!r}; it must be at least 1.")
 

@@ -227,7 +227,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 2,
+        "version": 3,
         "ops": [
             [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex()] for op in problem.ops
         ],
@@ -235,6 +235,12 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
         "num_tc": problem.num_tc,
         "num_vc": problem.num_vc,
         "collectives_as_vector": problem.collectives_as_vector,
-        "solver": [config.backend, float(config.mip_gap).hex(), config.node_limit, config.seed],
+        "solver": [
+            config.backend,
+            float(config.mip_gap).hex(),
+            config.node_limit,
+            config.seed,
+            config.search_node_limit,
+        ],
     }
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()

@@ -12,6 +12,9 @@ class SolverConfig:
     node_limit: int = 2000
     """Branch-and-bound nodes per solve; the best schedule found by then is returned with its gap.
     Unlike a time limit it stops every machine at the same point, so results stay reproducible."""
+    search_node_limit: int = 2_000_000
+    """Nodes of the exact schedule search that closes what the ILP leaves open (a C++ branch and
+    bound, about a microsecond per node); 0 uses the ILP alone."""
     time_limit_s: float = 600.0
     """Wall-time safety net per solve (a schedule it stops depends on the machine, so it is not
     stored on disk); the node limit normally stops first."""

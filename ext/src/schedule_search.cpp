@@ -1,0 +1,365 @@
+#include "phazec/schedule_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_set>
+#include <utility>
+
+namespace phazec {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Placed {
+  double start_s;
+  double end_s;
+  std::array<int32_t, kResources> use;
+  int32_t op;
+};
+
+/// A piece of the busy profile after the last start: [from, to) with `use` units busy.
+struct Segment {
+  double from_s;
+  double to_s;
+  std::array<int32_t, kResources> use;
+};
+
+struct KeyHash {
+  std::size_t operator()(const std::vector<int64_t>& key) const {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t v : key) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ULL;
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+class Search {
+ public:
+  explicit Search(const ScheduleSearchInput& in) : in_(in), n_(static_cast<int32_t>(in.modes.size())) {
+    succs_.resize(n_);
+    for (int32_t i = 0; i < n_; ++i) {
+      for (int32_t p : in_.preds[i]) succs_[p].push_back(i);
+    }
+    topo_ = topological_order();
+    fastest_.assign(n_, kInf);
+    work_.assign(n_, {kInf, kInf, kInf});
+    for (int32_t i = 0; i < n_; ++i) {
+      for (const OpMode& m : in_.modes[i]) {
+        fastest_[i] = std::min(fastest_[i], m.duration_s);
+        for (int k = 0; k < kResources; ++k) work_[i][k] = std::min(work_[i][k], m.use[k] * m.duration_s);
+      }
+    }
+    start_.assign(n_, -1.0);
+    end_.assign(n_, 0.0);
+    mode_.assign(n_, -1);
+    est_.assign(n_, 0.0);
+    best_ = in_.upper_s;
+    quantum_s_ = in_.upper_s > 0 ? in_.upper_s * 1e-12 : 1e-300;
+  }
+
+  ScheduleSearchResult run() {
+    ScheduleSearchResult out;
+    dfs(0.0, 0);
+    out.complete = !aborted_;
+    out.improved = !best_start_.empty();
+    out.makespan_s = best_;
+    out.start_s = best_start_;
+    out.mode = best_mode_;
+    out.nodes = nodes_;
+    out.bound_s = in_.lower_s;
+    if (out.complete) out.bound_s = std::max(in_.lower_s, std::min(best_, min_pruned_s_));
+    return out;
+  }
+
+ private:
+  std::vector<int32_t> topological_order() const {
+    std::vector<int32_t> indegree(n_, 0), order;
+    for (int32_t i = 0; i < n_; ++i) indegree[i] = static_cast<int32_t>(in_.preds[i].size());
+    for (int32_t i = 0; i < n_; ++i) {
+      if (indegree[i] == 0) order.push_back(i);
+    }
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      for (int32_t j : succs_[order[k]]) {
+        if (--indegree[j] == 0) order.push_back(j);
+      }
+    }
+    if (static_cast<int32_t>(order.size()) != n_) throw std::invalid_argument("dependencies have a cycle");
+    return order;
+  }
+
+  double cutoff() const { return best_ * (1.0 - in_.rel_gap); }
+
+  /// Records a bound that pruned part of the search: the proven bound is the least of them.
+  bool pruned(double bound_s) {
+    if (bound_s < cutoff()) return false;
+    min_pruned_s_ = std::min(min_pruned_s_, bound_s);
+    return true;
+  }
+
+  /// The busy profile from `t_s` on, from the placed ops still running after it.
+  std::vector<Segment> profile(double t_s) const {
+    std::vector<double> times{t_s};
+    for (const Placed& p : placed_) {
+      if (p.end_s <= t_s) continue;
+      if (p.start_s > t_s) times.push_back(p.start_s);
+      times.push_back(p.end_s);
+    }
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    std::vector<Segment> segs;
+    for (std::size_t k = 0; k < times.size(); ++k) {
+      Segment s{times[k], k + 1 < times.size() ? times[k + 1] : kInf, {}};
+      for (const Placed& p : placed_) {
+        if (p.start_s <= s.from_s && p.end_s > s.from_s) {
+          for (int r = 0; r < kResources; ++r) s.use[r] += p.use[r];
+        }
+      }
+      segs.push_back(s);
+    }
+    return segs;
+  }
+
+  /// The earliest start >= `ready_s` at which `m` fits in the profile for its whole duration.
+  double earliest(const std::vector<Segment>& segs, const OpMode& m, double ready_s) const {
+    bool holds = false;
+    for (int r = 0; r < kResources; ++r) holds = holds || (m.use[r] > 0);
+    if (!holds || m.duration_s == 0.0) return ready_s;
+    std::vector<double> candidates{ready_s};
+    for (const Segment& s : segs) {
+      if (s.from_s > ready_s) candidates.push_back(s.from_s);
+    }
+    for (double t : candidates) {
+      bool fits = true;
+      for (const Segment& s : segs) {
+        if (s.to_s <= t || s.from_s >= t + m.duration_s) continue;
+        for (int r = 0; r < kResources && fits; ++r) fits = s.use[r] + m.use[r] <= in_.capacity[r];
+        if (!fits) break;
+      }
+      if (fits) return t;
+    }
+    return candidates.back();  // past every segment nothing is busy
+  }
+
+  /// Time after `from_s` at which the free capacity of resource r has absorbed `work` core-seconds.
+  double absorb(const std::vector<Segment>& segs, int r, double from_s, double work) const {
+    double done = 0.0;
+    for (const Segment& s : segs) {
+      if (s.to_s <= from_s) continue;
+      const double a = std::max(s.from_s, from_s);
+      const double free = in_.capacity[r] - s.use[r];
+      if (free <= 0) continue;
+      if (s.to_s == kInf || done + free * (s.to_s - a) >= work) return a + (work - done) / free;
+      done += free * (s.to_s - a);
+    }
+    return kInf;
+  }
+
+  /// A lower bound on every completion of the current partial schedule (last start `t_s`).
+  double lower_bound(double t_s, const std::vector<Segment>& segs, double stop_s) {
+    double lb = 0.0;
+    std::vector<int32_t> open;
+    for (int32_t i : topo_) {
+      if (start_[i] >= 0) {
+        lb = std::max(lb, end_[i]);
+        continue;
+      }
+      double e = t_s;
+      for (int32_t p : in_.preds[i]) e = std::max(e, start_[p] >= 0 ? end_[p] : est_[p] + fastest_[p]);
+      est_[i] = e;
+      lb = std::max(lb, e + fastest_[i] + in_.tail_s[i]);
+      open.push_back(i);
+    }
+    if (lb >= stop_s) return lb;
+    for (int r = 0; r < kResources; ++r) {
+      std::vector<int32_t> ops;
+      for (int32_t i : open) {
+        if (work_[i][r] > 0) ops.push_back(i);
+      }
+      std::sort(ops.begin(), ops.end(), [&](int32_t a, int32_t b) { return in_.tail_s[a] > in_.tail_s[b]; });
+      std::vector<double> heads;
+      for (int32_t i : ops) heads.push_back(est_[i]);
+      std::sort(heads.begin(), heads.end());
+      heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+      for (double h : heads) {
+        double work = 0.0;
+        for (std::size_t k = 0; k < ops.size(); ++k) {
+          const int32_t i = ops[k];
+          if (est_[i] < h) continue;
+          work += work_[i][r];
+          const bool last_of_tail = k + 1 == ops.size() || in_.tail_s[ops[k + 1]] < in_.tail_s[i];
+          if (!last_of_tail) continue;
+          lb = std::max(lb, absorb(segs, r, h, work) + in_.tail_s[i]);
+          if (lb >= stop_s) return lb;
+        }
+      }
+    }
+    return lb;
+  }
+
+  int64_t quantize(double t_s) const { return std::llround(t_s / quantum_s_); }
+
+  /// The node's future: placed ops, last start, and what is busy or releases successors after it.
+  std::vector<int64_t> key(double t_s) const {
+    std::vector<int64_t> k((n_ + 62) / 63, 0);
+    for (int32_t i = 0; i < n_; ++i) {
+      if (start_[i] >= 0) k[i / 63] |= int64_t{1} << (i % 63);
+    }
+    k.push_back(quantize(t_s));
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> busy;
+    for (const Placed& p : placed_) {
+      if (p.end_s <= t_s) continue;
+      bool releases = false;
+      for (int32_t j : succs_[p.op]) releases = releases || start_[j] < 0;
+      const int64_t use = p.use[0] + (int64_t{p.use[1]} << 20) + (int64_t{p.use[2]} << 40);
+      busy.emplace_back(quantize(p.end_s), use, releases ? p.op : -1);
+    }
+    std::sort(busy.begin(), busy.end());
+    for (const auto& [e, u, op] : busy) k.insert(k.end(), {e, u, op});
+    return k;
+  }
+
+  void place(int32_t i, int32_t m, double t_s) {
+    const OpMode& mode = in_.modes[i][m];
+    start_[i] = t_s;
+    end_[i] = t_s + mode.duration_s;
+    mode_[i] = m;
+    placed_.push_back({t_s, end_[i], mode.use, i});
+  }
+
+  void unplace(int32_t i) {
+    placed_.pop_back();
+    start_[i] = -1.0;
+    mode_[i] = -1;
+  }
+
+  /// An op placeable now: its mode, earliest start, end, and the bound of starting it there.
+  struct Option {
+    double start_s;
+    double end_s;
+    double bound_s;
+    int32_t op;
+    int32_t mode;
+  };
+
+  /// Whether another op could start before `t_s` and end by then. Starting an op at `t_s` is then
+  /// dominated: every completion keeps its makespan with that op moved there (everything placed
+  /// later starts at `t_s` or after), and the move makes the start times lexicographically smaller,
+  /// so some optimal schedule avoids this choice.
+  static bool fills_before(const std::vector<Option>& options, int32_t op, double t_s) {
+    for (const Option& o : options) {
+      if (o.op != op && o.start_s < t_s && o.end_s <= t_s) return true;
+    }
+    return false;
+  }
+
+  void dfs(double t_s, int32_t count) {
+    if (aborted_ || done_) return;
+    if (++nodes_ > in_.node_limit) {
+      aborted_ = true;
+      return;
+    }
+    if (count == n_) {
+      double makespan = 0.0;
+      for (int32_t i = 0; i < n_; ++i) makespan = std::max(makespan, end_[i]);
+      if (makespan < best_) {
+        best_ = makespan;
+        best_start_ = start_;
+        best_mode_ = mode_;
+        done_ = best_ <= in_.lower_s * (1.0 + in_.rel_gap);
+      }
+      return;
+    }
+    const std::vector<Segment> segs = profile(t_s);
+    if (pruned(lower_bound(t_s, segs, cutoff()))) return;
+    if (!seen_.insert(key(t_s)).second) return;
+    std::vector<Option> options;
+    for (int32_t i = 0; i < n_; ++i) {
+      if (start_[i] >= 0) continue;
+      double ready = t_s;
+      bool eligible = true;
+      for (int32_t p : in_.preds[i]) {
+        eligible = eligible && start_[p] >= 0;
+        if (start_[p] >= 0) ready = std::max(ready, end_[p]);
+      }
+      if (!eligible) continue;
+      for (int32_t m = 0; m < static_cast<int32_t>(in_.modes[i].size()); ++m) {
+        const double t = earliest(segs, in_.modes[i][m], ready);
+        const double end = t + in_.modes[i][m].duration_s;
+        options.push_back({t, end, end + in_.tail_s[i], i, m});
+      }
+    }
+    // Earliest start first, then the most critical.
+    std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
+      return std::tie(a.start_s, b.bound_s, a.op, a.mode) < std::tie(b.start_s, a.bound_s, b.op, b.mode);
+    });
+    for (const Option& o : options) {
+      if (pruned(o.bound_s) || fills_before(options, o.op, o.start_s)) continue;
+      place(o.op, o.mode, o.start_s);
+      dfs(o.start_s, count + 1);
+      unplace(o.op);
+      if (aborted_ || done_) return;
+    }
+  }
+
+  const ScheduleSearchInput& in_;
+  const int32_t n_;
+  std::vector<std::vector<int32_t>> succs_;
+  std::vector<int32_t> topo_;
+  std::vector<double> fastest_;
+  std::vector<std::array<double, kResources>> work_;
+  std::vector<double> start_, end_, est_;
+  std::vector<int32_t> mode_;
+  std::vector<Placed> placed_;
+  std::unordered_set<std::vector<int64_t>, KeyHash> seen_;
+  double best_ = kInf;
+  std::vector<double> best_start_;
+  std::vector<int32_t> best_mode_;
+  double min_pruned_s_ = kInf;
+  double quantum_s_ = 1.0;
+  int64_t nodes_ = 0;
+  bool aborted_ = false;
+  bool done_ = false;
+};
+
+void validate(const ScheduleSearchInput& in) {
+  const std::size_t n = in.modes.size();
+  if (in.preds.size() != n || in.tail_s.size() != n) {
+    throw std::invalid_argument("modes, preds and tail_s must have one entry per op");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (in.modes[i].empty() || in.modes[i].size() > 2) throw std::invalid_argument("every op needs 1 or 2 modes");
+    for (const OpMode& m : in.modes[i]) {
+      if (!(m.duration_s >= 0) || !std::isfinite(m.duration_s)) {
+        throw std::invalid_argument("durations must be finite and >= 0");
+      }
+      for (int r = 0; r < kResources; ++r) {
+        if (m.use[r] < 0 || m.use[r] > in.capacity[r]) {
+          throw std::invalid_argument("a mode holds more units of a resource than it has");
+        }
+      }
+    }
+    for (int32_t p : in.preds[i]) {
+      if (p < 0 || static_cast<std::size_t>(p) >= n || static_cast<std::size_t>(p) == i) {
+        throw std::invalid_argument("predecessors must be other op indices");
+      }
+    }
+    if (!(in.tail_s[i] >= 0)) throw std::invalid_argument("tails must be >= 0");
+  }
+  if (!(in.upper_s >= 0) || !std::isfinite(in.upper_s)) throw std::invalid_argument("upper_s must be finite");
+  if (in.node_limit < 1) throw std::invalid_argument("node_limit must be >= 1");
+}
+
+}  // namespace
+
+ScheduleSearchResult search_schedule(const ScheduleSearchInput& in) {
+  validate(in);
+  return Search(in).run();
+}
+
+}  // namespace phazec
