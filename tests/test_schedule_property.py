@@ -130,8 +130,8 @@ def assert_valid(problem: ScheduleProblem, found: Schedule) -> None:
 
 
 @st.composite
-def problems(draw: st.DrawFn) -> ScheduleProblem:
-    n = draw(st.integers(1, 7))
+def problems(draw: st.DrawFn, max_ops: int = 7) -> ScheduleProblem:
+    n = draw(st.integers(1, max_ops))
     kinds = draw(st.lists(st.sampled_from(list(OpKind)), min_size=n, max_size=n))
     ops = tuple(
         ScheduleOp(f"op{i}", kind, float(draw(st.integers(1, 6))), float(draw(st.integers(1, 6))))
@@ -170,10 +170,8 @@ def test_schedule_matches_brute_force(problem: ScheduleProblem) -> None:
     assert found.bound_s <= found.makespan_s == brute_force_makespan(problem)
 
 
-@settings(max_examples=300, deadline=None)
-@given(problems())
-def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
-    # The search alone, from an upper bound above every schedule: it must find an optimal one.
+def searched(problem: ScheduleProblem) -> Schedule:
+    """The exact search alone, from an upper bound above every schedule: it must find an optimum."""
     modes = [problem.modes(i) for i in range(len(problem.ops))]
     upper_s = 1.0 + sum(max(op.latency_s, op.latency_io_s) for op in problem.ops)
     out = search(problem, modes, bounds(problem, modes), upper_s, 0.0, rel_gap=1e-9, node_limit=10**6)
@@ -191,7 +189,23 @@ def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
         solves=(),
     )
     assert_valid(problem, found)
-    assert out.bound_s <= found.makespan_s == brute_force_makespan(problem)
+    assert found.bound_s <= found.makespan_s
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems())
+def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
+    assert searched(problem).makespan_s == brute_force_makespan(problem)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(max_ops=12))
+def test_exact_search_matches_the_ilp_on_larger_graphs(problem: ScheduleProblem) -> None:
+    # Beyond brute force's reach: the search against the ILP alone, proven optimal by Gurobi.
+    ilp = optimize(problem, SolverConfig(backend="gurobi", search_node_limit=0, node_limit=10**6))
+    assert ilp.optimal
+    assert searched(problem).makespan_s == pytest.approx(ilp.makespan_s, rel=2e-6)
 
 
 @settings(max_examples=100, deadline=None)

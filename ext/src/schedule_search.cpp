@@ -3,16 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <deque>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
-#include <unordered_set>
+#include <unordered_map>
 #include <utility>
 
 namespace phazec {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::size_t kRecentFronts = 16;  // states kept per set of placed ops for the dominance test
 
 struct Placed {
   double start_s;
@@ -60,7 +62,6 @@ class Search {
     mode_.assign(n_, -1);
     est_.assign(n_, 0.0);
     best_ = in_.upper_s;
-    quantum_s_ = in_.upper_s > 0 ? in_.upper_s * 1e-12 : 1e-300;
   }
 
   ScheduleSearchResult run() {
@@ -202,26 +203,72 @@ class Search {
     return lb;
   }
 
-  int64_t quantize(double t_s) const { return std::llround(t_s / quantum_s_); }
+  /// What the future of a state depends on besides its placed ops, for the dominance test.
+  struct Front {
+    double t_s;                 // last start: later ops start no earlier
+    std::vector<Segment> segs;  // busy profile from t_s on
+    std::vector<std::pair<int32_t, double>> releases;  // (op, end) of placed ops with unplaced successors
+  };
 
-  /// The node's future: placed ops, last start, and what is busy or releases successors after it.
-  std::vector<int64_t> key(double t_s) const {
+  std::vector<int64_t> placed_mask() const {
     std::vector<int64_t> k((n_ + 62) / 63, 0);
     for (int32_t i = 0; i < n_; ++i) {
       if (start_[i] >= 0) k[i / 63] |= int64_t{1} << (i % 63);
     }
-    k.push_back(quantize(t_s));
-    std::vector<std::tuple<int64_t, int64_t, int64_t>> busy;
+    return k;
+  }
+
+  Front front(double t_s, const std::vector<Segment>& segs) const {
+    Front f{t_s, segs, {}};
     for (const Placed& p : placed_) {
-      if (p.end_s <= t_s) continue;
       bool releases = false;
       for (int32_t j : succs_[p.op]) releases = releases || start_[j] < 0;
-      const int64_t use = p.use[0] + (int64_t{p.use[1]} << 20) + (int64_t{p.use[2]} << 40);
-      busy.emplace_back(quantize(p.end_s), use, releases ? p.op : -1);
+      if (releases && p.end_s > t_s) f.releases.emplace_back(p.op, p.end_s);
     }
-    std::sort(busy.begin(), busy.end());
-    for (const auto& [e, u, op] : busy) k.insert(k.end(), {e, u, op});
-    return k;
+    return f;
+  }
+
+  static int32_t usage_at(const std::vector<Segment>& segs, double x_s, int r) {
+    for (const Segment& s : segs) {
+      if (s.from_s <= x_s && x_s < s.to_s) return s.use[r];
+    }
+    return 0;
+  }
+
+  /// Whether every completion of a state with front `b` completes one with front `a` (same placed
+  /// ops) at no greater makespan: `a` started last no later, releases every successor no later, and
+  /// is nowhere busier from `b`'s last start on.
+  static bool dominates(const Front& a, const Front& b) {
+    if (a.t_s > b.t_s) return false;
+    for (const auto& [op, end] : a.releases) {
+      if (end <= b.t_s) continue;
+      bool later = false;
+      for (const auto& [other, other_end] : b.releases) later = later || (other == op && other_end >= end);
+      if (!later) return false;
+    }
+    std::vector<double> points{b.t_s};
+    for (const auto* segs : {&a.segs, &b.segs}) {
+      for (const Segment& s : *segs) {
+        if (s.from_s > b.t_s) points.push_back(s.from_s);
+      }
+    }
+    for (double x : points) {
+      for (int r = 0; r < kResources; ++r) {
+        if (usage_at(a.segs, x, r) > usage_at(b.segs, x, r)) return false;
+      }
+    }
+    return true;
+  }
+
+  /// Whether a recent state with the same placed ops dominates this one; records this one.
+  bool dominated(Front current) {
+    std::deque<Front>& recent = fronts_[placed_mask()];
+    for (const Front& f : recent) {
+      if (dominates(f, current)) return true;
+    }
+    recent.push_back(std::move(current));
+    if (recent.size() > kRecentFronts) recent.pop_front();
+    return false;
   }
 
   void place(int32_t i, int32_t m, double t_s) {
@@ -277,7 +324,7 @@ class Search {
     }
     const std::vector<Segment> segs = profile(t_s);
     if (pruned(lower_bound(t_s, segs, cutoff()))) return;
-    if (!seen_.insert(key(t_s)).second) return;
+    if (dominated(front(t_s, segs))) return;
     std::vector<Option> options;
     for (int32_t i = 0; i < n_; ++i) {
       if (start_[i] >= 0) continue;
@@ -316,12 +363,11 @@ class Search {
   std::vector<double> start_, end_, est_;
   std::vector<int32_t> mode_;
   std::vector<Placed> placed_;
-  std::unordered_set<std::vector<int64_t>, KeyHash> seen_;
+  std::unordered_map<std::vector<int64_t>, std::deque<Front>, KeyHash> fronts_;  // placed ops -> recent
   double best_ = kInf;
   std::vector<double> best_start_;
   std::vector<int32_t> best_mode_;
   double min_pruned_s_ = kInf;
-  double quantum_s_ = 1.0;
   int64_t nodes_ = 0;
   bool aborted_ = false;
   bool done_ = false;

@@ -15,9 +15,11 @@
 // makespan found. The bound is the largest of (a) the earliest start of each unplaced op plus its
 // fastest duration plus its tail, and (b) per resource, for each head threshold h and tail
 // threshold q, h + the time the free capacity after h needs to absorb the least core-time of the
-// unplaced ops whose earliest start is >= h and tail is >= q, + q. Nodes whose future is identical
-// to one already searched (same placed ops, same last start, same busy intervals after it) are
-// dropped too.
+// unplaced ops whose earliest start is >= h and tail is >= q, + q. Two dominance rules drop more:
+// an op is not started at t when another could start before t and finish by then (moving that op
+// there keeps any completion's makespan and makes the schedule lexicographically earlier), and a
+// node is dropped when a recently searched node with the same placed ops started its last op no
+// later, releases every successor no later and is nowhere busier from this node's last start on.
 #pragma once
 
 #include <array>
