@@ -153,7 +153,7 @@ def problems(draw: st.DrawFn, max_ops: int = 7) -> ScheduleProblem:
 @settings(max_examples=300, deadline=None)
 @given(problems())
 def test_ilp_matches_brute_force(problem: ScheduleProblem) -> None:
-    found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
+    found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
     assert_valid(problem, found)
     assert found.optimal
     # Integer latencies: the extracted schedule's times are exact sums of integers.
@@ -214,7 +214,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
     # The same with core-assignment variables instead of capacity rows for every resource.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(schedule_model, "CLIQUE_LIMIT", 0)
-        found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
+        found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
     assert_valid(problem, found)
     assert found.makespan_s == brute_force_makespan(problem)
 
@@ -223,7 +223,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
 @given(problems())
 def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     # Random DAGs of up to 7 ops fit gurobipy's size-limited licence.
-    gurobi = optimize(problem, SolverConfig(backend="gurobi", search_node_limit=0))
-    highs = optimize(problem, SolverConfig(backend="highs", search_node_limit=0))
+    gurobi = optimize(problem, SolverConfig(backend="gurobi", search_node_limit=0, node_limit=10**5))
+    highs = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
     assert gurobi.solves[-1].backend == "gurobi"
     assert gurobi.makespan_s == highs.makespan_s
