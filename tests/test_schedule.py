@@ -133,6 +133,17 @@ def test_list_schedule_meeting_the_relaxed_bound_ends_the_search() -> None:
     assert schedule(problem, SolverConfig(backend="highs")).solves == ()
 
 
+def test_exact_search_proves_what_the_core_time_bound_cannot() -> None:
+    # Five independent 1 s VC ops and one of 2 s (1 s spread) on 2 VCs: 7 core-seconds, so the
+    # relaxation's bound is 3.5 s. Spread, the long op holds both cores for 1 s and the unit ops then
+    # need ceil(5 / 2) = 3 s; on one core it leaves 2 + k and 5 - k seconds for k unit ops beside
+    # it, at best 4 s (k = 1). The optimum is 4 s, which the exact search proves.
+    ops = (*(op(f"u{k}", VC, 1.0) for k in range(5)), op("long", VC, 2.0, 1.0))
+    found = schedule(ScheduleProblem(ops, (), num_tc=1, num_vc=2), SolverConfig(backend="highs"))
+    assert found.optimal and found.makespan_s == 4.0
+    assert found.solves[-1].backend == "search"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_node_limit_stops_repeatably_and_is_cached(backend: str, tmp_path: Path) -> None:
     # Independent TC ops of 5, 7, 9, 11 and 13 s on 3 TCs, each 2.5 times faster spread: 45 s of

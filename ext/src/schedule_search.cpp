@@ -188,14 +188,18 @@ class Search {
       std::sort(heads.begin(), heads.end());
       heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
       for (double h : heads) {
+        // The ops starting at h or later, by descending tail: each prefix ending where the tail
+        // drops needs its core-time after h, and then its least tail.
+        std::vector<int32_t> late;
+        for (int32_t i : ops) {
+          if (est_[i] >= h) late.push_back(i);
+        }
         double work = 0.0;
-        for (std::size_t k = 0; k < ops.size(); ++k) {
-          const int32_t i = ops[k];
-          if (est_[i] < h) continue;
-          work += work_[i][r];
-          const bool last_of_tail = k + 1 == ops.size() || in_.tail_s[ops[k + 1]] < in_.tail_s[i];
-          if (!last_of_tail) continue;
-          lb = std::max(lb, absorb(segs, r, h, work) + in_.tail_s[i]);
+        for (std::size_t k = 0; k < late.size(); ++k) {
+          work += work_[late[k]][r];
+          const double tail = in_.tail_s[late[k]];
+          if (k + 1 < late.size() && in_.tail_s[late[k + 1]] == tail) continue;
+          lb = std::max(lb, absorb(segs, r, h, work) + tail);
           if (lb >= stop_s) return lb;
         }
       }
