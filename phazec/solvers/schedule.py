@@ -39,7 +39,7 @@ REPLAY_RTOL = 1e-6
 
 @dataclass(frozen=True)
 class SolveRecord:
-    """One solve of the scheduling ILP."""
+    """One solve: of the scheduling ILP, or the exact schedule search."""
 
     backend: str
     """`gurobi` or `highs` for an ILP solve, `search` for the exact schedule search."""
