@@ -110,13 +110,13 @@ def _search_app(cfg: DictConfig) -> None:
     out_dir = output_dir()
     try:
         names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
-        if names is not None and len(names) > 1:
+        if names is not None and len(names) != 1:
             result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
         else:
             result = run_search(cfg, out_dir, Path(conf_dir()))
     except PhazecError as err:
         raise JobError(str(err)) from err
-    if names is not None and len(names) > 1:
+    if names is not None and len(names) != 1:
         for name in names:
             own = json.loads((out_dir / name / "result.json").read_text())
             write_plots(own, out_dir / name)

@@ -196,6 +196,10 @@ def test_command_line(tmp_path: Path, cache_dir: Path) -> None:
     assert bad.returncode != 0
     assert "Could not load 'model/nope'" in bad.stderr
     assert "Traceback" not in bad.stderr
+    empty = phazec(tmp_path / "empty", cache_dir, "model=[]", "hw=tpuv4")
+    assert empty.returncode == 2
+    assert "model=[]: give a list of distinct model presets" in empty.stderr
+    assert "Traceback" not in empty.stderr
 
 
 def test_sweep_ranks_several_model_jobs_by_their_mean(tmp_path: Path) -> None:

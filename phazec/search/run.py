@@ -41,6 +41,7 @@ from phazec.search.pool import Workers
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
 from phazec.solvers.schedule import ScheduleCache
+from phazec.solvers.schedule_backends import check_config
 from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
@@ -179,14 +180,15 @@ class Job:
 def setup(cfg: DictConfig) -> Job:
     """Validate the config, enumerate the space, lower the model and build its Evaluator."""
     validate_search(cfg.search)
+    solver = OmegaConf.to_object(cfg.solver)
+    assert isinstance(solver, SolverConfig)
+    check_config(solver)
     system = system_from_config(cfg.system)
     knobs = check_knobs(cfg, system.global_batch)
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     designs = enumerate_designs(hw_space_from_config(cfg.hw))
     model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    solver = OmegaConf.to_object(cfg.solver)
-    assert isinstance(solver, SolverConfig)
     evaluator = Evaluator(
         graphs=training_graphs(
             model, list(model_cfg.tp_widths), knobs.optimizer, cfg.parallel.vocab_parallel
