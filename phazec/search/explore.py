@@ -147,7 +147,7 @@ def search(evaluator: Evaluator, designs: Designs, config: SearchConfig, state: 
         batches = 1
     else:
         batches = math.ceil(len(designs) / config.batch_designs)
-    count = max(1, min(config.workers or os.cpu_count() or 1, batches))
+    count = worker_count(config, batches)
     log.info(
         "%s search: %d designs, %d process(es), state in %s",
         config.strategy,
@@ -158,6 +158,11 @@ def search(evaluator: Evaluator, designs: Designs, config: SearchConfig, state: 
     with Workers(evaluator, count) as workers:
         strategy = STRATEGIES[config.strategy](designs, config, workers, state)
         return explore(strategy, designs, workers, state, config.strategy)
+
+
+def worker_count(config: SearchConfig, batches: int) -> int:
+    """Processes for `batches` batches: `search.workers` (0: every core), at most one per batch."""
+    return max(1, min(config.workers or os.cpu_count() or 1, batches))
 
 
 def bounded(designs: Designs, batch_designs: int, workers: Workers, state: SearchState) -> Bounded:

@@ -13,7 +13,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from phazec.ir.core import Model
 from phazec.passes.training import training_pipeline
 from phazec.report.bottleneck import write_bottleneck_gantt
 from phazec.search.evaluate import Candidate, Evaluator, Knobs, Timings, best, least_memory
-from phazec.search.explore import Exhaustive, Found, chunks, explore, search
+from phazec.search.explore import Exhaustive, Found, chunks, explore, search, worker_count
 from phazec.search.pool import Workers
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
@@ -325,8 +324,7 @@ def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candi
     config = job.cfg.search
     batches = chunks(indices, config.batch_designs)
     tag = hashlib.sha256(json.dumps(indices.tolist()).encode()).hexdigest()[:16]
-    count = max(1, min(config.workers or os.cpu_count() or 1, len(batches)))
-    with Workers(job.evaluator, count) as workers:
+    with Workers(job.evaluator, worker_count(config, len(batches))) as workers:
         found = explore(
             Exhaustive(batches),
             job.designs,
