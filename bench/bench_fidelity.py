@@ -7,11 +7,12 @@ latency against NeuSight's measured A100 and H100 kernels (issue 15).
 Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README). A row is predicted
 with phazec's one model of time (`phazec.search.run.setup`; the model exported with two blocks and
 repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in seconds), then the
-model's fixed plan through `Evaluator.evaluate_fixed`: layers split evenly over `pp` stages, 1F1B,
-`tp`-wide tensor parallelism, `dp` replicas, Adam) on the chip's hw preset (`a100`, `h100`, `v100`)
-and system (`dgx_a100`, `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The
-measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP
-count its source used (see `measured_s`). Rows phazec cannot express are listed with the reason.
+model's fixed plan through `evaluate_plan` as `Evaluator.evaluate_fixed` does (see `predict_s` for
+Megatron's full recompute): layers split evenly over `pp` stages, 1F1B, `tp`-wide tensor parallelism,
+`dp` replicas, Adam) on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
+`dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The measured seconds per iteration
+are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP count its source used (see
+`measured_s`). Rows phazec cannot express are listed with the reason.
 
 Split, written down before fitting: CALIBRATION below; every other expressible row is held out.
 Fit: one parameter per chip, `hw.device.gemm_utilisation`, the value in 0.30 .. 1.00 (steps of 0.01)
@@ -35,7 +36,7 @@ from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
 from phazec.search.evaluate import Evaluator
 from phazec.search.run import setup, training_graphs
-from phazec.solvers.placement import Placement
+from phazec.solvers.placement import evaluate_plan, megatron_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -191,15 +192,25 @@ def prepare(run: Run) -> Prepared:
 
 def predict_s(prepared: Prepared, utilisation: float | None = None) -> tuple[float, bool]:
     """Predicted seconds per iteration (and whether the plan fits HBM), at the preset's utilisation or
-    another one."""
+    another one: the row's plan through `evaluate_plan`, as `Evaluator.evaluate_fixed` does.
+
+    Megatron's full recompute runs every stage's forward again before its backward, the last stage's
+    too (phazec's placement model skips it in the last stage, which a 1F1B runtime could): the plan's
+    time is taken with each layer's backward latency plus its forward latency and no recompute flag;
+    whether it fits HBM with the row's recompute setting.
+    """
     designs = prepared.designs
     if utilisation is not None:
         designs = replace(designs, device=replace(designs.device, gemm_utilisation=utilisation))
-    run = prepared.run
-    (candidate,) = prepared.evaluator.evaluate_fixed(designs, run.pp, run.dp, run.tp)
-    result = candidate.result
-    assert isinstance(result, Placement)
-    return result.time_per_batch_s, result.fits_hbm
+    run, evaluator = prepared.run, prepared.evaluator
+    problem = evaluator.problem(evaluator.layer_latencies_s(designs, run.microbatch), 0, run.microbatch)
+    problem = replace(problem, recompute=run.recompute)
+    stages = megatron_plan(problem, run.pp)
+    fits = evaluate_plan(problem, stages, run.tp, run.dp).fits_hbm
+    if run.recompute:
+        backward_s = problem.backward_latency_s + problem.forward_latency_s
+        problem = replace(problem, backward_latency_s=backward_s, recompute=False)
+    return evaluate_plan(problem, stages, run.tp, run.dp).time_per_batch_s, fits
 
 
 def fit_utilisation(prepared: list[Prepared]) -> float:
