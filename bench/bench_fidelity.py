@@ -103,17 +103,18 @@ def expressible(row: dict[str, str]) -> Run | str:
     chip = next((CHIPS[name] for name in CHIPS if name in row["gpu"]), None)
     if chip is None:
         return f"GPU {row['gpu']!r} has no preset"
-    reasons = {
-        "FP8" in row["model"]: "FP8 (phazec prices 2-byte elements)",
-        "ZeRO" in row["model"]: "ZeRO-3 sharding is not modelled",
-        _int(row["interleave"], 1) > 1: "interleaved 1F1B (issue 14's phazec-plan)",
-        row["seq_parallel"] == "yes": "sequence parallelism (issue 14's phazec-plan)",
-        row["source_id"].startswith(("LLAMA3", "OPT", "MTNLG", "BLOOM176B-GBS16")): (
-            "microbatch or the source's FLOP convention not stated"
+    reasons = (
+        ("FP8" in row["model"], "FP8 (phazec prices 2-byte elements)"),
+        ("ZeRO" in row["model"], "ZeRO-3 sharding is not modelled"),
+        (_int(row["interleave"], 1) > 1, "interleaved 1F1B (issue 14's phazec-plan)"),
+        (row["seq_parallel"] == "yes", "sequence parallelism (issue 14's phazec-plan)"),
+        (
+            row["source_id"].startswith(("LLAMA3", "OPT", "MTNLG", "BLOOM176B-GBS16")),
+            "microbatch or the source's FLOP convention not stated",
         ),
-        not row["vocab"]: "vocabulary not stated",
-    }
-    for hit, reason in reasons.items():
+        (not row["vocab"], "vocabulary not stated"),
+    )
+    for hit, reason in reasons:
         if hit:
             return reason
     hidden = int(row["hidden"])
