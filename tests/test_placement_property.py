@@ -140,13 +140,13 @@ def check_against_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None
         assert evaluate_plan(same, [s.layers for s in result.stages], result.t, result.d) == result
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=False))
 def test_chains_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
     check_against_brute_force(drawn)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=True))
 def test_branching_dags_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
     check_against_brute_force(drawn)
