@@ -62,6 +62,9 @@ def solve_placements(
     backward_s: Annotated[
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    selective_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     param_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -69,6 +72,9 @@ def solve_placements(
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     stash_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    selective_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     input_bytes: Annotated[
@@ -89,10 +95,14 @@ def solve_placements(
         NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
     ],
     optimizer_factor: int,
-    variants: Sequence[tuple[int, bool, int]],
+    last_stage_recomputes: bool,
+    overlap_grad_reduce: bool,
+    hbm_bytes_per_s: float,
+    variants: Sequence[tuple[int, int, int, int, bool]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, recompute, HBM bytes) variant with the GIL released; ValueError on bad input.
+    Solves each (width index, recompute mode 0/1/2, HBM bytes, interleave, distributed optimizer)
+    variant with the GIL released; ValueError on bad input.
     """
 
 class ScheduleSearchResult:

@@ -71,7 +71,7 @@ def _design_text(design: dict[str, Any] | None) -> str:
 def _plan_text(plan: dict[str, Any] | None) -> str:
     if plan is None:
         return "no plan fits"
-    recompute = "recompute" if plan["recompute"] else "stash"
+    recompute = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
     return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
 
 
