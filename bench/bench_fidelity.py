@@ -5,11 +5,11 @@ latency against NeuSight's measured A100 and H100 kernels (issue 15).
     .venv/bin/python bench/bench_fidelity.py --fit      # also refit each chip's utilisation
 
 Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README). A row is predicted
-with phazec's one model of time (`phazec.search.run.setup`; the model exported with two blocks and
-repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in seconds), then the
-model's fixed plan through `evaluate_plan` as `Evaluator.evaluate_fixed` does (see `predict_s` for
-Megatron's full recompute): layers split evenly over `pp` stages, 1F1B, `tp`-wide tensor parallelism,
-`dp` replicas, Adam) on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
+with phazec's one model of time as `phazec-plan` times a plan (`predict_s`; the model exported with
+two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
+seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
+too), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the
+chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
 `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The measured seconds per iteration
 are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP count its source used (see
 `measured_s`). Rows phazec cannot express are listed with the reason.
@@ -32,11 +32,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
+from phazec.configure import setup, training_graphs
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
+from phazec.plan import plan_knobs, plan_stages
 from phazec.search.evaluate import Evaluator
-from phazec.search.run import setup, training_graphs
-from phazec.solvers.placement import evaluate_plan, megatron_plan
+from phazec.solvers.placement import explain_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -71,6 +72,11 @@ class Run:
     seq_len: int
     global_batch: int
     microbatch: int
+    interleave: int
+    sequence_parallel: bool
+    megatron_core: bool
+    """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction, sequence
+    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts)."""
     tp: int
     pp: int
     dp: int
@@ -106,13 +112,15 @@ def expressible(row: dict[str, str]) -> Run | str:
     reasons = (
         ("FP8" in row["model"], "FP8 (phazec prices 2-byte elements)"),
         ("ZeRO" in row["model"], "ZeRO-3 sharding is not modelled"),
-        (_int(row["interleave"], 1) > 1, "interleaved 1F1B (issue 14's phazec-plan)"),
-        (row["seq_parallel"] == "yes", "sequence parallelism (issue 14's phazec-plan)"),
         (
             row["source_id"].startswith(("LLAMA3", "OPT", "MTNLG", "BLOOM176B-GBS16")),
             "microbatch or the source's FLOP convention not stated",
         ),
         (not row["vocab"], "vocabulary not stated"),
+        (
+            bool(row["pp"]) and int(row["layers"]) % int(row["pp"]) != 0,
+            "layers not divisible by pp (uneven stages, plan.layers)",
+        ),
     )
     for hit, reason in reasons:
         if hit:
@@ -131,6 +139,9 @@ def expressible(row: dict[str, str]) -> Run | str:
         seq_len=int(row["seq_len"]),
         global_batch=int(row["global_batch"]),
         microbatch=_int(row["microbatch"], 1),
+        interleave=_int(row["interleave"], 1),
+        sequence_parallel=row["seq_parallel"] == "yes" or (h100_default and int(row["tp"]) > 1),
+        megatron_core=h100_default,
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         dp=int(row["dp"]),
@@ -151,9 +162,16 @@ def run_config(run: Run) -> DictConfig:
                 f"hw={run.chip}",
                 f"system={run.system}",
                 "tracking=none",
-                f"train.microbatch=[{run.microbatch}]",
-                f"train.recompute=[{str(run.recompute).lower()}]",
                 "train.optimizer=adam",
+                f"plan.tp={run.tp}",
+                f"plan.pp={run.pp}",
+                f"plan.dp={run.dp}",
+                f"plan.microbatch={run.microbatch}",
+                f"plan.recompute={'full' if run.recompute else 'none'}",
+                f"plan.interleave={run.interleave}",
+                f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
+                f"plan.distributed_optimizer={str(run.megatron_core).lower()}",
+                f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
                 "solver.node_limit=200",
                 "solver.search_node_limit=100000",
             ],
@@ -175,43 +193,38 @@ def run_config(run: Run) -> DictConfig:
 
 @dataclass
 class Prepared:
-    """A run lowered once: its evaluator and chip, re-priced for any utilisation."""
+    """A run lowered once: its config, evaluator and chip, re-priced for any utilisation."""
 
     run: Run
+    cfg: DictConfig
     evaluator: Evaluator
     designs: Designs
 
 
 def prepare(run: Run) -> Prepared:
-    """Set a run up as `phazec` would, its model exported with two blocks and repeated to its depth."""
+    """Set a run up as `phazec-plan` does (`phazec.configure.setup` with the plan's knobs), its model
+    exported with two blocks and repeated to its depth."""
     cfg = run_config(run)
-    job = setup(cfg)
+    knobs = plan_knobs(cfg)
+    job = setup(cfg, knobs, widths=[run.tp])
     model = fidelity_models.deepen(load_model(job.model_cfg, default_cache_dir(cfg.cache_dir)), run.layers)
-    graphs = training_graphs(model, [run.tp], "adam", cfg.parallel.vocab_parallel)
-    return Prepared(run, replace(job.evaluator, graphs=graphs), job.designs)
+    graphs = training_graphs(model, [run.tp], knobs.optimizer, cfg.parallel.vocab_parallel)
+    return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
 
 
 def predict_s(prepared: Prepared, utilisation: float | None = None) -> tuple[float, bool]:
     """Predicted seconds per iteration (and whether the plan fits HBM), at the preset's utilisation or
-    another one: the row's plan through `evaluate_plan`, as `Evaluator.evaluate_fixed` does.
-
-    Megatron's full recompute runs every stage's forward again before its backward, the last stage's
-    too (phazec's placement model skips it in the last stage, which a 1F1B runtime could): the plan's
-    time is taken with each layer's backward latency plus its forward latency and no recompute flag;
-    whether it fits HBM with the row's recompute setting.
-    """
+    another one: the row's plan timed as `phazec.plan.predict_plan` times it (Megatron's stages, the
+    plan's variant, `explain_plan`)."""
     designs = prepared.designs
     if utilisation is not None:
         designs = replace(designs, device=replace(designs.device, gemm_utilisation=utilisation))
     run, evaluator = prepared.run, prepared.evaluator
-    problem = evaluator.problem(evaluator.layer_latencies_s(designs, run.microbatch), 0, run.microbatch)
-    problem = replace(problem, recompute=run.recompute)
-    stages = megatron_plan(problem, run.pp)
-    fits = evaluate_plan(problem, stages, run.tp, run.dp).fits_hbm
-    if run.recompute:
-        backward_s = problem.backward_latency_s + problem.forward_latency_s
-        problem = replace(problem, backward_latency_s=backward_s, recompute=False)
-    return evaluate_plan(problem, stages, run.tp, run.dp).time_per_batch_s, fits
+    stages = plan_stages(evaluator.graphs[run.tp], prepared.cfg.plan)
+    latencies = evaluator.layer_latencies_s(designs, run.microbatch)
+    problem = evaluator.problem(latencies, 0, run.microbatch, designs, run.sequence_parallel)
+    figures = explain_plan(evaluator.variants()[0].applied(problem), stages, run.tp, run.dp)
+    return figures.placement.time_per_batch_s, figures.placement.fits_hbm
 
 
 def fit_utilisation(prepared: list[Prepared]) -> float:
