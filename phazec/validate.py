@@ -3,7 +3,7 @@
 Each check raises a PhazecError naming the bad value and what would be valid. The groups' own range
 checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
 are built; these cover what crosses groups or lies outside the config: non-finite numbers anywhere,
-the model's dimensions, the ONNX file of `model.path`, the directories written, the worker count, and
+the model's dimensions, the directories written, the worker count, and
 whether the fixed baseline plan can run on the system (a warning only: such a baseline is reported
 "not applicable" in the result, never a reason to drop a finished search).
 """
@@ -62,19 +62,6 @@ def model_dims(model: DictConfig) -> None:
         )
 
 
-def onnx_path(model: DictConfig) -> None:
-    """`model.path` of an ONNX model names a non-empty regular file."""
-    if model.source != "onnx":
-        return
-    if OmegaConf.is_missing(model, "path") or not model.path:
-        raise PhazecError("model.path is not set: give model.path=/abs/path/model.onnx (an ONNX file).")
-    path = Path(model.path).expanduser()
-    if path.is_dir():
-        raise PhazecError(f"model.path={str(path)!r} is a directory: give the .onnx file inside it.")
-    if not path.is_file():
-        raise PhazecError(f"model.path={str(path)!r} does not exist: give an existing .onnx file.")
-
-
 def writable_dir(path: Path, what: str) -> None:
     """`path` is (or can be made) a directory this process can create files in."""
     try:
@@ -128,6 +115,5 @@ def before_search(cfg: DictConfig, cache_dir: Path) -> None:
     plain = OmegaConf.to_container(cfg, resolve=True)
     finite_numbers(plain)
     model_dims(cfg.model)
-    onnx_path(cfg.model)
     writable_dir(cache_dir, "cache_dir")
     baseline_plan(cfg.model, int(cfg.system.devices))

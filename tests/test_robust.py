@@ -318,7 +318,48 @@ def test_run_directories_started_at_once_are_distinct(tmp_path: Path) -> None:
     assert sorted(claimed) == sorted([base, *(f"{base}-{n}" for n in range(1, 8))])
 
 
-def test_a_run_directory_below_a_file_is_one_paragraph(tmp_path: Path) -> None:
+def test_a_run_directory_below_a_file_is_one_paragraph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(PhazecError, match=r"cannot create the run directory .*; start phazec from"):
+    with pytest.raises(SystemExit) as exit_:
         unique_dir(str(tmp_path / "file" / "outputs" / "x"))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("phazec: error: cannot create the run directory") and err.count("\n") == 1
+    assert "(Not a directory); start phazec from" in err
+
+
+def test_hydra_run_directories_of_two_runs_in_one_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.chdir(tmp_path)
+    dirs = []
+    for _ in range(2):
+        with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+            cfg = compose("config", overrides=["hydra.run.dir=${phazec.unique:outputs/same-second}"],
+                          return_hydra_config=True)  # fmt: skip
+        dirs.append(cfg.hydra.run.dir)
+        assert cfg.hydra.run.dir == dirs[-1]  # resolved once, then cached
+    assert dirs == ["outputs/same-second", "outputs/same-second-1"]
+    assert all((tmp_path / d).is_dir() for d in dirs)
+
+
+def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def phazec_ir(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "from phazec.cli import ir_main; ir_main()"
+        return subprocess.run([sys.executable, "-c", code, "tracking=none", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    unknown = phazec_ir("model=nope")
+    assert unknown.returncode == 2 and "Could not find 'model/nope'" in unknown.stderr
+    (tmp_path / "outputs").write_text("")  # the run directory would be below a file
+    below = phazec_ir("model=onnx")
+    assert below.returncode == 2
+    assert below.stderr.startswith("phazec: error: cannot create the run directory 'outputs/")
+    assert "Traceback" not in below.stderr
