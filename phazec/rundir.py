@@ -14,7 +14,6 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-
 RESOLVER = "phazec.unique"
 
 

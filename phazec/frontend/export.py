@@ -60,9 +60,17 @@ def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
             log.info("ONNX cache hit: %s", path)
             return path
         log.warning("the cached export %s is damaged or unchecked; exporting it again", path)
-    model = build_meta_model(cfg)
     log.info("exporting %s (%s) to ONNX", cfg.name, cfg.arch)
-    data = export_proto(model, cfg).SerializeToString()
+    try:
+        data = export_proto(build_meta_model(cfg), cfg).SerializeToString()
+    except PhazecError:
+        raise
+    except Exception as err:  # transformers and torch reject inconsistent dimensions in many ways
+        raise PhazecError(
+            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={dict(cfg.hf_config)} "
+            f"and model.seq_len={cfg.seq_len}: {type(err).__name__}: {' '.join(str(err).split())[:300]}; "
+            "fix those values (e.g. hidden_size a multiple of num_attention_heads)."
+        ) from err
     write_bytes(path, data)
     sealed.write(checksum, path.name, sealed.digest(data))
     return path
