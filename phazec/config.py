@@ -14,6 +14,7 @@ from omegaconf import MISSING
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
+from phazec.rundir import register_resolver
 from phazec.solvers.placement import RECOMPUTE_MODES
 from phazec.solvers.schema import SolverConfig
 
@@ -160,9 +161,14 @@ def validate_train(train: TrainConfig) -> None:
             f"train.microbatch={list(train.microbatch)} must list positive microbatch sizes (samples), "
             "e.g. [1, 2, 4, 8]."
         )
+    if not train.recompute:
+        raise PhazecError(
+            "train.recompute=[] lists no recompute setting, so no plan can be tried; give [false], [true] "
+            "or [false, true]."
+        )
     if train.optimizer not in OPTIMIZERS:
         raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
-    for name in ("recompute", "interleave", "distributed_optimizer", "sequence_parallel"):
+    for name in ("interleave", "distributed_optimizer", "sequence_parallel"):
         if not getattr(train, name):
             raise PhazecError(f"train.{name}=[] is not valid: list at least one setting to search.")
     for value in train.recompute:
@@ -217,5 +223,6 @@ def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:
 
 
 def register() -> None:
-    """Register the schema with Hydra; called before composition."""
+    """Register the schema with Hydra and the run-directory resolver; called before composition."""
     ConfigStore.instance().store(name="phazec_schema", node=Config)
+    register_resolver()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from phazec import validate
 from phazec.config import validate_search, validate_train
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
@@ -84,6 +85,7 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
         widths: the tensor-parallel widths to build training graphs for; None means `model.tp_widths`.
     """
     validate_search(cfg.search)
+    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
     solver = OmegaConf.to_object(cfg.solver)
     assert isinstance(solver, SolverConfig)
     check_config(solver)
@@ -105,5 +107,6 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
         solver=solver,
         knobs=knobs,
         cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
+        lp_dir=default_cache_dir(cfg.cache_dir) / "lp" if solver.write_lp else None,
     )
     return Job(cfg, model_cfg, designs, evaluator)
