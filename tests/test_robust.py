@@ -222,7 +222,7 @@ def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Pa
         (("model.seq_len=1000000000",), r"model.seq_len=1000000000 is not valid"),
         (("model=onnx",), r"model.path is not set"),
         (("model=onnx", "model.path=/"), r"model.path='/' is a directory"),
-        (("model=onnx", "model.path=/nonexistent.onnx"), r"model.path='/nonexistent.onnx' does not exist"),
+        (("model=onnx", "model.path=/nonexistent.onnx"), r"'/nonexistent.onnx' does not exist; give model.path="),
     ],
 )
 def test_bad_config_fails_before_the_search(
