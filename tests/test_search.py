@@ -114,7 +114,7 @@ def answer(result: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(result))
     for key in TIMINGS:
         del out["search"][key]
-    for key in ("workers", "resume"):
+    for key in ("workers", "resume", "executor", "ray"):
         del out["config"]["search"][key]
     del out["config"]["cache_dir"]
     return out

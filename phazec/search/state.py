@@ -1,8 +1,8 @@
 """A search's saved state, so that a killed search started again with the same config resumes.
 
 The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
-the settings that cannot change the answer (`search.workers`, `search.resume`, `tracking`,
-`cache_dir`), together with phazec's code (its Python sources and the placement extension), so a
+the settings that cannot change the answer (`search.workers`, `search.resume`, `search.executor`,
+`search.ray`, `tracking`, `cache_dir`), together with phazec's code (its Python sources and the placement extension), so a
 state never outlives a change that could change an answer. Each finished batch of designs is
 one compact JSON file written atomically, so a kill leaves whole files only. Floats are written with
 `repr`, which reads back to the same bits.
@@ -30,7 +30,14 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 """Bumped whenever the files change layout."""
-IGNORED = (("search", "workers"), ("search", "resume"), ("tracking",), ("cache_dir",))
+IGNORED = (
+    ("search", "workers"),
+    ("search", "resume"),
+    ("search", "executor"),
+    ("search", "ray"),
+    ("tracking",),
+    ("cache_dir",),
+)
 """Config paths that do not change a search's answer, left out of the state key."""
 
 
