@@ -152,7 +152,9 @@ def validate_search(search: SearchConfig) -> None:
             "in this process), or leave it unset (null) for one per core."
         )
     if search.executor not in EXECUTORS:
-        raise PhazecError(f"search.executor={search.executor!r} is not an executor; valid: {list(EXECUTORS)}.")
+        raise PhazecError(
+            f"search.executor={search.executor!r} is not an executor; valid: {list(EXECUTORS)}."
+        )
     if search.ray.retries < 0:
         raise PhazecError(
             f"search.ray.retries={search.ray.retries} is not valid: give how many times Ray may run a "

@@ -21,7 +21,7 @@ from phazec.search.pool import Task, Workers
 T = TypeVar("T")
 
 
-class BatchFailed(PhazecError):
+class BatchFailedError(PhazecError):
     """A batch that failed on every attempt the executor allows; the message says why."""
 
 
@@ -39,7 +39,7 @@ class Executor(Protocol):
 
     def result(self, future: Future[tuple[T, Timings]]) -> T:
         """A task's result, its timings added to the evaluator's. Raises what the task raised, or
-        BatchFailed when the executor gave up on the batch after its retries."""
+        BatchFailedError when the executor gave up on the batch after its retries."""
         ...
 
     @property

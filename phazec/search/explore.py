@@ -37,7 +37,7 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.search.bo import tpe_design
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best
-from phazec.search.executor import BatchFailed, Executor, start_executor
+from phazec.search.executor import BatchFailedError, Executor, start_executor
 from phazec.search.state import SearchState
 from phazec.solvers.placement import Placement
 
@@ -315,7 +315,7 @@ def _in_order(
         if isinstance(entry, Future):
             try:
                 found = workers.result(entry)
-            except BatchFailed as err:
+            except BatchFailedError as err:
                 raise PhazecError(
                     f"the search stopped at batch {i} ({len(batch)} designs, the first design {batch[0]}): "
                     f"{err} Every batch finished before it is saved; the same command resumes from them."

@@ -6,9 +6,10 @@ That schedule cache is on the task's node: `<cache_dir>/schedules`, `cache_dir` 
 (`phazec.frontend.default_cache_dir`: the configured `cache_dir`, the same path on every node, else
 the node's $PHAZEC_CACHE_DIR as `ray start` saw it, else ~/.cache/phazec there).
 
-Tasks are spread over the nodes (Ray's SPREAD strategy). Ray runs a task again when it raised, its worker process died or its node died, up to
-`search.ray.retries` times (`max_retries` with `retry_exceptions`); a batch that still fails raises
-BatchFailed when the search reads it. Ray is imported only here, when the executor is chosen.
+Tasks are spread over the nodes (Ray's SPREAD strategy). Ray runs a task again when it raised, its
+worker process died or its node died, up to `search.ray.retries` times (`max_retries` with
+`retry_exceptions`); a batch that still fails raises BatchFailedError when the search reads it. Ray
+is imported only here, when the executor is chosen.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.hw.designs import Designs
 from phazec.search.evaluate import Evaluator, Timings
-from phazec.search.executor import BatchFailed
+from phazec.search.executor import BatchFailedError
 from phazec.search.pool import Task, _run
 from phazec.solvers.schedule import ScheduleCache
 
@@ -132,16 +133,16 @@ class RayWorkers:
         return future
 
     def result(self, future: Future[tuple[T, Timings]]) -> T:
-        """A task's result; the seconds it took are added to the evaluator's timings. Raises BatchFailed
+        """A task's result; the seconds it took are added to the evaluator's timings. Raises BatchFailedError
         when the task failed on every attempt."""
         import ray
 
-        found, node = self._pending.pop(future)
+        _, node = self._pending.pop(future)
         try:
             value, timings = future.result()
             self.batches_per_node[ray.get(node)] += 1
         except ray.exceptions.RayError as err:
-            raise BatchFailed(
+            raise BatchFailedError(
                 f"it failed on Ray {self._retries + 1} time(s) (search.ray.retries={self._retries}): "
                 f"{cause(err)}"
             ) from err

@@ -2,10 +2,10 @@
 
 The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
 the settings that cannot change the answer (`search.workers`, `search.resume`, `search.executor`,
-`search.ray`, `tracking`, `cache_dir`), together with phazec's code (its Python sources and the placement extension), so a
-state never outlives a change that could change an answer. Each finished batch of designs is
-one compact JSON file written atomically, so a kill leaves whole files only. Floats are written with
-`repr`, which reads back to the same bits.
+`search.ray`, `tracking`, `cache_dir`), together with phazec's code (its Python sources and the
+placement extension), so a state never outlives a change that could change an answer. Each finished
+batch of designs is one compact JSON file written atomically, so a kill leaves whole files only.
+Floats are written with `repr`, which reads back to the same bits.
 """
 
 from __future__ import annotations
