@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
 from phazec.search.evaluate import Timings
@@ -35,14 +35,19 @@ RUNS = [("local", 1), ("local", 2), ("ray", 1), ("ray", 2), ("ray", 4)]
 """(executor, workers) of each run."""
 
 
+def config(*overrides: str) -> DictConfig:
+    """The composed config of the benchmark's search with more overrides."""
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        return compose("config", overrides=[*OVERRIDES, *overrides])
+
+
 def timed(job: Job, executor: str, workers: int, scratch: Path) -> tuple[float, Found]:
     """Wall seconds of one search from an empty schedule cache, and what it found."""
-    config = OmegaConf.merge(job.cfg.search, {"executor": executor, "workers": workers})
-    assert isinstance(config, DictConfig)
+    cfg = config(f"search.executor={executor}", f"search.workers={workers}")
     run_dir = scratch / f"{executor}-{workers}"
     evaluator = replace(job.evaluator, cache=ScheduleCache(run_dir / "schedules"), timings=Timings())
     start = time.perf_counter()
-    found = search(evaluator, job.designs, config, SearchState(run_dir / "state", False), str(run_dir))  # type: ignore[arg-type]
+    found = search(evaluator, job.designs, cfg.search, SearchState(run_dir / "state", False), str(run_dir))
     return time.perf_counter() - start, found
 
 
@@ -52,9 +57,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="phazec-scaling-") as tmp:
         scratch = Path(tmp)
         os.environ["RAY_TMPDIR"] = str(scratch)
-        with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-            cfg = compose("config", overrides=OVERRIDES)
-        job = setup(cfg)
+        job = setup(config())
         tasks = len(job.designs)
         walls: dict[tuple[str, int], float] = {}
         answers = set()

@@ -26,9 +26,12 @@ from typing import Any
 
 import pytest
 
+from phazec.config import RayConfig, SearchConfig
+from phazec.errors import PhazecError
 from phazec.search.state import state_key
 from tests.conftest import compose_config
 from tests.test_search import QUICK, answer, search
+from tests.test_track_mlflow import free_port
 
 SPACE = ("model=bert_large", "hw=tpu_small", "hw.glb_bytes=[33554432]", "hw.num_vc=[4]")
 """8 designs around TPUv4."""
@@ -221,3 +224,14 @@ def test_a_batch_failing_every_attempt_stops_the_search_and_keeps_saved_batches(
         (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
         assert message.startswith(f"resumed {2 * failed} of {DESIGNS} evaluated designs")
     same_files(tmp_path / "local", tmp_path / "resumed")
+
+
+def test_an_unreachable_cluster_is_one_paragraph_at_once() -> None:
+    pytest.importorskip("ray")
+    from phazec.search.ray_executor import connect
+
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(
+        PhazecError, match=rf"search.ray.address='{address}': no Ray cluster could be reached"
+    ):
+        connect(SearchConfig(executor="ray", ray=RayConfig(address=address)))

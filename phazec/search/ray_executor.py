@@ -15,6 +15,7 @@ is imported only here, when the executor is chosen.
 from __future__ import annotations
 
 import logging
+import socket
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import replace
@@ -78,16 +79,25 @@ def connect(config: SearchConfig) -> None:
     ray = _import_ray()
     address = config.ray.address
     try:
+        _check_reachable(address)
         if address:
             ray.init(address=address)
         else:
             ray.init(num_cpus=config.workers, include_dashboard=False, _node_ip_address="127.0.0.1")
-    except (ConnectionError, RuntimeError, ValueError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         raise PhazecError(
             f"search.ray.address={address!r}: no Ray cluster could be reached there ({err}). Give `auto` "
             "on a node where `ray start` ran, the head's `host:port` (its --port, 6379 by default), "
             "`ray://host:10001` for Ray client, or leave it empty for a local Ray."
         ) from err
+
+
+def _check_reachable(address: str) -> None:
+    """Raise OSError if nothing listens at a `host:port` or `ray://host:port` address (Ray itself
+    would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        socket.create_connection((host, int(port)), timeout=10).close()
 
 
 def cause(err: BaseException) -> str:
