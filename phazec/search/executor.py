@@ -17,6 +17,7 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.search.evaluate import Evaluator, Timings
 from phazec.search.pool import Task, Workers
+from phazec.validate import worker_cap
 
 T = TypeVar("T")
 
@@ -53,8 +54,9 @@ class Executor(Protocol):
 
 
 def worker_count(config: SearchConfig, batches: int) -> int:
-    """Processes for `batches` batches: `search.workers` (0: every core), at most one per batch."""
-    return max(1, min(config.workers or os.cpu_count() or 1, batches))
+    """Processes for `batches` batches: `search.workers` (unset: every core), at most one per core
+    (more is capped with a warning) and one per batch."""
+    return max(1, min(worker_cap(config.workers) or os.cpu_count() or 1, batches))
 
 
 def start_executor(evaluator: Evaluator, config: SearchConfig, cache_dir: str, batches: int) -> Executor:
