@@ -104,8 +104,14 @@ class SearchConfig:
 
     strategy: str = "phaze"
     """`phaze` (area bins, largest first, early stop), `exhaustive`, `bounded` (exhaustive's answer,
-    skipping designs a proven bound rules out) or `bo` (Bayesian optimisation of one block's forward
-    latency, then the chosen design placed)."""
+    skipping designs a proven bound rules out), `bo` (Bayesian optimisation of one block's forward
+    latency, then the chosen design placed) or `wham` (WHAM's critical-path local search per stage,
+    then the placement DP over the union of each stage's top-k designs)."""
+    objective: str = "throughput"
+    """`throughput` (samples/s) or `throughput_per_watt` (samples/s per watt of the design's peak power,
+    `phazec.hw.energy.peak_power_w`): what every strategy maximises."""
+    top_k: int = 4
+    """Designs the wham strategy keeps per pipeline stage in its local search."""
     bin_mm2: float = 0.01
     """Width of an area bin (phaze strategy)."""
     patience: int = 5
@@ -201,8 +207,9 @@ def validate_train(train: TrainConfig) -> None:
         )
 
 
-STRATEGIES = ("phaze", "exhaustive", "bounded", "bo")
+STRATEGIES = ("phaze", "exhaustive", "bounded", "bo", "wham")
 EXECUTORS = ("local", "ray")
+OBJECTIVES = ("throughput", "throughput_per_watt")
 
 
 def validate_search(search: SearchConfig) -> None:
@@ -211,7 +218,12 @@ def validate_search(search: SearchConfig) -> None:
         raise PhazecError(
             f"search.strategy={search.strategy!r} is not a strategy; valid: {list(STRATEGIES)}."
         )
-    for name in ("bin_mm2", "patience", "batch_designs", "trials"):
+    if search.objective not in OBJECTIVES:
+        raise PhazecError(
+            f"search.objective={search.objective!r} is not an objective; valid: {list(OBJECTIVES)} "
+            "(samples/s, or samples/s per watt of the design's peak power)."
+        )
+    for name in ("bin_mm2", "patience", "batch_designs", "trials", "top_k"):
         if getattr(search, name) <= 0:
             raise PhazecError(f"search.{name}={getattr(search, name)} is not valid: it must be positive.")
     if search.workers is not None and search.workers < 1:

@@ -33,6 +33,14 @@ JOB_METRICS = {
     "speedup_vs_found_design_megatron_plan", "designs_total", "designs_evaluated", "designs_pruned",
     "ilp_cache_hits", "wall_s", "cost_s", "ilp_s", "dp_s",
 }  # fmt: skip
+USAGE_METRICS = {
+    "peak_power_w", "throughput_per_watt", "tensor_core_utilisation_bottleneck",
+    "tensor_core_utilisation_mean", "vector_core_utilisation_bottleneck", "vector_core_utilisation_mean",
+    *(f"energy_per_{per}_j.{part}" for per in ("iteration", "sample")
+      for part in ("compute", "buffers", "hbm", "network", "total")),
+}  # fmt: skip
+"""A one-model job's plan figures (`phazec.search.usage`)."""
+JOB_METRICS |= USAGE_METRICS
 PARENT = "mlflow.parentRunId"
 
 
@@ -89,6 +97,7 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
     for child, result in sorted(zip(children, results, strict=True), key=lambda p: p[0].info.run_name):
         assert set(child.data.metrics) == JOB_METRICS
         assert child.data.metrics["throughput_samples_per_s"] == result["throughput_samples_per_s"]
+        assert child.data.metrics["energy_per_sample_j.total"] == result["energy_per_sample_j"]["total"]
         assert child.data.params["train.microbatch"] == str(result["config"]["train"]["microbatch"])
         assert child.data.params["model.name"] == "bert_large"
         assert child.data.params["hw.name"] == "tpuv4"
@@ -165,7 +174,11 @@ def test_several_models_log_each_models_figures_and_directory(tmp_path: Path, ca
     result = json.loads((run_dir / "result.json").read_text())
     own = {"throughput_samples_per_s", "time_per_batch_s", "speedup_vs_own_best_design",
            "speedup_vs_tpuv4_optimal_placement"}  # fmt: skip
-    expected = JOB_METRICS - {"time_per_batch_s", *(m for m in JOB_METRICS if m.startswith("speedup"))}
+    expected = (
+        JOB_METRICS
+        - USAGE_METRICS
+        - {"time_per_batch_s", *(m for m in JOB_METRICS if m.startswith("speedup"))}
+    )
     assert set(run.data.metrics) == expected | {f"{m}.{name}" for m in own for name in models}
     per_model = result["throughput_samples_per_s"]
     assert run.data.metrics["throughput_samples_per_s"] == sum(per_model.values()) / 2

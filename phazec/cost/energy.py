@@ -19,28 +19,37 @@ from phazec.hw.energy import CORE_BUFFER_BYTE_J, GLB_BYTE_J, HBM_BYTE_J, LINK_BY
 
 F64 = NDArray[np.float64]
 
-STREAMED_BYTE_J = CORE_BUFFER_BYTE_J + GLB_BYTE_J + HBM_BYTE_J
-"""One byte streamed from HBM through the global buffer and a core's buffer (vector operands)."""
+ENERGY_PARTS = ("compute", "buffers", "hbm", "network")
+"""Where energy goes: MACs and vector-lane cycles; per-core and global buffers; HBM; off-chip links."""
 
 
-def op_energy_j(ops: OpTable, designs: Designs) -> F64:
-    """Energy in joules of each operator of `ops` on each design, [ops, designs]."""
-    vector_j = ops.vector_elements * ops.cycles_per_element() * VECTOR_OP_J
-    streamed_j = np.where(
-        ops.kind == OpKind.VECTOR, (ops.bytes_read + ops.bytes_written) * STREAMED_BYTE_J, 0.0
-    )
-    energy_j: F64 = np.repeat(
-        (vector_j + streamed_j + sent_bytes(ops) * LINK_BYTE_J)[:, None], len(designs), 1
-    )
+def op_energy_parts_j(ops: OpTable, designs: Designs) -> dict[str, F64]:
+    """Energy in joules of each operator of `ops` on each design, [ops, designs], split into
+    ENERGY_PARTS (their sum is `op_energy_j`)."""
+    shape = (len(ops), len(designs))
+    vector_bytes = np.where(ops.kind == OpKind.VECTOR, ops.bytes_read + ops.bytes_written, 0.0)[:, None]
+    parts: dict[str, F64] = {
+        "compute": np.broadcast_to(
+            (ops.vector_elements * ops.cycles_per_element() * VECTOR_OP_J)[:, None], shape
+        ).copy(),
+        "buffers": np.broadcast_to(vector_bytes * (CORE_BUFFER_BYTE_J + GLB_BYTE_J), shape).copy(),
+        "hbm": np.broadcast_to(vector_bytes * HBM_BYTE_J, shape).copy(),
+        "network": np.broadcast_to((sent_bytes(ops) * LINK_BYTE_J)[:, None], shape).copy(),
+    }
     rows = np.flatnonzero((ops.kind == OpKind.GEMM) | (ops.kind == OpKind.FUSED))
     if rows.size:
         gemms = ops.take(rows)
         traffic = gemm_traffic(gemms, designs)
-        macs = (gemms.batch * gemms.m * gemms.k * gemms.n)[:, None]
-        energy_j[rows] += (
-            macs * MAC_J
-            + traffic.port_words * WORD_BYTES * CORE_BUFFER_BYTE_J
-            + traffic.glb_words * WORD_BYTES * GLB_BYTE_J
-            + traffic.hbm_bytes * HBM_BYTE_J
+        parts["compute"][rows] += (gemms.batch * gemms.m * gemms.k * gemms.n)[:, None] * MAC_J
+        parts["buffers"][rows] += (
+            traffic.port_words * WORD_BYTES * CORE_BUFFER_BYTE_J + traffic.glb_words * WORD_BYTES * GLB_BYTE_J
         )
-    return energy_j
+        parts["hbm"][rows] += traffic.hbm_bytes * HBM_BYTE_J
+    return parts
+
+
+def op_energy_j(ops: OpTable, designs: Designs) -> F64:
+    """Energy in joules of each operator of `ops` on each design, [ops, designs]."""
+    parts = op_energy_parts_j(ops, designs)
+    total: F64 = sum((parts[name] for name in ENERGY_PARTS), np.zeros((len(ops), len(designs))))
+    return total

@@ -89,6 +89,7 @@ def result_table(result: dict[str, Any]) -> str:
             _plan_text(entry["plan"], entry.get("not_applicable")),
             f"{entry['throughput_samples_per_s']:.4g}",
             f"{entry['throughput_samples_per_s'] / reference:.2f}x" if reference else "-",
+            *_usage_text(entry),
         ]
         for name, entry in rows
     ]
@@ -97,8 +98,25 @@ def result_table(result: dict[str, Any]) -> str:
         f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
         f"({search['strategy']}) in {search['wall_s']:.1f} s"
     )
-    table = render(["", "design", "plan", "samples/s", "vs TPUv4"], body)
+    usage = ["TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"]
+    table = render(["", "design", "plan", "samples/s", "vs TPUv4", *usage], body)
     return f"{header}\n{table}"
+
+
+def _usage_text(entry: dict[str, Any]) -> list[str]:
+    """Core utilisation (mean over devices / bottleneck device), energy per sample and throughput per
+    watt of a result entry; dashes when it has no plan."""
+    if entry.get("plan") is None or "peak_power_w" not in entry:
+        return ["-"] * 4
+    utilisation = [
+        f"{entry[f'{core}_utilisation_mean']:.0%}/{entry[f'{core}_utilisation_bottleneck']:.0%}"
+        for core in ("tensor_core", "vector_core")
+    ]
+    return [
+        *utilisation,
+        f"{entry['energy_per_sample_j']['total']:.4g}",
+        f"{entry['throughput_per_watt']:.4g}",
+    ]
 
 
 def multi_table(result: dict[str, Any]) -> str:

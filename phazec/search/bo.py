@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import optuna
+from numpy.typing import NDArray
 from tqdm import tqdm
 
 from phazec.errors import PhazecError
@@ -27,8 +28,15 @@ from phazec.search.evaluate import Evaluator
 log = logging.getLogger(__name__)
 
 
-def tpe_design(evaluator: Evaluator, designs: Designs, trials: int, seed: int) -> int:
-    """The index of the design with the least block forward latency that TPE found in `trials` trials.
+def tpe_design(
+    evaluator: Evaluator,
+    designs: Designs,
+    trials: int,
+    seed: int,
+    weight: NDArray[np.float64] | None = None,
+) -> int:
+    """The index of the design with the least block forward latency (times `weight[design]` when given:
+    the objective's cost) that TPE found in `trials` trials.
 
     Raises:
         PhazecError: no trial proposed a design of the space.
@@ -47,7 +55,8 @@ def tpe_design(evaluator: Evaluator, designs: Designs, trials: int, seed: int) -
         j = index.get(tuple(knobs[k] for k in KNOBS))
         if j is None:
             return math.inf
-        return float(evaluator.block_forward_s(designs.take(np.array([j])))[0])
+        latency_s = float(evaluator.block_forward_s(designs.take(np.array([j])))[0])
+        return latency_s if weight is None else latency_s * float(weight[j])
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))

@@ -359,12 +359,20 @@ def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np
     return total
 
 
-def best(candidates: list[Candidate]) -> Candidate | None:
-    """The fastest feasible candidate (ties: the first), or None if none fits."""
+def best(candidates: list[Candidate], weight: NDArray[np.float64] | None = None) -> Candidate | None:
+    """The feasible candidate of least `objective_cost` (ties: the first), or None if none fits."""
     feasible = [c for c in candidates if isinstance(c.result, Placement) and c.result.fits_hbm]
     if not feasible:
         return None
-    return min(feasible, key=lambda c: c.result.time_per_batch_s)  # type: ignore[union-attr]
+    return min(feasible, key=lambda c: objective_cost(c, weight))
+
+
+def objective_cost(candidate: Candidate, weight: NDArray[np.float64] | None = None) -> float:
+    """What a search minimises: a plan's time per batch, times `weight[design]` when given (the
+    design's peak power under `search.objective=throughput_per_watt`, see `phazec.search.objective`)."""
+    assert isinstance(candidate.result, Placement)
+    time_s = candidate.result.time_per_batch_s
+    return time_s if weight is None else time_s * float(weight[candidate.design])
 
 
 def least_memory(candidates: list[Candidate]) -> NoFeasiblePlacement | None:

@@ -11,10 +11,15 @@ order, saying whether the search still wants it; the first batch it does not wan
   beat or tie the best. Its answer is exhaustive's.
 - `bo`: one batch, the design Bayesian optimisation of a block's forward latency picks
   (`phazec.search.bo`); the trials run in this process.
+- `wham`: WHAM's critical-path local search per pipeline stage, then the union of each stage's top-k
+  designs evaluated in batches (`phazec.search.wham`).
+
+Every strategy minimises the objective's cost (`phazec.search.objective`): the time per batch, times
+the design's peak power under `search.objective=throughput_per_watt`.
 
 Batches never depend on the number of workers: up to two per worker are evaluated ahead, and results
 are taken in batch order, so a search gives the same answer with any number of processes. The answer
-is the fastest candidate, ties going to the first in design order, then microbatch and variant order,
+is the candidate of least cost, ties going to the first in design order, then microbatch and variant order,
 as an exhaustive search in design order finds it.
 """
 
@@ -36,8 +41,9 @@ from phazec.config import SearchConfig
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.search.bo import tpe_design
-from phazec.search.evaluate import Candidate, Evaluator, Timings, best
+from phazec.search.evaluate import Candidate, Evaluator, Timings, best, objective_cost
 from phazec.search.executor import BatchFailedError, Executor, start_executor
+from phazec.search.objective import design_weights
 from phazec.search.state import SearchState
 from phazec.solvers.placement import Placement
 
@@ -52,7 +58,7 @@ class Found:
 
     designs: Designs
     best: Candidate | None
-    """The fastest feasible candidate (global design index), or None if nothing fits."""
+    """The feasible candidate of least objective cost (global design index), or None if nothing fits."""
     evaluated: list[int]
     """Indices of the designs evaluated, in evaluation order."""
     candidates: list[Candidate]
@@ -71,7 +77,7 @@ class Strategy(Protocol):
     batches: list[NDArray[np.int64]]
 
     def wanted(self, i: int, best_s: float) -> bool:
-        """Whether to evaluate batch i, given the best time per batch so far (inf: none)."""
+        """Whether to evaluate batch i, given the best objective cost so far (inf: none)."""
         ...
 
     def record(self, improved: bool) -> None:
@@ -117,7 +123,7 @@ class Bounded:
 
     batches: list[NDArray[np.int64]]
     least_bound_s: list[float]
-    """The least lower bound of each batch (its first design's)."""
+    """The least lower bound of each batch on the objective's cost (its first design's)."""
 
     def wanted(self, i: int, best_s: float) -> bool:
         """If a design of batch i could be as fast as the best so far."""
@@ -150,6 +156,7 @@ def search(
         batches = 1
     else:
         batches = math.ceil(len(designs) / config.batch_designs)
+    weight = design_weights(designs, config.objective)
     with start_executor(evaluator, config, cache_dir, batches) as workers:
         log.info(
             "%s search: %d designs, %d %s worker(s), state in %s",
@@ -159,13 +166,23 @@ def search(
             config.executor,
             state.directory,
         )
+        if config.strategy == "wham":
+            from phazec.search.wham import wham  # wham runs explore itself
+
+            return wham(designs, config, workers, state, weight)
         strategy = STRATEGIES[config.strategy](designs, config, workers, state)
-        return explore(strategy, designs, workers, state, config.strategy)
+        return explore(strategy, designs, workers, state, config.strategy, weight=weight)
 
 
-def bounded(designs: Designs, batch_designs: int, workers: Executor, state: SearchState) -> Bounded:
-    """The bounded strategy: every design's lower bound (in batches, saved for resuming), then the
-    designs sorted by it, ties in design order."""
+def bounded(
+    designs: Designs,
+    batch_designs: int,
+    workers: Executor,
+    state: SearchState,
+    weight: NDArray[np.float64] | None = None,
+) -> Bounded:
+    """The bounded strategy: every design's lower bound (in batches, saved for resuming), times its
+    objective weight (a lower bound on its cost), then the designs sorted by it, ties in design order."""
     bound_batches = chunks(np.arange(len(designs), dtype=np.int64), batch_designs)
     bounds_s = np.empty(len(designs))
     bar = tqdm(total=len(designs), desc="bounds", unit="design", disable=None, file=sys.stderr)
@@ -181,6 +198,8 @@ def bounded(designs: Designs, batch_designs: int, workers: Executor, state: Sear
             if fresh:
                 state.put_bounds(i, batch, found)
             bar.update(len(batch))
+    if weight is not None:
+        bounds_s = bounds_s * weight
     order = np.argsort(bounds_s, kind="stable").astype(np.int64)
     batches = chunks(order, batch_designs)
     return Bounded(batches, [float(bounds_s[b[0]]) for b in batches])
@@ -195,11 +214,12 @@ def _exhaustive(designs: Designs, config: SearchConfig, workers: Executor, state
 
 
 def _bounded(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
-    return bounded(designs, config.batch_designs, workers, state)
+    return bounded(designs, config.batch_designs, workers, state, design_weights(designs, config.objective))
 
 
 def _bo(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
-    chosen = tpe_design(workers.evaluator, designs, config.trials, config.seed)
+    weight = design_weights(designs, config.objective)
+    chosen = tpe_design(workers.evaluator, designs, config.trials, config.seed, weight)
     return Exhaustive([np.array([chosen], dtype=np.int64)])
 
 
@@ -221,12 +241,14 @@ class _Tally:
     resumed: int = 0
     """Designs whose results were read from the saved state instead of evaluated by this run."""
     best: Candidate | None = None
-    """The fastest candidate so far (any of equally fast ones)."""
+    """The candidate of least cost so far (any of equally good ones)."""
+    weight: NDArray[np.float64] | None = None
+    """The objective's weight per design (None: throughput)."""
 
     @property
     def best_s(self) -> float:
-        """The best time per batch so far; inf before any plan fits."""
-        return math.inf if self.best is None else _placement(self.best).time_per_batch_s
+        """The best objective cost so far; inf before any plan fits."""
+        return math.inf if self.best is None else objective_cost(self.best, self.weight)
 
     @property
     def summary(self) -> str:
@@ -241,16 +263,25 @@ class _Tally:
         """Add a batch's candidates; whether they improve the best time."""
         self.evaluated += batch.tolist()
         self.candidates += found
-        top = best(found)
-        improved = top is not None and _placement(top).time_per_batch_s < self.best_s
+        top = best(found, self.weight)
+        improved = top is not None and objective_cost(top, self.weight) < self.best_s
         if improved:
             self.best = top
         return improved
 
 
-def explore(strategy: Strategy, designs: Designs, workers: Executor, state: SearchState, name: str) -> Found:
-    """Evaluate the strategy's batches in order while it wants them, saving each new one."""
-    tally = _Tally()
+def explore(
+    strategy: Strategy,
+    designs: Designs,
+    workers: Executor,
+    state: SearchState,
+    name: str,
+    *,
+    weight: NDArray[np.float64] | None = None,
+) -> Found:
+    """Evaluate the strategy's batches in order while it wants them, saving each new one; the answer
+    minimises `objective_cost` with `weight`."""
+    tally = _Tally(weight=weight)
     bar = tqdm(total=len(designs), desc=name, unit="design", disable=None, file=sys.stderr)
     with bar:
         for i, batch, found, fresh in _in_order(
@@ -277,7 +308,7 @@ def explore(strategy: Strategy, designs: Designs, workers: Executor, state: Sear
             "resumed %d of %d evaluated designs from %s", tally.resumed, len(tally.evaluated), state.directory
         )
     ordered = sorted(tally.candidates, key=lambda c: c.design)
-    return Found(designs, best(ordered), tally.evaluated, ordered)
+    return Found(designs, best(ordered, weight), tally.evaluated, ordered)
 
 
 def _placement(candidate: Candidate) -> Placement:

@@ -34,6 +34,7 @@ from phazec.search.evaluate import Candidate, Timings, best, least_memory
 from phazec.search.executor import start_executor
 from phazec.search.explore import Exhaustive, Found, chunks, explore, search
 from phazec.search.state import SearchState, state_key
+from phazec.search.usage import USAGE_COLUMNS, USAGE_KEYS, Usage, usage_cells
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
 
 log = logging.getLogger(__name__)
@@ -73,18 +74,27 @@ def plan_record(candidate: Candidate) -> dict[str, Any]:
     }
 
 
-def outcome(designs: Designs, candidate: Candidate | None) -> dict[str, Any]:
-    """Design, plan and throughput of a candidate (None: nothing fits)."""
+def outcome(designs: Designs, candidate: Candidate | None, usage: Usage | None = None) -> dict[str, Any]:
+    """Design, plan and throughput of a candidate (None: nothing fits); with `usage` (on the same
+    designs), also its peak power, throughput per watt, core utilisation and energy."""
     if candidate is None:
         return {"design": None, "plan": None, "throughput_samples_per_s": 0.0, "time_per_batch_s": None}
     placement = candidate.result
     assert isinstance(placement, Placement)
-    return {
+    out = {
         "design": design_record(designs, candidate.design, placement.hbm_bytes),
         "plan": plan_record(candidate),
         "throughput_samples_per_s": placement.throughput_samples_per_s,
         "time_per_batch_s": placement.time_per_batch_s,
     }
+    if usage is not None:
+        power_w = float(designs.peak_power_w[candidate.design])
+        out |= {
+            "peak_power_w": power_w,
+            "throughput_per_watt": placement.throughput_samples_per_s / power_w,
+            **usage(candidate),
+        }
+    return out
 
 
 def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> PhazecError:
@@ -103,25 +113,28 @@ def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> Ph
     )
 
 
-def explored_csv(found: Found) -> str:
-    """One row per evaluated (design, microbatch, t, recompute, HBM)."""
+def explored_csv(found: Found, usage: Usage) -> str:
+    """One row per evaluated (design, microbatch, t, recompute, HBM), with a plan's power, utilisation
+    and energy (`phazec.search.usage`)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([
         "design", "num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2",
         "microbatch", "tp", "recompute", "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s",
-        "throughput_samples_per_s", "min_memory_bytes",
+        "throughput_samples_per_s", "min_memory_bytes", *USAGE_COLUMNS,
     ])  # fmt: skip
     d = found.designs
     for c in found.candidates:
         r = c.result
         knobs = [int(d.num_tc[c.design]), int(d.tc_width[c.design]), int(d.tc_depth[c.design]),
                  int(d.num_vc[c.design]), int(d.vc_width[c.design]), int(d.glb_bytes[c.design])]  # fmt: skip
-        row = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute, r.hbm_bytes]
+        row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute]
+        row.append(r.hbm_bytes)
         if isinstance(r, Placement):
             row += [True, r.stage_count, r.d, repr(r.time_per_batch_s), repr(r.throughput_samples_per_s), ""]
+            row += usage_cells(outcome(d, c, usage))
         else:
-            row += [False, "", "", "", "", r.min_memory_bytes]
+            row += [False, "", "", "", "", r.min_memory_bytes] + [""] * len(USAGE_COLUMNS)
         writer.writerow(row)
     return out.getvalue()
 
@@ -146,7 +159,7 @@ def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
     return {
-        "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal),
+        "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal, Usage(evaluator, tpuv4)),
         "tpuv4_megatron_plan": fixed_outcome(job, tpuv4),
         "found_design_megatron_plan": fixed_outcome(job, chosen),
     }
@@ -160,7 +173,7 @@ def fixed_outcome(job: Job, designs: Designs) -> dict[str, Any]:
         fixed = best(job.evaluator.evaluate_fixed(designs, baseline.pp, baseline.dp, baseline.tp))
     except PhazecError as err:
         return {**outcome(designs, None), "not_applicable": str(err)}
-    return outcome(designs, fixed)
+    return outcome(designs, fixed, Usage(job.evaluator, designs))
 
 
 def speedup(throughput: float, reference: float) -> float | None:
@@ -194,7 +207,8 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
     if found.best is None:
         raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
-    main = outcome(job.designs, found.best)
+    usage = Usage(job.evaluator, job.designs)
+    main = outcome(job.designs, found.best, usage)
     compared = baselines(job, found.best, conf_dir)
     result = {
         "model": job.model_cfg.name,
@@ -202,6 +216,8 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
         "plan": main["plan"],
         "time_per_batch_s": main["time_per_batch_s"],
         "throughput_samples_per_s": main["throughput_samples_per_s"],
+        "objective": cfg.search.objective,
+        **{key: main[key] for key in USAGE_KEYS},
         "baselines": compared,
         "speedup_vs_tpuv4": speedup(
             main["throughput_samples_per_s"], compared["tpuv4_optimal_placement"]["throughput_samples_per_s"]
@@ -213,7 +229,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     }
     write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
     atomic.write_json(out_dir / "result.json", result)
-    atomic.write_bytes(out_dir / "explored.csv", explored_csv(found).encode())
+    atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
     return job, found, result
 
 

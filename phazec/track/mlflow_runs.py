@@ -111,9 +111,10 @@ def job_params(config: DictConfig) -> dict[str, str]:
 
 def job_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The figures of a result.json: throughput, time per batch, area, speedups over each baseline,
-    designs evaluated and pruned, and the time of each search stage. For several models
-    (`model=[a,b,...]`) the per-model figures on the common design are named `<figure>.<model>`,
-    beside their mean `throughput_samples_per_s`."""
+    designs evaluated and pruned, the time of each search stage, and for one model the plan's peak
+    power, throughput per watt, core utilisation and energy by part (`energy_per_sample_j.total`, ...).
+    For several models (`model=[a,b,...]`) the per-model figures on the common design are named
+    `<figure>.<model>`, beside their mean `throughput_samples_per_s`."""
     metrics = {
         "throughput_samples_per_s": headline_throughput(result),
         "area_mm2": result["design"]["area_mm2"],
@@ -124,6 +125,11 @@ def job_metrics(result: dict[str, Any]) -> dict[str, float]:
             metrics |= {f"{k}.{model}": v for k, v in model_metrics(result, model).items()}
     else:
         metrics |= model_metrics(result, None)
+    if "peak_power_w" in result:
+        figures = ("peak_power_w", "throughput_per_watt", *(k for k in result if "_utilisation_" in k))
+        metrics |= {key: result[key] for key in figures}
+        for key in ("energy_per_iteration_j", "energy_per_sample_j"):
+            metrics |= {f"{key}.{part}": value for part, value in result[key].items()}
     search = result["search"]
     for key in ("designs_total", "designs_evaluated", "designs_pruned", "ilp_cache_hits",
                 "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
