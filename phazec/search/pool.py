@@ -76,8 +76,16 @@ class Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Cancel the tasks not yet started and end the workers at once: a batch a worker is still
+        evaluating is one the strategy no longer wants (its answer is in), and the process would
+        otherwise wait for it before exiting."""
         if self._pool is not None:
+            processes = list(getattr(self._pool, "_processes", {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join()
 
     @property
     def lookahead(self) -> int:
