@@ -6,7 +6,7 @@ STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint bench ui clean
+.PHONY: help setup run test fuzz lint bench ui clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
@@ -26,6 +26,9 @@ run: setup  ## Install, then run the default search (Llama2-7B over PHAZE's tpu_
 
 test: setup  ## Install, then run the test suite
 	$(BIN)/python -m pytest
+
+fuzz: setup  ## Install, then run the fuzz tests with many more examples than CI draws
+	PHAZEC_FUZZ_EXAMPLES=$${PHAZEC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/test_fuzz.py -q
 
 lint: setup  ## ruff (lint and format check) and mypy --strict
 	$(BIN)/ruff check .

@@ -22,6 +22,7 @@ from phazec.config import model_list, register, validate_train
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
+from phazec.interrupt import Interrupted, exit_interrupted, interruptible
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
 from phazec.report.plots import write_plots
@@ -60,10 +61,13 @@ class UserErrorExit(Callback):
     """
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Exit 2 with the job's message if it failed with a PhazecError."""
+        """Exit 2 with the job's message if it failed with a PhazecError; exit 130 or 143 with the
+        interrupt message if a signal stopped it."""
         job_return = kwargs.get("job_return")
         if isinstance(job_return, JobReturn) and job_return.status is JobStatus.FAILED:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
+            if isinstance(error, Interrupted):
+                exit_interrupted(error)
             if isinstance(error, PhazecError):
                 with user_errors():
                     raise error
@@ -107,13 +111,15 @@ register()
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _search_app(cfg: DictConfig) -> None:
+    _STARTED.append(True)
     out_dir = output_dir()
     try:
-        names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
-        if names is not None and len(names) != 1:
-            result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
-        else:
-            result = run_search(cfg, out_dir, Path(conf_dir()))
+        with interruptible():
+            names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
+            if names is not None and len(names) != 1:
+                result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
+            else:
+                result = run_search(cfg, out_dir, Path(conf_dir()))
     except PhazecError as err:
         raise JobError(str(err)) from err
     if names is not None and len(names) != 1:
@@ -127,17 +133,40 @@ def _search_app(cfg: DictConfig) -> None:
     print(result_table(result))
 
 
+_STARTED: list[bool] = []
+"""Holds True once a job has started: Hydra exits 1 both for a bad command line (before any job) and
+for a crash inside a job; only the first is bad input."""
+
+
+@contextlib.contextmanager
+def bad_command_line_exits_2() -> Iterator[None]:
+    """Turn Hydra's exit 1 for a command line it cannot compose (an unknown preset, a misspelled key:
+    Hydra has already printed what is valid) into exit 2, as for any other bad input."""
+    try:
+        yield
+    except SystemExit as exit_:
+        if exit_.code == 1 and not _STARTED:
+            sys.exit(2)
+        raise
+
+
 def main() -> None:
     """`phazec`: search the accelerator and training plan with the highest throughput."""
-    _search_app()
+    with bad_command_line_exits_2():
+        _search_app()
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _ir_app(cfg: DictConfig) -> None:
-    with user_errors():
-        run_ir(cfg, output_dir())
+    _STARTED.append(True)
+    try:
+        with user_errors(), interruptible():
+            run_ir(cfg, output_dir())
+    except Interrupted as err:
+        exit_interrupted(err)
 
 
 def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
-    _ir_app()
+    with bad_command_line_exits_2():
+        _ir_app()

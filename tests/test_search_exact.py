@@ -1,10 +1,9 @@
 """The exact search on its own: bounded with dominance pruning gives exhaustive's answer on a slice of
-PHAZE's space, the pruning's guard, resumed bounds, and workers that end with the search."""
+PHAZE's space, the pruning's guard, and resumed bounds."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,17 +86,3 @@ def test_bounds_are_saved_and_resumed(
     first, second = strategies
     assert second.least_bound_s == first.least_bound_s
     assert [b.tolist() for b in second.batches] == [b.tolist() for b in first.batches]
-
-
-def test_workers_end_with_the_search(lowered: Callable[[str], Model]) -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
-    evaluator = _evaluator(lowered, MODELS["tiled"])
-    with Workers(evaluator, 2) as workers:
-        started = [workers.submit(Evaluator.evaluate, designs) for _ in range(2)]
-        while not all(f.running() for f in started):
-            time.sleep(0.05)
-        processes = list(workers._pool._processes.values())  # type: ignore[union-attr]
-        time.sleep(1.0)  # both workers are solving schedules (37 designs take far longer)
-        leaving = time.perf_counter()
-    assert time.perf_counter() - leaving < 5.0
-    assert processes and not any(p.is_alive() for p in processes)

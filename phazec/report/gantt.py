@@ -5,6 +5,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from phazec import atomic
 from phazec.solvers.schedule import Schedule
 from phazec.solvers.schedule_problem import OpKind, ScheduleProblem
 
@@ -66,6 +67,4 @@ def plot_schedule(problem: ScheduleProblem, found: Schedule, path: Path, title: 
     ax.set_xlim(0, max(found.makespan_s, 1e-12))
     ax.set_title(title or f"makespan {found.makespan_s:.6g} s")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=120)
-    return path
+    return atomic.write_png(path, fig, dpi=120)

@@ -3,7 +3,8 @@
 A single run is one MLflow run. A multirun is a parent run with a nested run per job; the parent gets
 the sweep summary (`phazec.report.sweep`). A job's run gets every config value as a param, the
 result's figures as metrics, and `result.json`, `explored.csv`, the plots and the resolved config
-as artifacts; it ends FINISHED or, with the job's error as the `error` tag, FAILED.
+as artifacts; it ends FINISHED or, with the job's error as the `error` tag, FAILED (KILLED when
+SIGINT or SIGTERM stopped it, `phazec.interrupt`).
 
 Logging never fails a job: the first MLflow error is reported in one warning line and tracking stops
 for the rest of the process, while the results are written to the run directories as usual.
@@ -11,6 +12,8 @@ for the rest of the process, while the results are written to the run directorie
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from phazec.config import model_list
 from phazec.errors import PhazecError
+from phazec.interrupt import Interrupted
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.sweep import Summary
 from phazec.track.sweep import SweepCallback
@@ -46,6 +50,8 @@ JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv")
 """A job's files logged when present (common.csv: several models), beside its plots and, for
 several models, each model's own run directory."""
 ERROR_TAG = "error"
+LOCKED_RETRIES = 10
+"""Retries of a logging step while another process holds a SQLite store's write lock."""
 
 
 def store_uri(uri: str, cwd: Path) -> str:
@@ -62,6 +68,23 @@ def artifact_location(uri: str, artifacts: str, cwd: Path) -> str | None:
         store = cwd / uri.removeprefix(SQLITE_PREFIX)  # absolute for sqlite:////abs/file.db
         return (store.parent / ARTIFACTS_DIR).as_uri()
     return None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, cwd: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `<store>.lock` beside a SQLite store (nothing for other stores), so
+    that processes starting at once create its tables and the experiment one after another."""
+    if not uri.startswith(SQLITE_PREFIX):
+        yield
+        return
+    lock = cwd / (uri.removeprefix(SQLITE_PREFIX) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def flat_items(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -159,6 +182,7 @@ class MlflowCallback(SweepCallback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """Log the job's metrics and artifacts, or its error, and end its run."""
         self._guard(str(config.hydra.runtime.output_dir), self._end_job, config, job_return)
+        super().on_job_end(config, job_return, **kwargs)
 
     def sweep_ended(self, summary: Summary, failed: bool) -> None:
         """Log the summary to the parent run and end it (FAILED if a job failed)."""
@@ -167,11 +191,19 @@ class MlflowCallback(SweepCallback):
             self._guard(str(self._sweep_dir), self._end_parent, summary, failed)
 
     def _guard(self, results_dir: str, step: Callable[..., None], *args: Any) -> None:
-        """Run one logging step; on its first failure say so once and stop tracking."""
+        """Run one logging step (again while a SQLite store stays locked by another process, up to
+        `LOCKED_RETRIES` times); on its first failure say so once and stop tracking."""
         if self._broken:
             return
         try:
-            step(*args)
+            for attempt in range(LOCKED_RETRIES + 1):
+                try:
+                    step(*args)
+                    break
+                except Exception as error:
+                    if "database is locked" not in str(error) or attempt == LOCKED_RETRIES:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
         except Exception as error:
             self._broken = True
             log.warning(
@@ -194,13 +226,18 @@ class MlflowCallback(SweepCallback):
         if self._uri.startswith(("http://", "https://")):
             os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(tracking.http_retries)
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(tracking.http_timeout_s)
-        client = self._client()
-        experiment = client.get_experiment_by_name(tracking.experiment)
-        if experiment is None:
-            location = artifact_location(self._uri, tracking.artifacts, cwd)
-            self._experiment_id = client.create_experiment(tracking.experiment, artifact_location=location)
-        else:
-            self._experiment_id = experiment.experiment_id
+            # urllib3 warns on every retry; the one warning of `_guard` says what failed
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        with store_lock(self._uri, cwd):
+            client = self._client()
+            experiment = client.get_experiment_by_name(tracking.experiment)
+            if experiment is None:
+                location = artifact_location(self._uri, tracking.artifacts, cwd)
+                self._experiment_id = client.create_experiment(
+                    tracking.experiment, artifact_location=location
+                )
+            else:
+                self._experiment_id = experiment.experiment_id
         return client
 
     def _start_parent(self, config: DictConfig) -> None:
@@ -265,7 +302,7 @@ class MlflowCallback(SweepCallback):
             message = " ".join(str(error).split()) if isinstance(error, PhazecError) else one_line(error)
             client.set_tag(self._run_id, ERROR_TAG, message[:5000])
             client.log_text(self._run_id, "".join(traceback.format_exception(error)), "error.txt")
-            status = "FAILED"
+            status = "KILLED" if isinstance(error, Interrupted) else "FAILED"
         client.set_terminated(self._run_id, status)
         self._run_id = None
 
@@ -279,4 +316,5 @@ class MlflowCallback(SweepCallback):
         self._log_metrics(self._parent_id, metrics)
         for path in summary.paths:
             client.log_artifact(self._parent_id, str(path))
-        client.set_terminated(self._parent_id, "FAILED" if failed or failed_jobs else "FINISHED")
+        status = "KILLED" if self.interrupted else "FAILED" if failed or failed_jobs else "FINISHED"
+        client.set_terminated(self._parent_id, status)
