@@ -25,6 +25,8 @@ from phazec.frontend.schema import ModelConfig
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
+from phazec.plan import PlanReport, predict_plan
+from phazec.report.plan import plan_table
 from phazec.report.plots import write_plots
 from phazec.report.table import layer_table, multi_table, result_table, training_table
 from phazec.search.run import run_multi, run_search
@@ -76,6 +78,19 @@ class UserErrorExit(Callback):
 def output_dir() -> Path:
     """Hydra's run directory, or the working directory outside a Hydra run."""
     return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path.cwd()
+
+
+def run_plan(cfg: DictConfig, out_dir: Path) -> PlanReport:
+    """Time the configured plan, print its table and write `plan.json` to `out_dir`."""
+    report = predict_plan(cfg)
+    atomic.write_json(
+        out_dir / "plan.json",
+        {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)},
+    )
+    print(plan_table(report))
+    if report.warning is not None:
+        print(f"\nwarning: {report.warning}")
+    return report
 
 
 def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
@@ -170,3 +185,17 @@ def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
     with bad_command_line_exits_2():
         _ir_app()
+
+
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+def _plan_app(cfg: DictConfig) -> None:
+    try:
+        run_plan(cfg, output_dir())
+    except PhazecError as err:
+        raise JobError(str(err)) from err
+
+
+def plan_main() -> None:
+    """`phazec-plan`: time one training plan as Megatron-LM runs it, with its breakdown and memory."""
+    with bad_command_line_exits_2():
+        _plan_app()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from phazec.configure import training_graphs
 from phazec.cost.model import MODELS, LatencyModel
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
@@ -17,7 +18,6 @@ from phazec.ir.core import Model
 from phazec.search import explore
 from phazec.search.evaluate import Evaluator, Knobs
 from phazec.search.pool import Workers
-from phazec.search.run import training_graphs
 from phazec.search.state import SearchState
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config

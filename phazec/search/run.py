@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,61 +22,24 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic, validate
-from phazec.config import validate_search, validate_train
-from phazec.cost.model import latency_model_from_config
+from phazec.config import validate_search
+from phazec.configure import Job, setup
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir, load_model
+from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
-from phazec.hw.system import system_from_config
-from phazec.ir.core import Model
-from phazec.passes.training import training_pipeline
 from phazec.report.bottleneck import write_bottleneck_gantt
-from phazec.search.evaluate import Candidate, Evaluator, Knobs, Timings, best, least_memory
+from phazec.search.evaluate import Candidate, Timings, best, least_memory
 from phazec.search.explore import Exhaustive, Found, chunks, explore, search, worker_count
 from phazec.search.pool import Workers
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
-from phazec.solvers.schedule import ScheduleCache
-from phazec.solvers.schedule_backends import check_config
-from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
 
 TPUV4_PRESET = "tpuv4"
 """The `conf/hw/` preset holding the TPUv4-like design every result compares against."""
-
-
-def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
-    """The training knobs, validated: microbatches dividing the global batch, positive HBM sizes."""
-    validate_train(cfg.train)
-    bad = [m for m in cfg.train.microbatch if global_batch % m]
-    if bad:
-        divisors = [d for d in (1, 2, 4, 8, 16, 32) if global_batch % d == 0]
-        raise PhazecError(
-            f"train.microbatch values {bad} do not divide the global batch {global_batch} "
-            f"(system.global_batch); use divisors such as {divisors}."
-        )
-    hbm = [float(g) for g in cfg.system.hbm_gb]
-    if not hbm or min(hbm) <= 0:
-        raise PhazecError(f"system.hbm_gb={hbm} must list positive HBM sizes in GB, e.g. [32, 64, 80].")
-    return Knobs(
-        microbatches=tuple(int(m) for m in cfg.train.microbatch),
-        recompute=tuple(bool(r) for r in cfg.train.recompute),
-        hbm_bytes=tuple(round(g * 1e9) for g in hbm),
-        optimizer=str(cfg.train.optimizer),
-    )
-
-
-def training_graphs(
-    model: Model, widths: list[int], optimizer: str, vocab_parallel: bool
-) -> dict[int, Model]:
-    """The per-device training graph of the model at each allowed tensor-parallel width."""
-    return {
-        t: training_pipeline(t, optimizer=optimizer, vocab_parallel=vocab_parallel).run(model)[0]
-        for t in sorted(set(widths))
-    }
 
 
 def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
@@ -101,6 +63,9 @@ def plan_record(candidate: Candidate) -> dict[str, Any]:
     return {
         "microbatch": candidate.microbatch,
         "recompute": placement.recompute,
+        "sequence_parallel": placement.sequence_parallel,
+        "interleave": placement.interleave,
+        "distributed_optimizer": placement.distributed_optimizer,
         "tp": placement.t,
         "pp": placement.stage_count,
         "dp": placement.d,
@@ -164,43 +129,6 @@ def explored_csv(found: Found) -> str:
 def tpuv4_designs(conf_dir: Path) -> Designs:
     """The TPUv4-like design, read from its preset."""
     return enumerate_designs(hw_space_from_config(OmegaConf.load(conf_dir / "hw" / f"{TPUV4_PRESET}.yaml")))
-
-
-@dataclass(frozen=True)
-class Job:
-    """One model's search, set up: its config, the space, and the evaluator holding its training graphs."""
-
-    cfg: DictConfig
-    model_cfg: ModelConfig
-    designs: Designs
-    evaluator: Evaluator
-
-
-def setup(cfg: DictConfig) -> Job:
-    """Validate the config, enumerate the space, lower the model and build its Evaluator."""
-    validate_search(cfg.search)
-    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
-    solver = OmegaConf.to_object(cfg.solver)
-    assert isinstance(solver, SolverConfig)
-    check_config(solver)
-    system = system_from_config(cfg.system)
-    knobs = check_knobs(cfg, system.global_batch)
-    model_cfg = OmegaConf.to_object(cfg.model)
-    assert isinstance(model_cfg, ModelConfig)
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    evaluator = Evaluator(
-        graphs=training_graphs(
-            model, list(model_cfg.tp_widths), knobs.optimizer, cfg.parallel.vocab_parallel
-        ),
-        system=system,
-        latency_model=latency_model_from_config(cfg.cost),
-        solver=solver,
-        knobs=knobs,
-        cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
-        lp_dir=default_cache_dir(cfg.cache_dir) / "lp" if solver.write_lp else None,
-    )
-    return Job(cfg, model_cfg, designs, evaluator)
 
 
 def search_state(cfg: DictConfig, part: str = "") -> SearchState:

@@ -46,7 +46,7 @@ ARTIFACTS_DIR = "mlartifacts"
 """Artifacts of a SQLite store's experiments, beside the store."""
 PARAMS_PER_REQUEST = 100
 """MLflow's limit of params in one `log_batch`."""
-JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv")
+JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "plan.json")
 """A job's files logged when present (common.csv: several models), beside its plots and, for
 several models, each model's own run directory."""
 ERROR_TAG = "error"
@@ -129,6 +129,15 @@ def job_metrics(result: dict[str, Any]) -> dict[str, float]:
                 "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
         metrics[key] = search[key]
     return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def plan_metrics(plan: dict[str, Any]) -> dict[str, float]:
+    """The figures of a plan.json: time, throughput, utilisation, the breakdown and the memory."""
+    metrics = {key: plan[key] for key in ("time_per_batch_s", "samples_per_s", "tokens_per_s",
+                                          "model_tflops_per_device", "mfu", "hfu")}  # fmt: skip
+    metrics |= {f"breakdown.{k}": v for k, v in plan["breakdown"].items()}
+    metrics |= {f"memory.{k}": v for k, v in plan["memory"].items()}
+    return {k: float(v) for k, v in metrics.items()}
 
 
 def model_metrics(result: dict[str, Any], model: str | None) -> dict[str, float | None]:
@@ -289,8 +298,9 @@ class MlflowCallback(SweepCallback):
         if resolved.is_file():
             client.log_artifact(self._run_id, str(resolved), artifact_path="hydra")
         if job_return.status is JobStatus.COMPLETED:
-            result = json.loads((out_dir / "result.json").read_text())
-            self._log_metrics(self._run_id, job_metrics(result))
+            plan_only = not (out_dir / "result.json").is_file()  # a phazec-plan job
+            result = json.loads((out_dir / ("plan.json" if plan_only else "result.json")).read_text())
+            self._log_metrics(self._run_id, plan_metrics(result) if plan_only else job_metrics(result))
             files = [out_dir / name for name in JOB_ARTIFACTS if (out_dir / name).is_file()]
             for path in [*files, *sorted(out_dir.glob("*.png"))]:
                 client.log_artifact(self._run_id, str(path))
