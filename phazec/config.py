@@ -87,6 +87,18 @@ class PlanConfig:
 
 
 @dataclass
+class RayConfig:
+    """The Ray cluster of `search.executor=ray`."""
+
+    address: str = ""
+    """`auto` (the cluster `ray start` began on this machine), `host:port` of a head's GCS, `ray://host:10001`
+    (Ray client), or empty for a local Ray on 127.0.0.1 started for the run and stopped after it."""
+    retries: int = 3
+    """Times Ray runs a batch again after it raised, its worker process died or its node died (Ray's
+    `max_retries`, exceptions included); a batch failing once more stops the search."""
+
+
+@dataclass
 class SearchConfig:
     """Architecture search strategy, its processes and its saved state."""
 
@@ -102,7 +114,11 @@ class SearchConfig:
     """Designs per batch of the exhaustive and bounded strategies (phaze's batches are its bins): the
     unit handed to a worker process and saved for resuming."""
     workers: int | None = None
-    """Processes evaluating designs; None means one per core, 1 evaluates in this process."""
+    """Processes evaluating designs; None means one per core, 1 evaluates in this process. With
+    `executor=ray`: batches running at once; None means one per CPU of the cluster."""
+    executor: str = "local"
+    """`local` (`workers` processes on this machine) or `ray` (Ray tasks on the cluster of `ray`)."""
+    ray: RayConfig = field(default_factory=RayConfig)
     resume: bool = True
     """Continue from the state a killed run with the same config saved; false starts afresh."""
     trials: int = 100
@@ -186,6 +202,7 @@ def validate_train(train: TrainConfig) -> None:
 
 
 STRATEGIES = ("phaze", "exhaustive", "bounded", "bo")
+EXECUTORS = ("local", "ray")
 
 
 def validate_search(search: SearchConfig) -> None:
@@ -201,6 +218,15 @@ def validate_search(search: SearchConfig) -> None:
         raise PhazecError(
             f"search.workers={search.workers} is not valid: give a number of processes >= 1 (1 evaluates "
             "in this process), or leave it unset (null) for one per core."
+        )
+    if search.executor not in EXECUTORS:
+        raise PhazecError(
+            f"search.executor={search.executor!r} is not an executor; valid: {list(EXECUTORS)}."
+        )
+    if search.ray.retries < 0:
+        raise PhazecError(
+            f"search.ray.retries={search.ray.retries} is not valid: give how many times Ray may run a "
+            "failed batch again (0 or more)."
         )
 
 

@@ -22,7 +22,7 @@ from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from phazec.report.plots import write_plots
 from phazec.rundir import unique_dir
-from phazec.search.explore import worker_count
+from phazec.search.executor import worker_count
 from phazec.search.run import run_search
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.schedule import ScheduleCache

@@ -93,6 +93,11 @@ def test_single_tpuv4_design(tmp_path: Path, cache_dir: Path) -> None:
         (("system.hbm_gb=[0.001]",), r"no training plan fits in HBM of \[0.0\] GB on any design\. The plan"),
         (("hw.area_budget_mm2=1.0",), r"area"),
         (("search.workers=0",), r"search.workers=0 is not valid: give a number of processes >= 1"),
+        (
+            ("search.executor=slurm",),
+            r"search.executor='slurm' is not an executor; valid: \['local', 'ray'\]",
+        ),
+        (("search.ray.retries=-1",), r"search.ray.retries=-1 is not valid"),
         (("search.batch_designs=0",), r"search.batch_designs=0 is not valid: it must be positive"),
         (("search=bo", "search.trials=0"), r"search.trials=0 is not valid: it must be positive"),
     ],
@@ -115,7 +120,7 @@ def answer(result: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(result))
     for key in TIMINGS:
         del out["search"][key]
-    for key in ("workers", "resume"):
+    for key in ("workers", "resume", "executor", "ray"):
         del out["config"]["search"][key]
     del out["config"]["cache_dir"]
     return out

@@ -31,8 +31,8 @@ from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.bottleneck import write_bottleneck_gantt
 from phazec.search.evaluate import Candidate, Timings, best, least_memory
-from phazec.search.explore import Exhaustive, Found, chunks, explore, search, worker_count
-from phazec.search.pool import Workers
+from phazec.search.executor import start_executor
+from phazec.search.explore import Exhaustive, Found, chunks, explore, search
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
 
@@ -199,7 +199,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     start = time.perf_counter()
     validate.writable_dir(out_dir, "the run directory")
     job = setup(cfg)
-    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg))
+    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
     if found.best is None:
         raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
     main = outcome(job.designs, found.best)
@@ -269,14 +269,14 @@ def model_config(
 
 def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candidate]:
     """Every candidate of the given designs (global indices, ascending), in batches of
-    `search.batch_designs` with `search.workers` processes; batches are saved and resumed like a
+    `search.batch_designs` on the search's executor; batches are saved and resumed like a
     search's, in a sub-state of the model's search."""
     if not len(indices):
         return []
     config = job.cfg.search
     batches = chunks(indices, config.batch_designs)
     tag = hashlib.sha256(json.dumps(indices.tolist()).encode()).hexdigest()[:16]
-    with Workers(job.evaluator, worker_count(config, len(batches))) as workers:
+    with start_executor(job.evaluator, config, job.cfg.cache_dir, len(batches)) as workers:
         found = explore(
             Exhaustive(batches),
             job.designs,
