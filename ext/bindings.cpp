@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "phazec/dag.hpp"
+#include "phazec/list_schedule.hpp"
 #include "phazec/placement.hpp"
 #include "phazec/schedule_search.hpp"
 
@@ -108,16 +109,23 @@ std::vector<phazec::PlanResult> solve_placements(
   return phazec::solve_placements(in, vs);
 }
 
+std::vector<std::vector<phazec::OpMode>> op_modes(
+    const std::vector<std::vector<std::pair<double, std::array<int32_t, phazec::kResources>>>>& modes) {
+  std::vector<std::vector<phazec::OpMode>> out;
+  for (const auto& op : modes) {
+    std::vector<phazec::OpMode> own;
+    for (const auto& [duration_s, use] : op) own.push_back({duration_s, use});
+    out.push_back(std::move(own));
+  }
+  return out;
+}
+
 phazec::ScheduleSearchResult search_schedule(
     const std::vector<std::vector<std::pair<double, std::array<int32_t, phazec::kResources>>>>& modes,
     const std::vector<std::vector<int32_t>>& preds, const std::array<int32_t, phazec::kResources>& capacity,
     const std::vector<double>& tail_s, double upper_s, double lower_s, double rel_gap, int64_t node_limit) {
   phazec::ScheduleSearchInput in;
-  for (const auto& op : modes) {
-    std::vector<phazec::OpMode> own;
-    for (const auto& [duration_s, use] : op) own.push_back({duration_s, use});
-    in.modes.push_back(std::move(own));
-  }
+  in.modes = op_modes(modes);
   in.preds = preds;
   in.capacity = capacity;
   in.tail_s = tail_s;
@@ -127,6 +135,16 @@ phazec::ScheduleSearchResult search_schedule(
   in.node_limit = node_limit;
   nb::gil_scoped_release release;
   return phazec::search_schedule(in);
+}
+
+std::tuple<std::vector<double>, std::vector<int32_t>> list_schedule(
+    const std::vector<std::vector<std::pair<double, std::array<int32_t, phazec::kResources>>>>& modes,
+    const std::vector<std::vector<int32_t>>& preds, const std::array<int32_t, phazec::kResources>& capacity,
+    const std::vector<double>& priority, bool first_start) {
+  const auto own = op_modes(modes);
+  nb::gil_scoped_release release;
+  auto result = phazec::list_schedule(own, preds, capacity, priority, first_start);
+  return {std::move(result.start_s), std::move(result.mode)};
 }
 
 }  // namespace
@@ -188,4 +206,8 @@ NB_MODULE(_placement, m) {
   m.def("search_schedule", &search_schedule, nb::arg("modes"), nb::arg("preds"), nb::arg("capacity"),
         nb::arg("tail_s"), nb::arg("upper_s"), nb::arg("lower_s"), nb::arg("rel_gap"), nb::arg("node_limit"),
         "Exact branch and bound for one operator schedule, GIL released; ValueError on bad input.");
+  m.def("list_schedule", &list_schedule, nb::arg("modes"), nb::arg("preds"), nb::arg("capacity"),
+        nb::arg("priority"), nb::arg("first_start"),
+        "One serial schedule-generation run: (start times, mode indices), GIL released; ValueError on "
+        "bad input.");
 }

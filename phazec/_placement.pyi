@@ -135,3 +135,14 @@ def search_schedule(
     """
     Exact branch and bound for one operator schedule, GIL released; ValueError on bad input.
     """
+
+def list_schedule(
+    modes: Sequence[Sequence[tuple[float, Sequence[int]]]],
+    preds: Sequence[Sequence[int]],
+    capacity: Sequence[int],
+    priority: Sequence[float],
+    first_start: bool,
+) -> tuple[list[float], list[int]]:
+    """
+    One serial schedule-generation run: (start times, mode indices), GIL released; ValueError on bad input.
+    """

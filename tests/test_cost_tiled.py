@@ -1,10 +1,12 @@
-"""cost=tiled: exact small cases, monotonicity in every resource, and the compute and HBM bounds."""
+"""cost=tiled: exact small cases, monotonicity in every resource (of every model that promises it),
+and the compute and HBM bounds."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phazec.cost.model import MODELS, OpCosts, op_costs
+from phazec.cost.model import MODELS, LatencyModel, OpCosts, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.cost.tiled import gemm_compute_cycles
 from phazec.hw.designs import Designs
@@ -31,8 +33,8 @@ def _designs(*rows: dict[str, float]) -> Designs:
     )
 
 
-def _costs(op: OpWork, *rows: dict[str, float]) -> OpCosts:
-    return op_costs(OpTable.from_rows([op]), _designs(*rows), SYSTEM, TILED)
+def _costs(op: OpWork, *rows: dict[str, float], model: LatencyModel = TILED) -> OpCosts:
+    return op_costs(OpTable.from_rows([op]), _designs(*rows), SYSTEM, model)
 
 
 BASE = {
@@ -149,17 +151,19 @@ growth = st.one_of(
 )
 
 
+@pytest.mark.parametrize("model", [m for m in MODELS.values() if m.monotone], ids=lambda m: m.name)
 @settings(max_examples=300, deadline=None)
-@given(op_strategy, design_strategy, growth)
+@given(op=op_strategy, design=design_strategy, grow=growth)
 def test_more_resources_never_make_an_operator_slower(
-    op: OpWork, design: dict[str, float], grow: tuple[str, float]
+    model: LatencyModel, op: OpWork, design: dict[str, float], grow: tuple[str, float]
 ) -> None:
+    """The promise of every latency model whose `monotone` flag is set (dominance pruning rests on it)."""
     knob, factor = grow
     bigger = {
         **design,
         knob: design[knob] * factor if "hz" in knob or "per_s" in knob else int(design[knob] * factor),
     }
-    costs = _costs(op, design, bigger)
+    costs = _costs(op, design, bigger, model=model)
     assert costs.single_core_s[0, 1] <= costs.single_core_s[0, 0]
     assert costs.all_cores_s[0, 1] <= costs.all_cores_s[0, 0]
     assert costs.all_cores_s[0, 0] <= costs.single_core_s[0, 0]

@@ -1,7 +1,8 @@
 """The ILP's and the exact search's makespans equal a brute-force optimum on random small DAGs and
-core counts."""
+core counts; the C++ list-schedule run equals its Python statement."""
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -9,10 +10,12 @@ from hypothesis import strategies as st
 
 from phazec.solvers import schedule_model
 from phazec.solvers.schedule import Schedule, optimize, schedule
+from phazec.solvers.schedule_heuristic import greedy_run
 from phazec.solvers.schedule_model import bounds
 from phazec.solvers.schedule_problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule_search import search
 from phazec.solvers.schema import SolverConfig
+from tests.list_schedule_reference import greedy
 
 KIND_RESOURCES = {"tc": ("tc",), "vc": ("vc",), "fused": ("tc", "vc"), "collective": ("net",)}
 
@@ -227,3 +230,25 @@ def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     highs = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
     assert gurobi.solves[-1].backend == "gurobi"
     assert gurobi.makespan_s == highs.makespan_s
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems(max_ops=12), st.data())
+def test_list_schedule_run_matches_its_python_statement(
+    problem: ScheduleProblem, data: st.DataObject
+) -> None:
+    n = len(problem.ops)
+    scale = data.draw(st.sampled_from([1.0, 1e-4 / 3]))  # integer sums, and sums that round
+    scaled = ScheduleProblem(
+        tuple(
+            replace(op, latency_s=op.latency_s * scale, latency_io_s=op.latency_io_s * scale)
+            for op in problem.ops
+        ),
+        problem.deps,
+        problem.num_tc,
+        problem.num_vc,
+        problem.collectives_as_vector,
+    )
+    priority = data.draw(st.lists(st.integers(0, 3).map(float), min_size=n, max_size=n))  # with ties
+    for first_start in (False, True):
+        assert greedy_run(scaled, priority, first_start) == greedy(scaled, priority, first_start)

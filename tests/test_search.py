@@ -150,6 +150,12 @@ def test_strategies_agree_and_count_pruned_designs(tmp_path: Path, cache_dir: Pa
         "bounded": (BOUNDED, 37 - BOUNDED),
         "phaze": (11, 26),
     }
+    reasons = {s: r["search"]["designs_pruned_by"] for s, r in runs.items()}
+    assert reasons == {
+        "exhaustive": {},
+        "bounded": {"dominated": 32, "bound": 37 - BOUNDED - 32},
+        "phaze": {"patience": 26},
+    }
     # Bounded evaluated whole designs: its rows of explored.csv are exhaustive's rows of those designs.
     rows = {s: (tmp_path / s / "explored.csv").read_text().splitlines() for s in runs}
     assert len(rows["bounded"]) == 1 + BOUNDED

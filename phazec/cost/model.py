@@ -31,6 +31,12 @@ class LatencyModel:
 
     name: str
     by_kind: dict[OpKind, LatencyFn]
+    monotone: bool
+    """Whether no operator's latency (on one core or all cores) ever grows when any design knob grows:
+    the promise dominance pruning (`phazec.search.dominance`) rests on, property-tested in
+    tests/test_cost_model.py. `tiled` keeps it because every bandwidth grows with the design; `phaze`
+    keeps it because its GEMM terms shrink with the array and core count and it leaves out the global
+    buffer, whose reference mapper degenerates on small buffers (modelling that would break it)."""
 
 
 MODELS = {
@@ -43,6 +49,7 @@ MODELS = {
                 OpKind.VECTOR: tiled.vector_latency_s,
                 OpKind.FUSED: tiled.fused_latency_s,
             },
+            monotone=True,
         ),
         LatencyModel(
             "phaze",
@@ -51,6 +58,7 @@ MODELS = {
                 OpKind.VECTOR: phaze.vector_latency_s,
                 OpKind.FUSED: phaze.fused_latency_s,
             },
+            monotone=True,
         ),
     )
 }

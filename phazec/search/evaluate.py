@@ -39,7 +39,7 @@ from phazec.solvers.placement import (
     solve_placements,
 )
 from phazec.solvers.schedule import ScheduleCache, schedule
-from phazec.solvers.schedule_model import bounds
+from phazec.solvers.schedule_bounds import lower_bounds_s
 from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
 from phazec.solvers.schema import SolverConfig
 
@@ -91,11 +91,22 @@ class Timings:
     ilp_solves: int = 0
     bound_s: float = 0.0
     """Lower bounds on designs (strategy `bounded`): schedule bounds and the DP on them."""
+    unproven: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Schedules used that a limit stopped before their optimum was proven: canonical key ->
+    (makespan_s, proven lower bound_s)."""
 
     def add(self, other: Timings) -> None:
         """Add another process's timings to these."""
         for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            setattr(self, f.name, {**mine, **theirs} if isinstance(mine, dict) else mine + theirs)
+
+    def unproven_json(self) -> list[dict[str, float | str]]:
+        """The unproven schedules for result.json, by key: makespan, bound and relative gap."""
+        return [
+            {"key": key, "makespan_s": makespan_s, "bound_s": bound_s, "gap": 1.0 - bound_s / makespan_s}
+            for key, (makespan_s, bound_s) in sorted(self.unproven.items())
+        ]
 
 
 @dataclass
@@ -117,17 +128,20 @@ class Evaluator:
         """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
         the latency of its attention core's forward ops run one after another on all cores (what
         selective recompute repeats; `attention_core_s`)."""
-        return self._per_layer_s(designs, microbatch, self.schedule_s)
+        return self._per_layer_s(designs, microbatch, self.schedules_s)
 
     def layer_lower_bounds_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
         """Like `layer_latencies_s`, but proven lower bounds on those latencies, without the ILP."""
         return self._per_layer_s(designs, microbatch, self.lower_s)
 
     def _per_layer_s(
-        self, designs: Designs, microbatch: int, latency_s: Callable[[ScheduleProblem], float]
+        self,
+        designs: Designs,
+        microbatch: int,
+        latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
     ) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
-        scheduling problem on each design, and its attention core's latency."""
+        graph on every design, and its attention core's latency."""
         out: dict[int, NDArray[np.float64]] = {}
         for t, model in self.graphs.items():
             per_class = np.zeros((len(designs), 3, len(model.classes)))
@@ -136,13 +150,9 @@ class Evaluator:
                 costs = class_costs(cls, designs, self.system, self.latency_model, microbatch)
                 per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
                 self.timings.cost_s += time.perf_counter() - start
-                graphs = [(0, cls.graph, costs.forward)]
+                per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
                 if cls.backward is not None and costs.backward is not None:
-                    graphs.append((1, cls.backward, costs.backward))
-                for direction, graph, op_costs in graphs:
-                    for j in range(len(designs)):
-                        problem = self.schedule_problem(graph, op_costs, designs, j)
-                        per_class[j, direction, c] = latency_s(problem)
+                    per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
             layer_class = np.array([layer.cls for layer in model.layers])
             out[t] = per_class[:, :, layer_class]
         return out
@@ -159,26 +169,47 @@ class Evaluator:
             shared_cores=designs.device.shared_cores,
         )
 
+    def schedules_s(self, graph: Graph, op_costs: OpCosts, designs: Designs) -> NDArray[np.float64]:
+        """Per design, the optimal latency of one layer's graph (ILP, cached)."""
+        return np.array(
+            [self.schedule_s(self.schedule_problem(graph, op_costs, designs, j)) for j in range(len(designs))]
+        )
+
     def schedule_s(self, problem: ScheduleProblem) -> float:
         """The optimal latency of one layer's graph on one design (ILP, cached)."""
         start = time.perf_counter()
-        cached = self.cache.get(canonical_key(problem, self.solver)) is not None
+        key = canonical_key(problem, self.solver)
+        cached = self.cache.get(key) is not None
         found = schedule(problem, self.solver, self.cache, self.lp_dir)
         self.timings.ilp_s += time.perf_counter() - start
         if cached:
             self.timings.ilp_cache_hits += 1
         else:
             self.timings.ilp_solves += 1
+        if not found.optimal:
+            self.timings.unproven[key] = (found.makespan_s, found.bound_s)
         return found.makespan_s
 
-    def lower_s(self, problem: ScheduleProblem) -> float:
-        """A proven lower bound on the makespan of every schedule of one layer's graph, without the ILP.
+    def lower_s(self, graph: Graph, op_costs: OpCosts, designs: Designs) -> NDArray[np.float64]:
+        """Per design, a proven lower bound on the makespan of every schedule of one layer's graph,
+        without the ILP: `schedule_model.bounds` on every design at once (`schedule_bounds`).
 
+        The structure (which zero-cost ops are contracted away) is design 0's. Every operator costs
+        something on every design or on none, so it is every design's; were it not, an op contracted
+        here would only relax a design's problem, and the bound would stay a bound.
         `bounds` sums latencies in another order than a replayed schedule does, so it is lowered by
         BOUND_MARGIN: far more than any rounding difference, far less than any real one.
         """
         start = time.perf_counter()
-        lower_s = bounds(problem, [problem.modes(i) for i in range(len(problem.ops))]).lower_s
+        structure = self.schedule_problem(graph, op_costs, designs, 0)
+        kept = np.flatnonzero((op_costs.single_core_s[:, 0] > 0) | (op_costs.all_cores_s[:, 0] > 0))
+        lower_s = lower_bounds_s(
+            structure,
+            op_costs.single_core_s[kept],
+            op_costs.all_cores_s[kept],
+            designs.num_tc,
+            designs.num_vc,
+        )
         self.timings.bound_s += time.perf_counter() - start
         return lower_s * (1.0 - BOUND_MARGIN)
 
@@ -257,19 +288,33 @@ class Evaluator:
         paths, sums, max and products with positive counts, all rounded monotonically), and which
         plans fit in HBM does not depend on latencies, so this optimum is at most the real one. Only
         the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
-        fits gets infinity.
+        fits gets infinity. Designs of the batch whose layer bounds (and HBM bandwidth) are all equal
+        share one DP solve per sequence-parallel setting (the placement problem depends on the design
+        only through them).
         """
         variants = self.variants((max(self.knobs.hbm_bytes),))
         out = np.full(len(designs), np.inf)
         for microbatch in self.knobs.microbatches:
             latencies = self.layer_lower_bounds_s(designs, microbatch)
             start = time.perf_counter()
+            solved: dict[bytes, float] = {}
             for j in range(len(designs)):
+                design = designs.hbm_bytes_per_s[j].tobytes()
                 for sequence_parallel in self.knobs.sequence_parallel:
-                    problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
-                    results = solve_placements(problem, variants)
-                    times = [r.time_per_batch_s for r in results if isinstance(r, Placement)]
-                    out[j] = min([out[j], *times])
+                    key = b"".join(
+                        [
+                            design,
+                            bytes([sequence_parallel]),
+                            *(latencies[t][j].tobytes() for t in sorted(latencies)),
+                        ]
+                    )
+                    if key not in solved:
+                        problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
+                        results = solve_placements(problem, variants)
+                        solved[key] = min(
+                            [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
+                        )
+                    out[j] = min(out[j], solved[key])
             self.timings.bound_s += time.perf_counter() - start
         return out
 

@@ -5,10 +5,12 @@ order, saying whether the search still wants it; the first batch it does not wan
 - `phaze`: one batch per area bin of `search.bin_mm2`, largest area first; stops after
   `search.patience` consecutive bins that do not improve the best time per batch (PHAZE section 7).
 - `exhaustive`: every design, in batches of `search.batch_designs` in design order.
-- `bounded`: first a proven lower bound on each design's time per batch (`Evaluator.lower_bounds_s`),
-  then the designs in order of increasing bound, in batches of `search.batch_designs`; stops at the
-  first batch whose least bound exceeds the best time found, since no design in it or after it can
-  beat or tie the best. Its answer is exhaustive's.
+- `bounded`: first drops every design an earlier design dominates in every resource
+  (`phazec.search.dominance`; only with a cost model that promises monotone latencies), then a proven
+  lower bound on each kept design's time per batch (`Evaluator.lower_bounds_s`), then the designs in
+  order of increasing bound, in batches of `search.batch_designs`; stops at the first batch whose
+  least bound exceeds the best time found, since no design in it or after it can beat or tie the
+  best. Its answer is exhaustive's.
 - `bo`: one batch, the design Bayesian optimisation of a block's forward latency picks
   (`phazec.search.bo`); the trials run in this process.
 - `wham`: WHAM's critical-path local search per pipeline stage, then the union of each stage's top-k
@@ -30,7 +32,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -41,6 +43,7 @@ from phazec.config import SearchConfig
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.search.bo import tpe_design
+from phazec.search.dominance import dominated
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best, objective_cost
 from phazec.search.executor import BatchFailedError, Executor, start_executor
 from phazec.search.objective import design_weights
@@ -63,11 +66,13 @@ class Found:
     """Indices of the designs evaluated, in evaluation order."""
     candidates: list[Candidate]
     """Every evaluated candidate, in design order."""
+    pruned_by: dict[str, int] = field(default_factory=dict)
+    """Designs never evaluated, by reason: `dominated` (by an earlier design, `bounded`), `bound` (a
+    proven bound above the best, `bounded`), `patience` (`phaze`, no proof) or `not_chosen` (`bo`)."""
 
     @property
     def pruned(self) -> int:
-        """Designs never evaluated: ruled out by a proven bound (`bounded`), or left when patience ran
-        out (`phaze`, no proof)."""
+        """Designs never evaluated."""
         return len(self.designs) - len(self.evaluated)
 
 
@@ -124,6 +129,8 @@ class Bounded:
     batches: list[NDArray[np.int64]]
     least_bound_s: list[float]
     """The least lower bound of each batch on the objective's cost (its first design's)."""
+    dominated: int
+    """Designs dropped before bounding, each dominated by an earlier design."""
 
     def wanted(self, i: int, best_s: float) -> bool:
         """If a design of batch i could be as fast as the best so far."""
@@ -171,7 +178,14 @@ def search(
 
             return wham(designs, config, workers, state, weight)
         strategy = STRATEGIES[config.strategy](designs, config, workers, state)
-        return explore(strategy, designs, workers, state, config.strategy, weight=weight)
+        found = explore(strategy, designs, workers, state, config.strategy, weight=weight)
+    dropped = strategy.dominated if isinstance(strategy, Bounded) else 0
+    reasons = {"dominated": dropped, PRUNE_REASON.get(config.strategy, ""): found.pruned - dropped}
+    return replace(found, pruned_by={reason: n for reason, n in reasons.items() if n})
+
+
+PRUNE_REASON = {"bounded": "bound", "phaze": "patience", "bo": "not_chosen"}
+"""Why each strategy leaves designs unevaluated (besides dominance)."""
 
 
 def bounded(
@@ -181,11 +195,17 @@ def bounded(
     state: SearchState,
     weight: NDArray[np.float64] | None = None,
 ) -> Bounded:
-    """The bounded strategy: every design's lower bound (in batches, saved for resuming), times its
-    objective weight (a lower bound on its cost), then the designs sorted by it, ties in design order."""
-    bound_batches = chunks(np.arange(len(designs), dtype=np.int64), batch_designs)
-    bounds_s = np.empty(len(designs))
-    bar = tqdm(total=len(designs), desc="bounds", unit="design", disable=None, file=sys.stderr)
+    """The bounded strategy: the designs no earlier design dominates (every design when the cost model
+    does not promise monotone latencies, or under an objective weight such as peak power, which grows
+    with resources), their lower bounds (in batches, saved for resuming) times their objective weight
+    (a lower bound on their cost), then those designs sorted by it, ties in design order."""
+    monotone = workers.evaluator.latency_model.monotone and weight is None
+    kept = np.flatnonzero(~dominated(designs) if monotone else np.ones(len(designs), dtype=np.bool_))
+    log.info("bounded search: %d of %d designs dominated", len(designs) - len(kept), len(designs))
+    bound_batches = chunks(kept.astype(np.int64), batch_designs)
+    bounds_s = np.full(len(designs), np.inf)
+    resumed = 0
+    bar = tqdm(total=len(kept), desc="bounds", unit="design", disable=None, file=sys.stderr)
     with bar:
         for i, batch, found, fresh in _in_order(
             bound_batches,
@@ -197,12 +217,16 @@ def bounded(
             bounds_s[batch] = found
             if fresh:
                 state.put_bounds(i, batch, found)
+            else:
+                resumed += len(batch)
             bar.update(len(batch))
+    if resumed:
+        log.info("resumed %d of %d bounds from %s", resumed, len(kept), state.directory)
     if weight is not None:
         bounds_s = bounds_s * weight
-    order = np.argsort(bounds_s, kind="stable").astype(np.int64)
+    order = kept[np.argsort(bounds_s[kept], kind="stable")].astype(np.int64)
     batches = chunks(order, batch_designs)
-    return Bounded(batches, [float(bounds_s[b[0]]) for b in batches])
+    return Bounded(batches, [float(bounds_s[b[0]]) for b in batches], len(designs) - len(kept))
 
 
 def _phaze(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:

@@ -182,19 +182,27 @@ def speedup(throughput: float, reference: float) -> float | None:
 
 
 def search_record(
-    cfg: DictConfig, designs_total: int, designs_evaluated: int, timings: Timings, wall_s: float
+    cfg: DictConfig,
+    designs_total: int,
+    designs_evaluated: int,
+    timings: Timings,
+    wall_s: float,
+    *,
+    pruned_by: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The `search` entry of result.json."""
+    """The `search` entry of result.json (`pruned_by`: the designs not evaluated, by reason)."""
     return {
         "strategy": cfg.search.strategy,
         "designs_total": designs_total,
         "designs_evaluated": designs_evaluated,
         "designs_pruned": designs_total - designs_evaluated,
+        "designs_pruned_by": pruned_by or {},
         "wall_s": wall_s,
         "cost_s": timings.cost_s,
         "ilp_s": timings.ilp_s,
         "dp_s": timings.dp_s,
         "ilp_cache_hits": timings.ilp_cache_hits,
+        "schedules_unproven": timings.unproven_json(),
     }
 
 
@@ -223,7 +231,12 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
             main["throughput_samples_per_s"], compared["tpuv4_optimal_placement"]["throughput_samples_per_s"]
         ),
         "search": search_record(
-            cfg, len(job.designs), len(found.evaluated), job.evaluator.timings, time.perf_counter() - start
+            cfg,
+            len(job.designs),
+            len(found.evaluated),
+            job.evaluator.timings,
+            time.perf_counter() - start,
+            pruned_by=found.pruned_by,
         ),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }

@@ -42,14 +42,10 @@ def search(
 ) -> SearchOutcome:
     """Search the schedules of `problem` shorter than `upper_s` (op i in one of `modes[i]`, tails
     from `bnd`), stopping at one within `rel_gap` of `lower_s` or after `node_limit` nodes."""
-    n = len(problem.ops)
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for a, c in sorted(set(problem.deps)):
-        preds[c].append(a)
     result = _placement.search_schedule(
-        modes=[[(problem.duration_s(i, m), _units(problem, i, m)) for m in modes[i]] for i in range(n)],
-        preds=preds,
-        capacity=tuple(problem.capacity(r) for r in RESOURCES),
+        modes=extension_modes(problem, modes),
+        preds=predecessors(problem),
+        capacity=capacities(problem),
         tail_s=list(bnd.tail_s),
         upper_s=upper_s,
         lower_s=lower_s,
@@ -60,6 +56,27 @@ def search(
     if result.improved:
         found = tuple(result.start_s), tuple(modes[i][m] for i, m in enumerate(result.mode))
     return SearchOutcome(result.complete, result.bound_s, found, result.nodes)
+
+
+def extension_modes(
+    problem: ScheduleProblem, modes: list[tuple[bool, ...]]
+) -> list[list[tuple[float, tuple[int, int, int]]]]:
+    """Per op, (duration, units of each resource held) of each mode in `modes[i]`: the extension's form."""
+    return [[(problem.duration_s(i, m), _units(problem, i, m)) for m in modes[i]] for i in range(len(modes))]
+
+
+def predecessors(problem: ScheduleProblem) -> list[list[int]]:
+    """Per op, the ops that must finish before it starts, ascending."""
+    preds: list[list[int]] = [[] for _ in problem.ops]
+    for a, c in sorted(set(problem.deps)):
+        preds[c].append(a)
+    return preds
+
+
+def capacities(problem: ScheduleProblem) -> tuple[int, int, int]:
+    """Cores (or network slots) of each resource, in the extension's order."""
+    tc, vc, net = (problem.capacity(r) for r in RESOURCES)
+    return tc, vc, net
 
 
 def _units(problem: ScheduleProblem, i: int, spread: bool) -> tuple[int, int, int]:
