@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -31,10 +30,10 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from tqdm import tqdm
 
 from phazec.config import SearchConfig
 from phazec.hw.designs import Designs
+from phazec.report.progress import progress
 from phazec.search.bo import tpe_design
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best
 from phazec.search.pool import Workers
@@ -69,9 +68,15 @@ class Strategy(Protocol):
     """Batches of design indices in evaluation order, and whether the search still wants the next."""
 
     batches: list[NDArray[np.int64]]
+    ends_early: bool
+    """Whether the strategy may stop before its last batch (its progress then shows no ETA)."""
 
     def wanted(self, i: int, best_s: float) -> bool:
         """Whether to evaluate batch i, given the best time per batch so far (inf: none)."""
+        ...
+
+    def status(self) -> str:
+        """What the progress display says of the strategy's own state ("" for nothing)."""
         ...
 
     def record(self, improved: bool) -> None:
@@ -84,6 +89,7 @@ class Exhaustive:
     """Every batch."""
 
     batches: list[NDArray[np.int64]]
+    ends_early = False
 
     def wanted(self, i: int, best_s: float) -> bool:
         """Always."""
@@ -91,6 +97,10 @@ class Exhaustive:
 
     def record(self, improved: bool) -> None:
         """Nothing to note."""
+
+    def status(self) -> str:
+        """Nothing to say."""
+        return ""
 
 
 @dataclass
@@ -101,6 +111,9 @@ class Phaze:
     patience: int
     stale: int = 0
     """Consecutive batches without improvement so far."""
+    taken: int = 0
+    """Bins taken so far."""
+    ends_early = True
 
     def wanted(self, i: int, best_s: float) -> bool:
         """While patience lasts."""
@@ -109,6 +122,12 @@ class Phaze:
     def record(self, improved: bool) -> None:
         """Count a stale bin, or start again after an improvement."""
         self.stale = 0 if improved else self.stale + 1
+        self.taken += 1
+
+    def status(self) -> str:
+        """Bins visited and the patience left."""
+        left = self.patience - self.stale
+        return f"bin {self.taken} of {len(self.batches)}, patience {left} of {self.patience}"
 
 
 @dataclass
@@ -118,6 +137,7 @@ class Bounded:
     batches: list[NDArray[np.int64]]
     least_bound_s: list[float]
     """The least lower bound of each batch (its first design's)."""
+    ends_early = True
 
     def wanted(self, i: int, best_s: float) -> bool:
         """If a design of batch i could be as fast as the best so far."""
@@ -125,6 +145,10 @@ class Bounded:
 
     def record(self, improved: bool) -> None:
         """Nothing to note."""
+
+    def status(self) -> str:
+        """Nothing to say: the best time found ends the search at a bound the bar cannot foresee."""
+        return ""
 
 
 def area_bins(designs: Designs, bin_mm2: float) -> list[NDArray[np.int64]]:
@@ -170,8 +194,7 @@ def bounded(designs: Designs, batch_designs: int, workers: Workers, state: Searc
     designs sorted by it, ties in design order."""
     bound_batches = chunks(np.arange(len(designs), dtype=np.int64), batch_designs)
     bounds_s = np.empty(len(designs))
-    bar = tqdm(total=len(designs), desc="bounds", unit="design", disable=None, file=sys.stderr)
-    with bar:
+    with progress("bounds", len(designs), "design") as bar:
         for i, batch, found, fresh in _in_order(
             bound_batches,
             state.bounds,
@@ -253,8 +276,8 @@ class _Tally:
 def explore(strategy: Strategy, designs: Designs, workers: Workers, state: SearchState, name: str) -> Found:
     """Evaluate the strategy's batches in order while it wants them, saving each new one."""
     tally = _Tally()
-    bar = tqdm(total=len(designs), desc=name, unit="design", disable=None, file=sys.stderr)
-    with bar:
+    total = None if strategy.ends_early else sum(len(b) for b in strategy.batches)
+    with progress(name, total, "design") as bar:
         for i, batch, found, fresh in _in_order(
             strategy.batches,
             state.candidates,
@@ -268,12 +291,8 @@ def explore(strategy: Strategy, designs: Designs, workers: Workers, state: Searc
             else:
                 tally.resumed += len(batch)
             strategy.record(tally.take(batch, taken))
-            bar.set_postfix_str(tally.summary, refresh=False)
+            bar.set_postfix_str(", ".join(filter(None, [strategy.status(), tally.summary])), refresh=False)
             bar.update(len(batch))
-        skipped = len(designs) - len(tally.evaluated)
-        if skipped:
-            bar.set_postfix_str(f"{tally.summary}, {skipped} not evaluated", refresh=False)
-            bar.update(skipped)
     if tally.resumed:
         log.info(
             "resumed %d of %d evaluated designs from %s", tally.resumed, len(tally.evaluated), state.directory

@@ -34,6 +34,7 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.training import training_pipeline
 from phazec.report.bottleneck import write_bottleneck_gantt
+from phazec.report.progress import stage
 from phazec.search.evaluate import Candidate, Evaluator, Knobs, Timings, best, least_memory
 from phazec.search.explore import Exhaustive, Found, chunks, explore, search, worker_count
 from phazec.search.pool import Workers
@@ -187,11 +188,14 @@ def setup(cfg: DictConfig) -> Job:
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    evaluator = Evaluator(
-        graphs=training_graphs(
+    with stage("lowering"):
+        model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+    with stage("training graphs"):
+        graphs = training_graphs(
             model, list(model_cfg.tp_widths), knobs.optimizer, cfg.parallel.vocab_parallel
-        ),
+        )
+    evaluator = Evaluator(
+        graphs=graphs,
         system=system,
         latency_model=latency_model_from_config(cfg.cost),
         solver=solver,
@@ -230,6 +234,14 @@ def speedup(throughput: float, reference: float) -> float | None:
     return throughput / reference if reference else None
 
 
+def search_summary(found: Found, timings: Timings) -> str:
+    """How much a search evaluated and where its processes spent their time, in one phrase."""
+    return (
+        f"{len(found.evaluated)} of {len(found.designs)} designs evaluated; costing {timings.cost_s:.1f} s, "
+        f"schedules {timings.ilp_s:.1f} s, placement {timings.dp_s:.1f} s (summed over processes)"
+    )
+
+
 def search_record(
     cfg: DictConfig, designs_total: int, designs_evaluated: int, timings: Timings, wall_s: float
 ) -> dict[str, Any]:
@@ -252,11 +264,16 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     `out_dir`; returns the job, what the search found and the result."""
     start = time.perf_counter()
     job = setup(cfg)
+    searched = time.perf_counter()
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg))
+    log.info(
+        "search: %.1f s, %s", time.perf_counter() - searched, search_summary(found, job.evaluator.timings)
+    )
     if found.best is None:
         raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
     main = outcome(job.designs, found.best)
-    compared = baselines(job, found.best, conf_dir)
+    with stage("baselines"):
+        compared = baselines(job, found.best, conf_dir)
     result = {
         "model": job.model_cfg.name,
         "design": main["design"],
@@ -272,7 +289,8 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
         ),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
+    with stage("bottleneck schedule"):
+        write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
     atomic.write_json(out_dir / "result.json", result)
     atomic.write_bytes(out_dir / "explored.csv", explored_csv(found).encode())
     return job, found, result
