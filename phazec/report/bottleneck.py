@@ -89,7 +89,7 @@ def bottleneck_block(evaluator: Evaluator, designs: Designs, candidate: Candidat
         )
     name = model.layers[layer].name
     title = (
-        f"{model.name}: bottleneck block, layer {layer} ({name}, class {cls_index} of {cls.count} layers), "
+        f"{model.name}: bottleneck block, layer {layer} ({name}, class {cls_index} x{cls.count}), "
         f"{DIRECTIONS[backward]}, stage {stage} of {placement.stage_count}\n"
         f"{design_summary(chosen, 0)}; microbatch {candidate.microbatch}, t={placement.t}; "
         f"makespan {found.makespan_s:.4g} s ({found.status})"

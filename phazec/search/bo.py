@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 
 import numpy as np
 import optuna
-from tqdm import tqdm
 
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS, Designs
+from phazec.report.progress import progress
 from phazec.search.evaluate import Evaluator
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def tpe_design(evaluator: Evaluator, designs: Designs, trials: int, seed: int) -
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    with tqdm(total=trials, desc="bo trials", unit="trial", disable=None, file=sys.stderr) as bar:
+    with progress("bo trials", trials, "trial") as bar:
         study.optimize(objective, n_trials=trials, callbacks=[lambda _, __: bar.update()])
     done = [(t.value, t.number, t.params) for t in study.trials if t.value is not None and t.value < math.inf]
     if not done:
