@@ -61,6 +61,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             message = f"the test session wrote to the MLflow store in {place} ({', '.join(USER_STORE)})"
             if reporter is not None:
+                reporter.write("\n")
                 reporter.write_line(f"ERROR: {message}", red=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
