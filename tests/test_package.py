@@ -48,7 +48,15 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_di
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
-    pip = (venv / "bin" / "python", "-m", "pip", "install", "-q")
+    pip = (
+        venv / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-compile",
+        "--disable-pip-version-check",
+    )
     run(*pip, f"torch=={torch.__version__.split('+')[0]}", cwd=tmp_path)
     run(*pip, wheel, cwd=tmp_path)
     where = run(
