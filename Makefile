@@ -7,7 +7,7 @@ STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-quick lint bench ui clean
+.PHONY: help setup run test test-quick fuzz lint bench ui clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -30,6 +30,9 @@ test: setup  ## Install, then run the test suite
 
 test-quick: setup  ## The suite without the `slow` tests (full-depth exports, the wheel install)
 	$(BIN)/python -m pytest -m "not slow"
+
+fuzz: setup  ## Install, then run the fuzz tests with many more examples than CI draws
+	PHAZEC_FUZZ_EXAMPLES=$${PHAZEC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/test_fuzz.py -q
 
 lint: setup  ## ruff (lint and format check) and mypy --strict
 	$(BIN)/ruff check .

@@ -1,27 +1,79 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a torn one."""
+"""Atomic, durable file writes: a reader sees the old file or the new one, never a torn or empty one.
+
+The data goes to a temporary file beside the target, is fsynced, and is renamed into place; the
+directory is then fsynced so the rename itself survives a power loss. The file gets the permissions
+any new file of the user gets (0666 less the umask), not mkstemp's 0600.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+
+class Figure(Protocol):
+    """Anything that saves itself like a matplotlib Figure."""
+
+    def savefig(self, fname: Any, *, format: str, dpi: float) -> None:
+        """Write the figure to a file object."""
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (Linux), else by setting and restoring it once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it into place."""
+    """Write `data` to a fsynced temporary file beside `path`, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as indented, key-sorted JSON, atomically."""
     write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_png(path: Path, figure: Figure, dpi: float) -> Path:
+    """Render `figure` as PNG in memory and write it atomically; returns `path`."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    write_bytes(path, buffer.getvalue())
+    return path

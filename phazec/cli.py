@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from phazec.api import lower_config, search_config
 from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
+from phazec.interrupt import Interrupted, exit_interrupted, interruptible
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
 
@@ -51,10 +52,13 @@ class UserErrorExit(Callback):
     """
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Exit 2 with the job's message if it failed with a PhazecError."""
+        """Exit 2 with the job's message if it failed with a PhazecError; exit 130 or 143 with the
+        interrupt message if a signal stopped it."""
         job_return = kwargs.get("job_return")
         if isinstance(job_return, JobReturn) and job_return.status is JobStatus.FAILED:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
+            if isinstance(error, Interrupted):
+                exit_interrupted(error)
             if isinstance(error, PhazecError):
                 with user_errors():
                     raise error
@@ -77,10 +81,12 @@ register()
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _search_app(cfg: DictConfig) -> None:
+    _STARTED.append(True)
     out_dir = output_dir()
     overrides = list(HydraConfig.get().overrides.task)
     try:
-        result = search_config(cfg, overrides, out_dir)
+        with interruptible():
+            result = search_config(cfg, overrides, out_dir)
     except PhazecError as err:
         raise JobError(str(err)) from err
     if is_multi(result):
@@ -91,32 +97,42 @@ def _search_app(cfg: DictConfig) -> None:
         print(result_table(result))
 
 
-def main() -> None:
-    """`phazec`: search the accelerator and training plan with the highest throughput."""
-    hydra_errors_exit_2(_search_app)
+_STARTED: list[bool] = []
+"""Holds True once a job has started: Hydra exits 1 both for a bad command line (before any job) and
+for a crash inside a job; only the first is bad input."""
 
 
-def hydra_errors_exit_2(app: Callable[[], None]) -> None:
-    """Run a Hydra app; Hydra's own user errors (an unknown preset or key, a bad override: its compact
-    exceptions, printed without a traceback) exit 2 like phazec's, where Hydra would exit 1. A sweep
-    with a failed job (a `JobError` re-raised by Hydra's sweeper) still exits 1."""
-    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
+@contextlib.contextmanager
+def bad_command_line_exits_2() -> Iterator[None]:
+    """Turn Hydra's exit 1 for a command line it cannot compose (an unknown preset, a misspelled key:
+    Hydra has already printed what is valid) into exit 2, as for any other bad input."""
     try:
-        app()
-    except SystemExit as done:
-        # Hydra calls sys.exit(1) while handling the error, so the error is the exit's context.
-        error = done.__context__
-        if done.code == 1 and isinstance(error, CompactHydraException) and not isinstance(error, JobError):
+        yield
+    except SystemExit as exit_:
+        if exit_.code == 1 and not _STARTED:
             sys.exit(2)
         raise
 
 
+def main() -> None:
+    """`phazec`: search the accelerator and training plan with the highest throughput."""
+    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
+    with bad_command_line_exits_2():
+        _search_app()
+
+
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="ir")
 def _ir_app(cfg: DictConfig) -> None:
-    with user_errors():
-        run_ir(cfg, output_dir())
+    _STARTED.append(True)
+    try:
+        with user_errors(), interruptible():
+            run_ir(cfg, output_dir())
+    except Interrupted as err:
+        exit_interrupted(err)
 
 
 def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
-    hydra_errors_exit_2(_ir_app)
+    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
+    with bad_command_line_exits_2():
+        _ir_app()

@@ -15,6 +15,7 @@ from omegaconf import MISSING
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
+from phazec.rundir import register_resolver
 from phazec.solvers.schema import SolverConfig
 
 
@@ -114,6 +115,11 @@ def validate_train(train: TrainConfig) -> None:
             f"train.microbatch={list(train.microbatch)} must list positive microbatch sizes (samples), "
             "e.g. [1, 2, 4, 8]."
         )
+    if not train.recompute:
+        raise PhazecError(
+            "train.recompute=[] lists no recompute setting, so no plan can be tried; give [false], [true] "
+            "or [false, true]."
+        )
     if train.optimizer not in OPTIMIZERS:
         raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
 
@@ -163,5 +169,6 @@ def conf_dir() -> str:
 
 
 def register() -> None:
-    """Register the schema with Hydra; called before composition."""
+    """Register the schema with Hydra and the run-directory resolver; called before composition."""
     ConfigStore.instance().store(name="phazec_schema", node=Config)
+    register_resolver()

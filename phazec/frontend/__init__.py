@@ -6,6 +6,8 @@ import logging
 import os
 from pathlib import Path
 
+from omegaconf import MISSING
+
 from phazec.errors import PhazecError
 from phazec.frontend.export import DTYPES, exported_onnx
 from phazec.frontend.lower import lower_onnx
@@ -28,6 +30,7 @@ def validate(cfg: ModelConfig) -> None:
     if cfg.source not in SOURCES:
         raise PhazecError(f"model.source={cfg.source!r} is not a model source; valid: {list(SOURCES)}.")
     if cfg.source == "onnx":
+        onnx_path(cfg.path)
         return
     if cfg.seq_len <= 0:
         raise PhazecError(f"model.seq_len={cfg.seq_len} must be a positive number of tokens, e.g. 2048.")
@@ -38,6 +41,16 @@ def validate(cfg: ModelConfig) -> None:
         raise PhazecError(
             f"model.tp_widths={list(cfg.tp_widths)} must list positive widths, e.g. [1, 2, 4, 8]."
         )
+
+
+def onnx_path(path: str) -> None:
+    """`model.path` of an ONNX model names an existing file."""
+    if path in ("", MISSING):
+        raise PhazecError("model.path is not set: give model.path=/abs/path/model.onnx (an ONNX file).")
+    if Path(path).expanduser().is_dir():
+        raise PhazecError(f"model.path={path!r} is a directory: give the .onnx file inside it.")
+    if not Path(path).expanduser().is_file():
+        raise PhazecError(f"model.path={path!r} does not exist: give an existing .onnx file.")
 
 
 def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from phazec import sealed
 from phazec.atomic import write_bytes
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
@@ -52,15 +53,28 @@ def cache_key(cfg: ModelConfig) -> str:
 
 
 def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
-    """The cached ONNX file of a Hugging Face model preset, exporting it on a cache miss."""
+    """The cached ONNX file of a Hugging Face model preset, exporting it on a cache miss or when the
+    cached file does not match the checksum saved beside it."""
     path = cache_dir / "onnx" / f"{cfg.name}-{cache_key(cfg)}.onnx"
+    checksum = path.with_name(path.name + ".sha256")
     if path.exists():
-        log.info("ONNX cache hit: %s", path)
-        return path
-    model = build_meta_model(cfg)
+        if sealed.read(checksum, path.name) == sealed.digest(path.read_bytes()):
+            log.info("ONNX cache hit: %s", path)
+            return path
+        log.warning("the cached export %s is damaged or unchecked; exporting it again", path)
     log.info("exporting %s (%s) to ONNX", cfg.name, cfg.arch)
-    proto = export_proto(model, cfg)
-    write_bytes(path, proto.SerializeToString())
+    try:
+        data = export_proto(build_meta_model(cfg), cfg).SerializeToString()
+    except PhazecError:
+        raise
+    except Exception as err:  # transformers and torch reject inconsistent dimensions in many ways
+        raise PhazecError(
+            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={dict(cfg.hf_config)} "
+            f"and model.seq_len={cfg.seq_len}: {type(err).__name__}: {' '.join(str(err).split())[:300]}; "
+            "fix those values (e.g. hidden_size a multiple of num_attention_heads)."
+        ) from err
+    write_bytes(path, data)
+    sealed.write(checksum, path.name, sealed.digest(data))
     return path
 
 

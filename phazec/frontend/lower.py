@@ -13,9 +13,10 @@ import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import Edge, Graph, Layer, LayerClass, LayerKind, Model, Op, Tensor
@@ -39,6 +40,7 @@ SCOPE_KEY = "pkg.torch.onnx.name_scopes"
 LayerKey = tuple[LayerKind, int]
 """A layer by kind and block number (0 for the embedding and head)."""
 NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+T = TypeVar("T")
 
 
 @dataclass
@@ -72,12 +74,45 @@ def load_proto(path: Path) -> Any:
             f"ONNX file {str(path)!r} does not exist; give model.path=<an existing .onnx file>."
         )
     try:
-        return onnx.load(str(path), load_external_data=False)
+        proto = onnx.load(str(path), load_external_data=False)
     except Exception as err:
         raise PhazecError(
             f"ONNX file {str(path)!r} could not be read as an ONNX model ({type(err).__name__}: {err}); "
             "give a file written by onnx.save or torch.onnx.export."
         ) from err
+    if not proto.graph.node:
+        raise PhazecError(
+            f"ONNX file {str(path)!r} holds no operators ({path.stat().st_size} bytes): it is empty or "
+            "not an ONNX model; give a file written by onnx.save or torch.onnx.export."
+        )
+    return proto
+
+
+def parse_metadata(path: Path, key: str, text: str, parse: Callable[[str], T], expected: str) -> T:
+    """A metadata value of the ONNX file parsed by `parse`, or a PhazecError naming the bad value."""
+    try:
+        value = parse(text)
+        valid = _is(value, expected)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        valid = False
+    if not valid:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise PhazecError(
+            f"ONNX file {str(path)!r} has malformed metadata {key}={shown!r}: it must be {expected}; "
+            "re-export the file, or remove that metadata entry."
+        )
+    return value
+
+
+def _is(value: Any, expected: str) -> bool:
+    """Whether a parsed metadata value has the shape `expected` names."""
+    if expected == LIST_OF_STRINGS:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, int) and value >= 0
+
+
+LIST_OF_STRINGS = "a list of strings"
+NON_NEGATIVE_INT = "a non-negative integer"
 
 
 def read_graph(proto: Any, path: Path) -> _Onnx:
@@ -86,12 +121,17 @@ def read_graph(proto: Any, path: Path) -> _Onnx:
 
     check_op_types(proto, path)
     props = {p.key: p.value for p in proto.metadata_props}
-    sentinel = int(props.get("phazec.batch_sentinel", "0"))
+    key = "phazec.batch_sentinel"
+    sentinel = parse_metadata(path, key, props.get(key, "0"), int, NON_NEGATIVE_INT)
     graph = proto.graph
     initializers = {t.name for t in graph.initializer}
     if "phazec.parameters" in props:
-        parameters = set(json.loads(props["phazec.parameters"])) & {i.name for i in graph.input}
-        data_inputs = set(json.loads(props["phazec.data_inputs"]))
+        listed = {
+            key: set(parse_metadata(path, key, props.get(key, ""), json.loads, LIST_OF_STRINGS))
+            for key in ("phazec.parameters", "phazec.data_inputs")
+        }
+        parameters = listed["phazec.parameters"] & {i.name for i in graph.input}
+        data_inputs = listed["phazec.data_inputs"]
     else:
         float_types = {1, 10, 11, 16}
         parameters = {t.name for t in graph.initializer if t.data_type in float_types}
@@ -119,6 +159,7 @@ def read_graph(proto: Any, path: Path) -> _Onnx:
         constants.setdefault(name, b"buffer")
     nodes = [n for n in graph.node if n.op_type not in ("Constant", "SplitToSequence")]
     nodes = rewrite_sequences(graph.node, nodes)
+    scopes = node_scopes(nodes, path)
     return _Onnx(
         tensors=tensors,
         nodes=nodes,
@@ -126,7 +167,7 @@ def read_graph(proto: Any, path: Path) -> _Onnx:
         parameters=parameters,
         data_inputs=data_inputs,
         outputs=[o.name for o in graph.output],
-        scopes=node_scopes(nodes),
+        scopes=scopes,
     )
 
 
@@ -219,22 +260,23 @@ def rewrite_sequences(all_nodes: Any, nodes: list[Any]) -> list[Any]:
     ]
 
 
-def scopes_of(node: Any) -> list[str]:
+def scopes_of(node: Any, path: Path) -> list[str]:
     """Module scopes of a node: the exporter's metadata, else the prefixes of a `/a/b/op` name."""
     for prop in node.metadata_props:
         if prop.key == SCOPE_KEY:
-            scopes: list[str] = ast.literal_eval(prop.value)
-            return scopes
+            return parse_metadata(
+                path, f"{node.name}:{SCOPE_KEY}", prop.value, ast.literal_eval, LIST_OF_STRINGS
+            )
     parts = [p for p in node.name.split("/")[:-1] if p]
     return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def node_scopes(nodes: list[Any]) -> list[list[str]]:
+def node_scopes(nodes: list[Any], path: Path) -> list[list[str]]:
     """Scopes of every node; a node without any takes those of the producer of its first input."""
     scopes: list[list[str]] = []
     by_output: dict[str, list[str]] = {}
     for node in nodes:
-        own = scopes_of(node)
+        own = scopes_of(node, path)
         if not own and node.input:
             own = by_output.get(node.input[0], [])
         scopes.append(own)

@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
+from phazec import atomic
 from phazec.solvers.schedule import Schedule
 from phazec.solvers.schedule_problem import OpKind, ScheduleProblem
 
@@ -69,9 +70,7 @@ def plot_schedule(
                fontsize=7, title_fontsize=7, frameon=False)  # fmt: skip
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     _drop_labels_that_do_not_fit(fig, ax, labels)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=120)
-    return path
+    return atomic.write_png(path, fig, dpi=120)
 
 
 def _drop_labels_that_do_not_fit(fig: Figure, ax: Axes, labels: list[tuple[Text, float, float]]) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from phazec import atomic
+
 THROUGHPUT_PNG = "throughput_vs_area.png"
 PIPELINE_PNG = "pipeline.png"
 
@@ -85,8 +87,7 @@ def plot_throughput_vs_area(points: list[DesignPoint], result: dict[str, Any], p
     ax.set_title(f"{result['model']}: throughput against area")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    return path
+    return atomic.write_png(path, fig, dpi=110)
 
 
 def layer_runs(layers: list[int]) -> list[tuple[int, int]]:
@@ -123,8 +124,7 @@ def plot_pipeline(result: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"{result['model']}: microbatch {plan['microbatch']}, {mode}, "
                  f"t={plan['tp']} p={plan['pp']} d={plan['dp']}")  # fmt: skip
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    return path
+    return atomic.write_png(path, fig, dpi=110)
 
 
 def write_plots(result: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -76,7 +76,9 @@ def _design_text(design: dict[str, Any] | None) -> str:
     )
 
 
-def _plan_text(plan: dict[str, Any] | None) -> str:
+def _plan_text(plan: dict[str, Any] | None, not_applicable: str | None = None) -> str:
+    if not_applicable is not None:
+        return f"not applicable: {not_applicable}"
     if plan is None:
         return "no plan fits"
     recompute = "recompute" if plan["recompute"] else "stash"
@@ -92,7 +94,7 @@ def result_table(result: dict[str, Any]) -> str:
         [
             name.replace("_", " "),
             _design_text(entry["design"]),
-            _plan_text(entry["plan"]),
+            _plan_text(entry["plan"], entry.get("not_applicable")),
             f"{entry['throughput_samples_per_s']:.4g}",
             f"{entry['throughput_samples_per_s'] / reference:.2f}x" if reference else "-",
         ]

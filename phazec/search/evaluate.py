@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,6 +95,8 @@ class Evaluator:
     solver: SolverConfig
     knobs: Knobs
     cache: ScheduleCache = field(default_factory=ScheduleCache)
+    lp_dir: Path | None = None
+    """Where each ILP is written as an LP file when `solver.write_lp` is set."""
     timings: Timings = field(default_factory=Timings)
 
     def layer_latencies_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
@@ -142,7 +145,7 @@ class Evaluator:
         """The optimal latency of one layer's graph on one design (ILP, cached)."""
         start = time.perf_counter()
         cached = self.cache.get(canonical_key(problem, self.solver)) is not None
-        found = schedule(problem, self.solver, self.cache)
+        found = schedule(problem, self.solver, self.cache, self.lp_dir)
         self.timings.ilp_s += time.perf_counter() - start
         if cached:
             self.timings.ilp_cache_hits += 1
@@ -250,22 +253,34 @@ class Evaluator:
         return np.array([self.schedule_s(problem) for problem in problems])
 
     def evaluate_fixed(self, designs: Designs, pp: int, dp: int, tp: int) -> list[Candidate]:
-        """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting."""
+        """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting; the
+        microbatches it cannot run at are skipped.
+
+        Raises:
+            PhazecError: the plan cannot run at any microbatch (the message says why).
+        """
         if tp not in self.graphs:
             raise PhazecError(
                 f"the baseline plan's tensor-parallel width {tp} is not one of the model's widths "
                 f"{sorted(self.graphs)}; set model.baseline.tp to one of them."
             )
         candidates = []
+        reasons = []
         for microbatch in self.knobs.microbatches:
             latencies = self.layer_latencies_s(designs, microbatch)
             for j in range(len(designs)):
                 problem = self.problem(latencies, j, microbatch)
-                stages = megatron_plan(problem, pp)
-                for recompute in self.knobs.recompute:
-                    for hbm in self.knobs.hbm_bytes:
-                        variant = _with(problem, recompute, hbm)
-                        candidates.append(Candidate(j, microbatch, evaluate_plan(variant, stages, tp, dp)))
+                try:
+                    stages = megatron_plan(problem, pp)
+                    for recompute in self.knobs.recompute:
+                        for hbm in self.knobs.hbm_bytes:
+                            variant = _with(problem, recompute, hbm)
+                            result = evaluate_plan(variant, stages, tp, dp)
+                            candidates.append(Candidate(j, microbatch, result))
+                except PhazecError as err:
+                    reasons.append(f"microbatch {microbatch}: {err}")
+        if not candidates and reasons:
+            raise PhazecError(f"the plan pp={pp} dp={dp} tp={tp} cannot run at any microbatch ({reasons[0]})")
         return candidates
 
 

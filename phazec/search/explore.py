@@ -39,6 +39,7 @@ from phazec.search.evaluate import Candidate, Evaluator, Timings, best
 from phazec.search.pool import Workers
 from phazec.search.state import SearchState
 from phazec.solvers.placement import Placement
+from phazec.validate import worker_cap
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +186,9 @@ def search(evaluator: Evaluator, designs: Designs, config: SearchConfig, state: 
 
 
 def worker_count(config: SearchConfig, batches: int) -> int:
-    """Processes for `batches` batches: `search.workers` (0: every core), at most one per batch."""
-    return max(1, min(config.workers or os.cpu_count() or 1, batches))
+    """Processes for `batches` batches: `search.workers` (unset: every core), at most one per core
+    (more is capped with a warning) and one per batch."""
+    return max(1, min(worker_cap(config.workers) or os.cpu_count() or 1, batches))
 
 
 def bounded(designs: Designs, batch_designs: int, workers: Workers, state: SearchState) -> Bounded:

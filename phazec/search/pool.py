@@ -1,7 +1,9 @@
 """Evaluate batches of designs in worker processes on this machine, or in this process.
 
 Each worker gets a copy of the Evaluator once (pickled when it starts) and shares the on-disk
-schedule cache, whose files are written atomically. A task runs one Evaluator method on one batch
+schedule cache, whose files are written atomically. Workers ignore SIGINT (the parent handles it),
+exit as soon as their parent is gone (even after kill -9), and are terminated when the pool is left,
+so no worker outlives its search. A task runs one Evaluator method on one batch
 and returns its result with the seconds the worker spent on it; the caller reads results in its
 own order, so the answer never depends on how many workers there are or which finishes first.
 """
@@ -9,8 +11,12 @@ own order, so the answer never depends on how many workers there are or which fi
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TypeVar
 
 from phazec.hw.designs import Designs
@@ -20,12 +26,27 @@ T = TypeVar("T")
 Task = Callable[[Evaluator, Designs], T]
 """One Evaluator method on one batch, e.g. `Evaluator.evaluate`."""
 
+JOIN_S = 1.0
+"""How long leaving the pool waits for each terminated worker to end."""
+
 _WORKER: dict[str, Evaluator] = {}
 """The evaluator of this worker process, under "evaluator"."""
 
 
 def _start_worker(evaluator: Evaluator) -> None:
+    """Keep the evaluator; leave Ctrl-C to the parent (it stops the workers); exit when the parent
+    is gone, however it died."""
     _WORKER["evaluator"] = evaluator
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True).start()
+
+
+def _exit_with(parent_sentinel: int) -> None:
+    """Wait until the parent process ends, then end this worker at once."""
+    multiprocessing.connection.wait([parent_sentinel])
+    os._exit(1)
 
 
 def _run(evaluator: Evaluator, task: Task[T], designs: Designs) -> tuple[T, Timings]:
@@ -45,7 +66,7 @@ class Workers:
     def __init__(self, evaluator: Evaluator, count: int) -> None:
         self.evaluator = evaluator
         self.count = count
-        self._pool: Executor | None = None
+        self._pool: ProcessPoolExecutor | None = None
         if count > 1:
             self._pool = ProcessPoolExecutor(
                 max_workers=count,
@@ -76,8 +97,16 @@ class Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the workers at once: batches still running are not wanted (the search took what it
+        needed, or was interrupted; every batch it took is saved)."""
+        if self._pool is None:
+            return
+        processes = list(self._pool._processes.values())  # the executor's own map of its workers
+        for process in processes:
+            process.terminate()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(JOIN_S)
 
     @property
     def lookahead(self) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
-from phazec import atomic
+from phazec import atomic, validate
 from phazec.config import validate_search, validate_train
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
@@ -180,6 +180,7 @@ class Job:
 def setup(cfg: DictConfig) -> Job:
     """Validate the config, enumerate the space, lower the model and build its Evaluator."""
     validate_search(cfg.search)
+    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
     solver = OmegaConf.to_object(cfg.solver)
     assert isinstance(solver, SolverConfig)
     check_config(solver)
@@ -201,6 +202,7 @@ def setup(cfg: DictConfig) -> Job:
         solver=solver,
         knobs=knobs,
         cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
+        lp_dir=default_cache_dir(cfg.cache_dir) / "lp" if solver.write_lp else None,
     )
     return Job(cfg, model_cfg, designs, evaluator)
 
@@ -213,20 +215,28 @@ def search_state(cfg: DictConfig, part: str = "") -> SearchState:
 
 def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict[str, Any]]:
     """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
-    found design with that fixed plan."""
-    evaluator, baseline = job.evaluator, job.model_cfg.baseline
+    found design with that fixed plan. A fixed plan that cannot run on the system is reported as not
+    applicable, with the reason, and never fails the finished search."""
+    evaluator = job.evaluator
     tpuv4 = tpuv4_designs(conf_dir)
     tpu_optimal = best(evaluator.evaluate(tpuv4))
-    tpu_fixed = best(evaluator.evaluate_fixed(tpuv4, baseline.pp, baseline.dp, baseline.tp))
     chosen = job.designs.take(np.array([found_best.design]))
-    found_fixed = best(evaluator.evaluate_fixed(chosen, baseline.pp, baseline.dp, baseline.tp))
-    if found_fixed is not None:
-        found_fixed = Candidate(found_best.design, found_fixed.microbatch, found_fixed.result)
     return {
         "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal),
-        "tpuv4_megatron_plan": outcome(tpuv4, tpu_fixed),
-        "found_design_megatron_plan": outcome(job.designs, found_fixed),
+        "tpuv4_megatron_plan": fixed_outcome(job, tpuv4),
+        "found_design_megatron_plan": fixed_outcome(job, chosen),
     }
+
+
+def fixed_outcome(job: Job, designs: Designs) -> dict[str, Any]:
+    """The model's fixed Megatron-style plan on the designs (its best), or "not applicable" with the
+    reason when the plan cannot run on the system."""
+    baseline = job.model_cfg.baseline
+    try:
+        fixed = best(job.evaluator.evaluate_fixed(designs, baseline.pp, baseline.dp, baseline.tp))
+    except PhazecError as err:
+        return {**outcome(designs, None), "not_applicable": str(err)}
+    return outcome(designs, fixed)
 
 
 def speedup(throughput: float, reference: float) -> float | None:
@@ -263,6 +273,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     """One model's whole co-search: writes result.json, explored.csv and the bottleneck Gantt to
     `out_dir`; returns the job, what the search found and the result."""
     start = time.perf_counter()
+    validate.writable_dir(out_dir, "the run directory")
     job = setup(cfg)
     searched = time.perf_counter()
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg))

@@ -2,17 +2,17 @@
 
 The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
 the settings that cannot change the answer (`search.workers`, `search.resume`, `tracking`,
-`cache_dir`), together with phazec's code (its Python sources and the placement extension), so a
-state never outlives a change that could change an answer. Each finished batch of designs is
-one compact JSON file written atomically, so a kill leaves whole files only. Floats are written with
-`repr`, which reads back to the same bits.
-"""
+`cache_dir`, `model.baseline`), together with the content of an ONNX file given by `model.path` and
+phazec's code (its Python sources and the placement extension), so a state never outlives a change
+that could change an answer. Each finished batch of designs is one sealed JSON file
+(`phazec.sealed`: written atomically and fsynced, checked when read back, a bad one deleted and
+evaluated again), so a kill or a power loss leaves whole files only and an edited file is never
+believed. Floats are written with `repr`, which reads back to the same bits."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,16 +22,15 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 import phazec
-from phazec import _placement, atomic
+from phazec import _placement, sealed
 from phazec.search.evaluate import Candidate
 from phazec.solvers.placement import NoFeasiblePlacement, Placement, PlacementResult, Stage
 
-log = logging.getLogger(__name__)
-
-STATE_VERSION = 1
+STATE_VERSION = 2
 """Bumped whenever the files change layout."""
-IGNORED = (("search", "workers"), ("search", "resume"), ("tracking",), ("cache_dir",))
-"""Config paths that do not change a search's answer, left out of the state key."""
+IGNORED = (("search", "workers"), ("search", "resume"), ("tracking",), ("cache_dir",), ("model", "baseline"))
+"""Config paths that do not change a search's answer, left out of the state key (the baseline plan
+only changes the comparison, computed after the search)."""
 
 
 def state_key(cfg: DictConfig) -> str:
@@ -43,8 +42,16 @@ def state_key(cfg: DictConfig) -> str:
         for part in path[:-1]:
             node = node.get(part, {})
         node.pop(path[-1], None)
-    keyed = {"state": STATE_VERSION, "code": code_digest(), "config": plain}
+    keyed = {"state": STATE_VERSION, "code": code_digest(), "config": plain, "onnx": onnx_digest(cfg)}
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
+
+
+def onnx_digest(cfg: DictConfig) -> str:
+    """The SHA-256 of the ONNX file of `model.path` (empty for Hugging Face presets, whose export is
+    fully named by the config)."""
+    if cfg.model.source != "onnx":
+        return ""
+    return sealed.digest(Path(cfg.model.path).expanduser().read_bytes())
 
 
 def code_digest() -> str:
@@ -88,18 +95,18 @@ class SearchState:
         )
 
     def _read(self, name: str, designs: NDArray[np.int64]) -> dict[str, Any] | None:
-        path = self.directory / name
-        if not self.resume or not path.exists():
+        if not self.resume:
             return None
-        data: dict[str, Any] = json.loads(path.read_text())
-        if data["designs"] != designs.tolist():
-            log.warning("ignoring %s: it holds other designs than this search's batch", path)
-            return None
+        data: dict[str, Any] | None = sealed.read(self.directory / name, _inputs(name, designs))
         return data
 
     def _write(self, name: str, designs: NDArray[np.int64], data: dict[str, Any]) -> None:
-        compact = json.dumps({"designs": designs.tolist(), **data}, separators=(",", ":"))
-        atomic.write_bytes(self.directory / name, compact.encode())
+        sealed.write(self.directory / name, _inputs(name, designs), data)
+
+
+def _inputs(name: str, designs: NDArray[np.int64]) -> str:
+    """What a saved batch is derived from: the layout version, its file and its designs."""
+    return f"state-{STATE_VERSION}:{name}:{json.dumps(designs.tolist(), separators=(',', ':'))}"
 
 
 def candidate_json(candidate: Candidate) -> dict[str, Any]:

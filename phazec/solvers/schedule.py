@@ -11,14 +11,12 @@ it usually proves the optimum, often with a better schedule, and so saves the sl
 Every solve is replayed and checked, and recorded in the result.
 """
 
-import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from phazec import sealed
 from phazec.errors import PhazecError
 from phazec.solvers.schedule_backends import MipResult, check_config, solve
 from phazec.solvers.schedule_heuristic import list_schedule, list_schedule_in_order
@@ -32,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 SEARCH = "search"
 """The `backend` of a SolveRecord of the exact schedule search."""
+
+SCHEDULE_FORMAT = "schedule-1"
+"""The layout of a cached schedule; changing it makes older entries count as derived from other inputs."""
 
 REPLAY_RTOL = 1e-6
 """Replay tolerance on the makespan, relative to the horizon (solver tolerances are absolute)."""
@@ -86,8 +87,9 @@ class Schedule:
 class ScheduleCache:
     """Schedules keyed by canonical problem, in memory and, when a directory is given, on disk.
 
-    Disk entries are JSON files written atomically (temp file, then rename), so concurrent
-    writers and crashes never leave a torn file. Floats round-trip exactly through JSON.
+    Disk entries are sealed JSON files (`phazec.sealed`: written atomically, checked when read back, a
+    bad one deleted and solved again), so concurrent writers and crashes never leave a torn file and
+    an edited one is never believed. Floats round-trip exactly through JSON.
     """
 
     def __init__(self, directory: Path | None = None) -> None:
@@ -103,9 +105,9 @@ class ScheduleCache:
         if key in self._memory:
             return self._memory[key]
         path = self._path(key)
-        if path is None or not path.exists():
+        data = None if path is None else sealed.read(path, f"{SCHEDULE_FORMAT}:{key}")
+        if data is None:
             return None
-        data = json.loads(path.read_text())
         solves = tuple(
             SolveRecord(**{**s, "core_resources": tuple(s["core_resources"])}) for s in data["solves"]
         )
@@ -133,11 +135,7 @@ class ScheduleCache:
         path = self._path(key)
         if path is None or found.status == "time_limit":
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(found), f)
-        Path(tmp).replace(path)
+        sealed.write(path, f"{SCHEDULE_FORMAT}:{key}", asdict(found))
 
     def _path(self, key: str) -> Path | None:
         return None if self._directory is None else self._directory / f"{key}.json"
@@ -170,7 +168,9 @@ def schedule(
     """
     check_config(config)
     if config.write_lp and model_dir is None:
-        raise PhazecError("solver.write_lp=true needs a directory for the model files; pass model_dir.")
+        raise PhazecError(
+            "solver.write_lp=true needs a directory for the model files: call schedule() with model_dir."
+        )
     key = canonical_key(problem, config)
     if cache is not None and (hit := cache.get(key)) is not None:
         logger.debug("schedule cache hit %s", key[:12])

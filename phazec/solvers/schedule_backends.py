@@ -8,6 +8,7 @@ otherwise, so a solve is repeatable bit for bit.
 
 import logging
 import math
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import highspy
 import numpy as np
 
 from phazec.errors import PhazecError
+from phazec.interrupt import Interrupted
 from phazec.solvers.schema import SolverConfig
 
 logger = logging.getLogger(__name__)
@@ -195,6 +197,8 @@ def _run_gurobi(
         model.write(str(model_path))
     model.optimize()
     status = model.Status
+    if status == grb.INTERRUPTED:  # Gurobi catches Ctrl-C itself during a solve
+        raise Interrupted(signal.SIGINT)
     if status in (grb.INFEASIBLE, grb.INF_OR_UNBD, grb.UNBOUNDED):
         raise PhazecError(_infeasible_message("Gurobi", mip))
     if model.SolCount == 0:

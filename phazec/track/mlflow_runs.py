@@ -5,7 +5,8 @@ the sweep summary (`phazec.report.sweep`) and the list of jobs that ran (`sweep_
 run gets every config value as a param, the found design and plan as params too (`design.*`,
 `plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
 resolved config as artifacts (a `phazec-ir` job: `ir.json`); it ends FINISHED or, with the job's
-error as the `error` tag, FAILED.
+error as the `error` tag, FAILED (KILLED when SIGINT or SIGTERM stopped it,
+`phazec.interrupt`).
 
 Logging never fails a job: the first MLflow error is reported in one warning line and tracking stops
 for the rest of the process, while the results are written to the run directories as usual.
@@ -13,6 +14,8 @@ for the rest of the process, while the results are written to the run directorie
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -28,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from phazec.config import model_list
 from phazec.errors import PhazecError
+from phazec.interrupt import Interrupted
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.sweep import Summary
 from phazec.track.sweep import SweepCallback
@@ -53,6 +57,8 @@ excepted), so runs can be sorted and filtered by the found design and plan."""
 ERROR_TAG = "error"
 JOBS_JSON = "sweep_jobs.json"
 """The parent run's record of the jobs that ran: number, overrides and status of each."""
+LOCKED_RETRIES = 10
+"""Retries of a logging step while another process holds a SQLite store's write lock."""
 
 
 def store_uri(uri: str, cwd: Path) -> str:
@@ -69,6 +75,23 @@ def artifact_location(uri: str, artifacts: str, cwd: Path) -> str | None:
         store = cwd / uri.removeprefix(SQLITE_PREFIX)  # absolute for sqlite:////abs/file.db
         return (store.parent / ARTIFACTS_DIR).as_uri()
     return None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, cwd: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `<store>.lock` beside a SQLite store (nothing for other stores), so
+    that processes starting at once create its tables and the experiment one after another."""
+    if not uri.startswith(SQLITE_PREFIX):
+        yield
+        return
+    lock = cwd / (uri.removeprefix(SQLITE_PREFIX) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def flat_items(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -173,6 +196,7 @@ class MlflowCallback(SweepCallback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """Log the job's metrics and artifacts, or its error, and end its run."""
         self._guard(str(config.hydra.runtime.output_dir), self._end_job, config, job_return)
+        super().on_job_end(config, job_return, **kwargs)
 
     def sweep_ended(self, summary: Summary, failed: bool) -> None:
         """Log the summary to the parent run and end it (FAILED if a job failed)."""
@@ -181,11 +205,19 @@ class MlflowCallback(SweepCallback):
             self._guard(str(self._sweep_dir), self._end_parent, summary, failed)
 
     def _guard(self, results_dir: str, step: Callable[..., None], *args: Any) -> None:
-        """Run one logging step; on its first failure say so once and stop tracking."""
+        """Run one logging step (again while a SQLite store stays locked by another process, up to
+        `LOCKED_RETRIES` times); on its first failure say so once and stop tracking."""
         if self._broken:
             return
         try:
-            step(*args)
+            for attempt in range(LOCKED_RETRIES + 1):
+                try:
+                    step(*args)
+                    break
+                except Exception as error:
+                    if "database is locked" not in str(error) or attempt == LOCKED_RETRIES:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
         except Exception as error:
             self._broken = True
             log.warning(
@@ -208,13 +240,18 @@ class MlflowCallback(SweepCallback):
         if self._uri.startswith(("http://", "https://")):
             os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(tracking.http_retries)
             os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(tracking.http_timeout_s)
-        client = self._client()
-        experiment = client.get_experiment_by_name(tracking.experiment)
-        if experiment is None:
-            location = artifact_location(self._uri, tracking.artifacts, cwd)
-            self._experiment_id = client.create_experiment(tracking.experiment, artifact_location=location)
-        else:
-            self._experiment_id = experiment.experiment_id
+            # urllib3 warns on every retry; the one warning of `_guard` says what failed
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        with store_lock(self._uri, cwd):
+            client = self._client()
+            experiment = client.get_experiment_by_name(tracking.experiment)
+            if experiment is None:
+                location = artifact_location(self._uri, tracking.artifacts, cwd)
+                self._experiment_id = client.create_experiment(
+                    tracking.experiment, artifact_location=location
+                )
+            else:
+                self._experiment_id = experiment.experiment_id
         return client
 
     def _start_parent(self, config: DictConfig) -> None:
@@ -282,7 +319,7 @@ class MlflowCallback(SweepCallback):
             message = " ".join(str(error).split()) if isinstance(error, PhazecError) else one_line(error)
             client.set_tag(self._run_id, ERROR_TAG, message[:5000])
             client.log_text(self._run_id, "".join(traceback.format_exception(error)), "error.txt")
-            status = "FAILED"
+            status = "KILLED" if isinstance(error, Interrupted) else "FAILED"
         client.set_terminated(self._run_id, status)
         log.info(
             "tracking: %.1f s, run %s %s in %s", time.perf_counter() - start, self._run_id, status, self._uri
@@ -310,3 +347,5 @@ class MlflowCallback(SweepCallback):
                for j in summary.jobs]  # fmt: skip
         client.log_dict(self._parent_id, {"jobs": ran}, JOBS_JSON)
         client.set_terminated(self._parent_id, "FAILED" if failed or failed_jobs else "FINISHED")
+        status = "KILLED" if self.interrupted else "FAILED" if failed or failed_jobs else "FINISHED"
+        client.set_terminated(self._parent_id, status)

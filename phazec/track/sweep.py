@@ -12,9 +12,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from phazec.interrupt import Interrupted, exit_interrupted
 from phazec.report.sweep import Summary, write_summary
 
 log = logging.getLogger(__name__)
@@ -25,11 +27,20 @@ class SweepCallback(Callback):
 
     def __init__(self) -> None:
         self._sweep_dir: Path | None = None
+        self.interrupted = False
+        """Whether a signal stopped the multirun."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Remember the sweep directory; summarise at exit should Hydra never end the multirun."""
         self._sweep_dir = Path(config.hydra.sweep.dir)
         atexit.register(self._end_sweep, failed=True)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """Stop a multirun whose job a signal interrupted (the summary is written at exit)."""
+        error = job_return._return_value if job_return.status is JobStatus.FAILED else None
+        if self._sweep_dir is not None and isinstance(error, Interrupted):
+            self.interrupted = True
+            exit_interrupted(error)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Summarise a multirun whose jobs all succeeded."""

@@ -1,0 +1,49 @@
+"""Run directories no two runs share: `${phazec.unique:<path>}` in `hydra.run.dir` and `hydra.sweep.dir`.
+
+Hydra names a run's directory after the second it started, so two runs started in the same second
+from the same directory would write into one. The resolver claims the directory with an atomic
+`mkdir`: the first run gets `<path>`, a later one `<path>-1`, `<path>-2`, ... OmegaConf caches the
+answer, so every later read of the run directory (and every job of a sweep, whose config copies the
+cache) sees the same one.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+RESOLVER = "phazec.unique"
+
+
+def unique_dir(path: str) -> str:
+    """Create and return `path`, or the first of `path-1`, `path-2`, ... that no one has created."""
+    base = Path(path)
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        for n in range(1_000_000):
+            claimed = base if n == 0 else base.with_name(f"{base.name}-{n}")
+            try:
+                claimed.mkdir()
+            except FileExistsError:
+                continue
+            return str(claimed)
+    except OSError as err:
+        reason = err.strerror or str(err)
+    else:
+        reason = "every numbered suffix is taken"
+    # Hydra resolves the run directory before the job starts, where it would print a traceback for an
+    # exception: this is the one place that reports bad input itself.
+    print(
+        f"phazec: error: cannot create the run directory {path!r} ({reason}); start phazec from a "
+        "directory you can write to, or set hydra.run.dir (hydra.sweep.dir for -m) to one.",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+
+def register_resolver() -> None:
+    """Register `${phazec.unique:...}` (once per process)."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, unique_dir, use_cache=True)

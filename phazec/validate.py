@@ -1,0 +1,119 @@
+"""Checks run before the first design is evaluated, so bad input fails in a second, not after a search.
+
+Each check raises a PhazecError naming the bad value and what would be valid. The groups' own range
+checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
+are built; these cover what crosses groups or lies outside the config: non-finite numbers anywhere,
+the model's dimensions, the directories written, the worker count, and
+whether the fixed baseline plan can run on the system (a warning only: such a baseline is reported
+"not applicable" in the result, never a reason to drop a finished search).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from phazec.errors import PhazecError
+
+log = logging.getLogger(__name__)
+
+DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
+"""hf_config keys that name a model dimension, which must be a positive integer."""
+
+MAX_SEQ_LEN = 1 << 20
+"""The longest sequence length accepted (tokens): a million, beyond any model's context."""
+
+
+def finite_numbers(node: Any, prefix: str = "") -> None:
+    """Every number in the config is finite (NaN and inf are never valid, and would silently turn
+    comparisons such as the area bins of `search.bin_mm2` into something else)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            finite_numbers(value, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            finite_numbers(value, f"{prefix.removesuffix('.')}[{i}].")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise PhazecError(f"{prefix.removesuffix('.')}={node} is not a finite number; give a finite value.")
+
+
+def model_dims(model: DictConfig) -> None:
+    """A Hugging Face preset's dimensions are positive integers and its sequence length is sane."""
+    if model.source != "hf":
+        return
+    for key, value in model.hf_config.items():
+        if DIMENSION.search(str(key)) and (
+            isinstance(value, bool) or not isinstance(value, int) or value <= 0
+        ):
+            raise PhazecError(
+                f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
+            )
+    if not 0 < model.seq_len <= MAX_SEQ_LEN:
+        raise PhazecError(
+            f"model.seq_len={model.seq_len} is not valid: give a positive number of tokens up to "
+            f"{MAX_SEQ_LEN:,}, e.g. 2048."
+        )
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """`path` is (or can be made) a directory this process can create files in."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise PhazecError(
+            f"{what} {str(path)!r} is not a writable directory ({err.strerror or err}); give a directory "
+            "you can write to."
+        ) from None
+
+
+def worker_cap(requested: int | None, cores: int | None = None) -> int | None:
+    """`search.workers` capped at the core count, with a warning (results never depend on it)."""
+    cores = cores or os.cpu_count() or 1
+    if requested is not None and requested > cores:
+        log.warning(
+            "search.workers=%d is more than the %d cores of this machine; using %d workers",
+            requested,
+            cores,
+            cores,
+        )
+        return cores
+    return requested
+
+
+def baseline_plan(model: DictConfig, devices: int) -> None:
+    """Warn, before searching, when the model's fixed baseline plan cannot run on the system."""
+    plan = model.baseline
+    widths = list(model.tp_widths)
+    reasons = []
+    if plan.tp not in widths:
+        reasons.append(f"tp={plan.tp} is not one of model.tp_widths {widths}")
+    if min(plan.pp, plan.dp, plan.tp) < 1:
+        reasons.append("pp, dp and tp must be at least 1")
+    elif plan.pp * plan.dp * plan.tp > devices:
+        reasons.append(
+            f"pp*dp*tp = {plan.pp * plan.dp * plan.tp} devices, more than system.devices={devices}"
+        )
+    if reasons:
+        log.warning(
+            "the baseline plan model.baseline=%s cannot run: %s; it will be reported as not applicable",
+            dict(plan),
+            "; ".join(reasons),
+        )
+
+
+def before_search(cfg: DictConfig, cache_dir: Path) -> None:
+    """Every cross-group check of a search's config, before anything is lowered or evaluated."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    finite_numbers(plain)
+    model_dims(cfg.model)
+    writable_dir(cache_dir, "cache_dir")
+    baseline_plan(cfg.model, int(cfg.system.devices))

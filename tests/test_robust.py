@@ -1,0 +1,367 @@
+"""Nothing lost, nothing silently wrong: validation before the search, self-healing caches, durable
+files, unique run directories, worker lifetime and clean interrupts (issue 16's audit cases)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from phazec import atomic, sealed
+from phazec.cli import conf_dir
+from phazec.errors import PhazecError
+from phazec.frontend.lower import lower_onnx
+from phazec.report.plots import write_plots
+from phazec.rundir import unique_dir
+from phazec.search.explore import worker_count
+from phazec.search.run import run_search
+from phazec.search.state import SearchState, state_key
+from phazec.solvers.schedule import ScheduleCache
+from tests.conftest import compose_config
+
+QUICK = ("train.microbatch=[8]", "train.recompute=[false]", "system.hbm_gb=[32]", "tracking=none")
+BERT2 = ("model=bert_large",)
+TINY = (*BERT2, "hw=tpuv4", *QUICK)
+"""BERT-large (exported once per session) on the one TPUv4 design: a search in a few seconds."""
+
+
+def run(tmp_path: Path, cache: Path, *overrides: str) -> dict[str, Any]:
+    """Run a search in `tmp_path` (BERT-large unless `overrides` names another model)."""
+    model = () if any(o.startswith("model=") for o in overrides) else BERT2
+    cfg = compose_config(*model, "hw=tpuv4", *QUICK, f"cache_dir={cache}", *overrides)
+    run_search(cfg, tmp_path, Path(conf_dir()))
+    result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
+    return result
+
+
+def answer(result: dict[str, Any]) -> dict[str, Any]:
+    """A result without its timings and config."""
+    return {k: v for k, v in result.items() if k not in ("search", "config")}
+
+
+# --- Files: umask, fsync, atomic plots ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_atomic_files_get_the_users_umask(tmp_path: Path, mask: int) -> None:
+    old = os.umask(mask)
+    try:
+        atomic.write_bytes(tmp_path / "a" / "f.json", b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a" / "f.json").stat().st_mode) == 0o666 & ~mask
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["f.json"]  # no temporary file left
+
+
+def test_plots_are_written_atomically_with_the_umask(tmp_path: Path, cache_dir: Path) -> None:
+    result = run(tmp_path, cache_dir)
+    old = os.umask(0o022)
+    try:
+        paths = write_plots(result, tmp_path)
+    finally:
+        os.umask(old)
+    for path in paths:
+        assert path.read_bytes().startswith(b"\x89PNG")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+# --- Caches that heal -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: b"",  # empty (a power loss before fsync)
+        lambda raw: raw[: len(raw) // 2],  # truncated
+        lambda raw: b"\x00junk\xff" * 10,  # junk
+        lambda raw: raw.replace(b"1.5", b"9.5"),  # edited payload
+        lambda raw: raw.replace(b'"format": 1', b'"format": 0'),  # another format
+    ],
+)
+def test_a_damaged_entry_is_logged_once_deleted_and_missing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Any
+) -> None:
+    path = tmp_path / "entry.json"
+    sealed.write(path, "inputs", {"x": 1.5})
+    assert sealed.read(path, "inputs") == {"x": 1.5}
+    path.write_bytes(damage(path.read_bytes()))
+    with caplog.at_level(logging.WARNING, logger="phazec.sealed"):
+        assert sealed.read(path, "inputs") is None
+        assert sealed.read(path, "inputs") is None
+    assert not path.exists()
+    assert len(caplog.records) == 1
+    assert "computing it again" in caplog.records[0].getMessage()
+
+
+def test_an_entry_of_other_inputs_is_not_believed(tmp_path: Path) -> None:
+    path = tmp_path / "entry.json"
+    sealed.write(path, "key-a", [1, 2])
+    assert sealed.read(path, "key-b") is None
+    assert not path.exists()
+
+
+def cache_files(cache: Path, pattern: str) -> list[Path]:
+    return sorted(cache.glob(pattern))
+
+
+def test_edited_schedule_and_state_files_are_recomputed(tmp_path: Path, cache_dir: Path) -> None:
+    """The audit's cases: an edited schedule-cache file changed the answer, an edited search-state
+    file made TPUv4 100x faster; now both are recomputed and the answer is the true one."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache_dir / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    truth = run(tmp_path / "first", cache)
+    schedules = cache_files(cache, "schedules/*.json")
+    batches = cache_files(cache, "search/*/batch_*.json")
+    assert schedules and batches
+    for path in schedules:  # every layer 100x faster
+        header, body = path.read_bytes().split(b"\n", 1)
+        data = json.loads(body)
+        data["makespan_s"] /= 100
+        path.write_bytes(header + b"\n" + json.dumps(data).encode())
+    for path in batches:
+        header, body = path.read_bytes().split(b"\n", 1)
+        data = json.loads(body)
+        for c in data["candidates"]:
+            if "placement" in c:
+                c["placement"]["throughput_samples_per_s"] *= 100
+        path.write_bytes(header + b"\n" + json.dumps(data).encode())
+    again = run(tmp_path / "again", cache)
+    assert answer(again) == answer(truth)
+    # A truncated and an empty file heal too (and are rewritten whole).
+    schedules[0].write_bytes(schedules[0].read_bytes()[:10])
+    batches[0].write_bytes(b"")
+    assert answer(run(tmp_path / "third", cache)) == answer(truth)
+    assert sealed.read(batches[0], json.loads(batches[0].read_bytes().split(b"\n")[0])["inputs"])
+
+
+def test_schedule_cache_heals_a_junk_entry(tmp_path: Path) -> None:
+    cache = ScheduleCache(tmp_path)
+    (tmp_path / "abc.json").write_text("{not json")
+    assert cache.get("abc") is None
+    assert not (tmp_path / "abc.json").exists()
+
+
+def test_search_state_ignores_a_batch_of_other_designs(tmp_path: Path) -> None:
+    state = SearchState(tmp_path, resume=True)
+    state.put_bounds(0, np.array([1, 2]), np.array([0.5, 0.25]))
+    assert state.bounds(0, np.array([1, 2])).tolist() == [0.5, 0.25]  # type: ignore[union-attr]
+    assert state.bounds(0, np.array([1, 3])) is None
+
+
+def write_onnx(path: Path, width: int, props: dict[str, str] | None = None, scope: str | None = None) -> Path:
+    """A one-MatMul ONNX model (x[4,width] @ w[width,width]) with optional metadata."""
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="/layers.0/mm")
+    if scope is not None:
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "pkg.torch.onnx.name_scopes", scope
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, width])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [width, width], np.zeros(width * width).tolist())],
+    )
+    model = helper.make_model(graph)
+    if props:
+        helper.set_model_props(model, props)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_state_key_covers_the_onnx_contents_not_the_baseline(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    write_onnx(path, 8)
+    common = ("model=onnx", f"model.path={path}", "hw=tpu_small")
+    key = state_key(compose_config(*common))
+    write_onnx(path, 16)  # another model at the same path
+    assert state_key(compose_config(*common)) != key
+    assert state_key(compose_config(*common, "model.baseline.pp=1000")) == state_key(compose_config(*common))
+
+
+def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Path) -> None:
+    from phazec.frontend.export import exported_onnx
+    from tests.conftest import model_config
+
+    cfg = model_config("bert_large")
+    cfg.hf_config["num_hidden_layers"] = 1
+    cfg.seq_len = 16
+    first = exported_onnx(cfg, tmp_path)
+    good = first.read_bytes()
+    first.write_bytes(good[: len(good) // 3])
+    again = exported_onnx(cfg, tmp_path)
+    assert again == first
+    assert again.read_bytes() == good
+
+
+# --- Validation before the search ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("search.bin_mm2=nan",), r"search.bin_mm2=nan is not a finite number"),
+        (("search.bin_mm2=inf",), r"search.bin_mm2=inf is not a finite number"),
+        (("system.hbm_gb=[32,inf]",), r"system.hbm_gb\[1\]=inf is not a finite number"),
+        (("train.recompute=[]",), r"train.recompute=\[\] lists no recompute setting"),
+        (("model.hf_config.hidden_size=-1",), r"model.hf_config.hidden_size=-1 is not valid"),
+        (("model.hf_config.num_attention_heads=0",), r"num_attention_heads=0 is not valid"),
+        (("model.hf_config.num_hidden_layers=0",), r"num_hidden_layers=0 is not valid"),
+        (("model.hf_config.hidden_size=1000",), r"cannot be built from model.hf_config=.*hidden_size"),
+        (("model.seq_len=1000000000",), r"model.seq_len=1000000000 is not valid"),
+        (("model=onnx",), r"model.path is not set"),
+        (("model=onnx", "model.path=/"), r"model.path='/' is a directory"),
+        (("model=onnx", "model.path=/nonexistent.onnx"), r"model.path='/nonexistent.onnx' does not exist"),
+    ],
+)
+def test_bad_config_fails_before_the_search(
+    tmp_path: Path, cache_dir: Path, overrides: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(PhazecError, match=message):
+        run(tmp_path, cache_dir, *overrides)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("where", ["file", "proc", "read-only"])
+def test_unwritable_cache_dir(tmp_path: Path, where: str) -> None:
+    if where == "file":
+        cache = tmp_path / "a-file"
+        cache.write_text("")
+    elif where == "proc":
+        cache = Path("/proc/phazec-cache")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        cache = tmp_path / "ro"
+        cache.mkdir(mode=0o500)
+    with pytest.raises(PhazecError, match=r"cache_dir .* is not a writable directory"):
+        run(tmp_path / "out", cache)
+
+
+def test_run_directory_below_a_file(tmp_path: Path, cache_dir: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PhazecError, match=r"the run directory .* is not a writable directory"):
+        run(tmp_path / "file" / "run", cache_dir)
+
+
+@pytest.mark.parametrize(
+    ("props", "scope", "message"),
+    [
+        ({}, "not a literal [", r"malformed metadata /layers.0/mm:pkg.torch.onnx.name_scopes"),
+        ({}, "{'a': 1}", r"must be a list of strings"),
+        ({}, "[" * 100_000 + "]" * 100_000, r"malformed metadata"),
+        ({"phazec.batch_sentinel": "abc"}, None, r"phazec.batch_sentinel='abc': it must be a non-negative"),
+        ({"phazec.parameters": "[oops", "phazec.data_inputs": "[]"}, None, r"phazec.parameters='\[oops'"),
+        ({"phazec.parameters": "[]", "phazec.data_inputs": "7"}, None, r"phazec.data_inputs='7'"),
+    ],
+)
+def test_malformed_onnx_metadata(
+    tmp_path: Path, props: dict[str, str], scope: str | None, message: str
+) -> None:
+    path = write_onnx(tmp_path / "m.onnx", 8, props, scope)
+    with pytest.raises(PhazecError, match=message):
+        lower_onnx(path, "m")
+
+
+def test_an_empty_onnx_file(tmp_path: Path, cache_dir: Path) -> None:
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(PhazecError, match=r"holds no operators \(0 bytes\)"):
+        lower_onnx(path, "m")
+    with pytest.raises(PhazecError, match=r"holds no operators"):
+        run(tmp_path / "out", cache_dir, "model=onnx", f"model.path={path}")
+
+
+def test_a_baseline_that_cannot_run_is_not_applicable(
+    tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="phazec.validate"):
+        result = run(tmp_path, cache_dir, "model.baseline.pp=1000")
+    assert "cannot run" in caplog.text
+    for name in ("tpuv4_megatron_plan", "found_design_megatron_plan"):
+        entry = result["baselines"][name]
+        assert entry["plan"] is None
+        assert entry["not_applicable"].startswith("the plan pp=1000 dp=128 tp=1 cannot run at any microbatch")
+    assert result["design"] is not None
+    from phazec.report.table import result_table
+
+    assert "not applicable: the plan pp=1000" in result_table(result)
+
+
+def test_workers_above_the_core_count_are_capped(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = compose_config(*TINY, "search.workers=1000")
+    with caplog.at_level(logging.WARNING, logger="phazec.validate"):
+        assert worker_count(cfg.search, 10**6) == os.cpu_count()
+    assert f"search.workers=1000 is more than the {os.cpu_count()} cores" in caplog.text
+
+
+# --- Unique run directories -----------------------------------------------------------------------
+
+
+def test_run_directories_started_at_once_are_distinct(tmp_path: Path) -> None:
+    base = str(tmp_path / "outputs" / "2026-01-01" / "00-00-00")
+    claimed: list[str] = []
+    threads = [threading.Thread(target=lambda: claimed.append(unique_dir(base))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted([base, *(f"{base}-{n}" for n in range(1, 8))])
+
+
+def test_a_run_directory_below_a_file_is_one_paragraph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        unique_dir(str(tmp_path / "file" / "outputs" / "x"))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("phazec: error: cannot create the run directory") and err.count("\n") == 1
+    assert "(Not a directory); start phazec from" in err
+
+
+def test_hydra_run_directories_of_two_runs_in_one_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.chdir(tmp_path)
+    dirs = []
+    for _ in range(2):
+        with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+            cfg = compose("config", overrides=["hydra.run.dir=${phazec.unique:outputs/same-second}"],
+                          return_hydra_config=True)  # fmt: skip
+        dirs.append(cfg.hydra.run.dir)
+        assert cfg.hydra.run.dir == dirs[-1]  # resolved once, then cached
+    assert dirs == ["outputs/same-second", "outputs/same-second-1"]
+    assert all((tmp_path / d).is_dir() for d in dirs)
+
+
+def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def phazec_ir(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "from phazec.cli import ir_main; ir_main()"
+        command = [sys.executable, "-c", code, "tracking=none", *args]
+        return subprocess.run(command, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    unknown = phazec_ir("model=nope")
+    assert unknown.returncode == 2 and "Could not find 'model/nope'" in unknown.stderr
+    (tmp_path / "outputs").write_text("")  # the run directory would be below a file
+    below = phazec_ir("model=onnx")
+    assert below.returncode == 2
+    assert below.stderr.startswith("phazec: error: cannot create the run directory 'outputs/")
+    assert "Traceback" not in below.stderr
