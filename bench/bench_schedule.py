@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from phazec.config import register
+from phazec.configure import training_graphs
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
@@ -30,7 +31,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.passes.cost import class_costs
 from phazec.passes.schedule import schedule_problem
-from phazec.search.run import tpuv4_designs, training_graphs
+from phazec.search.run import tpuv4_designs
 from phazec.solvers.schedule import Schedule, schedule
 from phazec.solvers.schedule_problem import ScheduleProblem
 from phazec.solvers.schema import SolverConfig

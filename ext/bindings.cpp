@@ -56,12 +56,14 @@ std::vector<Out> matrix_row(const Matrix<T>& a, std::size_t row, std::size_t row
 std::vector<phazec::PlanResult> solve_placements(
     int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
     const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
-    const Matrix<int64_t>& param_bytes, const Matrix<int64_t>& activation_bytes,
-    const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& input_bytes,
+    const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
+    const Matrix<int64_t>& activation_bytes, const Matrix<int64_t>& stash_bytes,
+    const Matrix<int64_t>& selective_bytes, const Matrix<int64_t>& input_bytes,
     const Matrix<bool>& tensor_parallel,
     int64_t devices, int64_t microbatches, const Vector<int64_t>& tier_group_sizes,
     const Vector<double>& tier_bandwidth_bytes_per_s, const Vector<double>& tier_latency_s,
-    int64_t optimizer_factor, const std::vector<std::tuple<int32_t, bool, int64_t>>& variants) {
+    int64_t optimizer_factor, bool last_stage_recomputes, bool overlap_grad_reduce, double hbm_bytes_per_s,
+    const std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t, bool>>& variants) {
   if (n < 0) throw std::invalid_argument("layer count must be >= 0");
   phazec::PlacementInput in;
   in.n = n;
@@ -70,6 +72,9 @@ std::vector<phazec::PlanResult> solve_placements(
   in.devices = devices;
   in.microbatches = microbatches;
   in.optimizer_factor = optimizer_factor;
+  in.last_stage_recomputes = last_stage_recomputes;
+  in.overlap_grad_reduce = overlap_grad_reduce;
+  in.hbm_bytes_per_s = hbm_bytes_per_s;
   const std::size_t tiers = tier_group_sizes.shape(0);
   if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
     throw std::invalid_argument("network tier arrays differ in length");
@@ -85,16 +90,19 @@ std::vector<phazec::PlanResult> solve_placements(
     f.t = t_values.data()[w];
     f.forward_s = matrix_row(forward_s, w, widths, cols, "forward_s");
     f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
+    f.selective_s = matrix_row(selective_s, w, widths, cols, "selective_s");
     f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
     f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
     f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
+    f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
     f.input_bytes = matrix_row(input_bytes, w, widths, cols, "input_bytes");
     f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
     in.widths.push_back(std::move(f));
   }
   std::vector<phazec::Variant> vs;
-  for (const auto& [width_index, recompute, hbm_bytes] : variants) {
-    vs.push_back({width_index, recompute, hbm_bytes});
+  for (const auto& [width_index, recompute, hbm_bytes, interleave, distributed_optimizer] : variants) {
+    vs.push_back({width_index, static_cast<phazec::Recompute>(recompute), hbm_bytes, interleave,
+                  distributed_optimizer});
   }
   nb::gil_scoped_release release;
   return phazec::solve_placements(in, vs);
@@ -158,14 +166,15 @@ NB_MODULE(_placement, m) {
       .def_ro("activation_bytes", &PlanResult::activation_bytes)
       .def_ro("stash_bytes", &PlanResult::stash_bytes);
   m.def("solve_placements", &solve_placements, nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"),
-        nb::arg("t_values"), nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("param_bytes"),
-        nb::arg("activation_bytes"), nb::arg("stash_bytes"), nb::arg("input_bytes"),
-        nb::arg("tensor_parallel"),
+        nb::arg("t_values"), nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"),
+        nb::arg("param_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
+        nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("tensor_parallel"),
         nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
         nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
+        nb::arg("last_stage_recomputes"), nb::arg("overlap_grad_reduce"), nb::arg("hbm_bytes_per_s"),
         nb::arg("variants"),
-        "Solves each (width index, recompute, HBM bytes) variant with the GIL released; ValueError on bad "
-        "input.");
+        "Solves each (width index, recompute mode 0/1/2, HBM bytes, interleave, distributed optimizer) "
+        "variant with the GIL released; ValueError on bad input.");
 
   using phazec::ScheduleSearchResult;
   nb::class_<ScheduleSearchResult>(m, "ScheduleSearchResult", "The outcome of the exact schedule search.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -15,16 +16,30 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from phazec import atomic
 from phazec.api import lower_config, search_config
 from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
+from phazec.plan import PlanReport, predict_plan
+from phazec.report.plan import plan_table
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
 
-__all__ = ["JobError", "UserErrorExit", "conf_dir", "ir_main", "main", "output_dir", "run_ir", "user_errors"]
+__all__ = [
+    "JobError",
+    "UserErrorExit",
+    "conf_dir",
+    "ir_main",
+    "main",
+    "output_dir",
+    "plan_main",
+    "run_ir",
+    "run_plan",
+    "user_errors",
+]
 """`conf_dir` is re-exported: scripts and tests find the config tree here."""
 
 
@@ -67,6 +82,19 @@ class UserErrorExit(Callback):
 def output_dir() -> Path:
     """Hydra's run directory, or the working directory outside a Hydra run."""
     return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path.cwd()
+
+
+def run_plan(cfg: DictConfig, out_dir: Path) -> PlanReport:
+    """Time the configured plan, print its table and write `plan.json` to `out_dir`."""
+    report = predict_plan(cfg)
+    atomic.write_json(
+        out_dir / "plan.json",
+        {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)},
+    )
+    print(plan_table(report))
+    if report.warning is not None:
+        print(f"\nwarning: {report.warning}")
+    return report
 
 
 def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
@@ -136,3 +164,17 @@ def ir_main() -> None:
     logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
     with bad_command_line_exits_2():
         _ir_app()
+
+
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+def _plan_app(cfg: DictConfig) -> None:
+    try:
+        run_plan(cfg, output_dir())
+    except PhazecError as err:
+        raise JobError(str(err)) from err
+
+
+def plan_main() -> None:
+    """`phazec-plan`: time one training plan as Megatron-LM runs it, with its breakdown and memory."""
+    with bad_command_line_exits_2():
+        _plan_app()

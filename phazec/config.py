@@ -16,6 +16,7 @@ from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.rundir import register_resolver
+from phazec.solvers.placement import RECOMPUTE_MODES
 from phazec.solvers.schema import SolverConfig
 
 
@@ -25,10 +26,23 @@ class TrainConfig:
 
     microbatch: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     """Microbatch sizes (samples)."""
-    recompute: list[bool] = field(default_factory=lambda: [False, True])
-    """Activation recomputation settings."""
+    recompute: list[Any] = field(default_factory=lambda: [False, True])
+    """Activation recomputation modes: `none`, `selective` (the attention core), `full` (every layer);
+    false and true mean none and full."""
     optimizer: str = "sgd"
     """`sgd` or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and gradients)."""
+    interleave: list[int] = field(default_factory=lambda: [1])
+    """Model chunks per pipeline stage (Megatron's interleaved 1F1B when > 1)."""
+    distributed_optimizer: list[bool] = field(default_factory=lambda: [False])
+    """Shard the optimizer state over the data-parallel replicas (ZeRO-1)."""
+    sequence_parallel: list[bool] = field(default_factory=lambda: [False])
+    """Megatron's sequence parallelism (activations outside the attention and MLP GEMMs split t ways)."""
+    last_stage_recomputes: bool = False
+    """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
+    optimizer_step: bool = False
+    """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
 
 
 @dataclass
@@ -39,6 +53,50 @@ class ParallelConfig:
     """Tensor-parallel width."""
     vocab_parallel: bool = True
     """Split the embedding and LM head over the tensor-parallel group (Megatron's vocab-parallel)."""
+
+
+@dataclass
+class PlanConfig:
+    """One training plan to time (`phazec-plan`), as Megatron-LM runs it."""
+
+    tp: int = 1
+    """Tensor-parallel width (one of `model.tp_widths` is not required)."""
+    pp: int = 1
+    """Pipeline stages."""
+    dp: int = 1
+    """Data-parallel width (pipeline replicas)."""
+    microbatch: int = 1
+    """Microbatch size (samples); it must divide `system.global_batch`."""
+    recompute: str = "none"
+    """Activation recomputation: `none`, `selective` (the attention core) or `full` (every layer)."""
+    sequence_parallel: bool = False
+    """Megatron's sequence parallelism inside the tensor-parallel group."""
+    interleave: int = 1
+    """Virtual pipeline stages per device (interleaved 1F1B); it must divide the layers per stage."""
+    layers: list[int] | None = None
+    """Transformer blocks of each stage, first stage first; None splits them evenly (Megatron)."""
+    distributed_optimizer: bool = False
+    """Shard the optimizer state over the data-parallel replicas (Megatron's distributed optimizer)."""
+    last_stage_recomputes: bool = True
+    """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
+    optimizer_step: bool = True
+    """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
+    require_fit: bool = False
+    """Make a plan that does not fit in HBM an error instead of a warning."""
+
+
+@dataclass
+class RayConfig:
+    """The Ray cluster of `search.executor=ray`."""
+
+    address: str = ""
+    """`auto` (the cluster `ray start` began on this machine), `host:port` of a head's GCS, `ray://host:10001`
+    (Ray client), or empty for a local Ray on 127.0.0.1 started for the run and stopped after it."""
+    retries: int = 3
+    """Times Ray runs a batch again after it raised, its worker process died or its node died (Ray's
+    `max_retries`, exceptions included); a batch failing once more stops the search."""
 
 
 @dataclass
@@ -57,7 +115,11 @@ class SearchConfig:
     """Designs per batch of the exhaustive and bounded strategies (phaze's batches are its bins): the
     unit handed to a worker process and saved for resuming."""
     workers: int | None = None
-    """Processes evaluating designs; None means one per core, 1 evaluates in this process."""
+    """Processes evaluating designs; None means one per core, 1 evaluates in this process. With
+    `executor=ray`: batches running at once; None means one per CPU of the cluster."""
+    executor: str = "local"
+    """`local` (`workers` processes on this machine) or `ray` (Ray tasks on the cluster of `ray`)."""
+    ray: RayConfig = field(default_factory=RayConfig)
     resume: bool = True
     """Continue from the state a killed run with the same config saved; false starts afresh."""
     trials: int = 100
@@ -97,6 +159,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     solver: SolverConfig = field(default_factory=SolverConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     cache_dir: str = ""
@@ -122,9 +185,25 @@ def validate_train(train: TrainConfig) -> None:
         )
     if train.optimizer not in OPTIMIZERS:
         raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
+    for name in ("interleave", "distributed_optimizer", "sequence_parallel"):
+        if not getattr(train, name):
+            raise PhazecError(f"train.{name}=[] is not valid: list at least one setting to search.")
+    for value in train.recompute:
+        if not isinstance(value, bool) and value not in RECOMPUTE_MODES:
+            raise PhazecError(
+                f"train.recompute value {value!r} is not a recompute mode; valid: {list(RECOMPUTE_MODES)} "
+                "(false and true mean none and full)."
+            )
+    bad = [v for v in train.interleave if v < 1]
+    if bad:
+        raise PhazecError(
+            f"train.interleave={list(train.interleave)} is not valid: give model chunks per stage >= 1, "
+            "e.g. [1, 2]."
+        )
 
 
 STRATEGIES = ("phaze", "exhaustive", "bounded", "bo")
+EXECUTORS = ("local", "ray")
 
 
 def validate_search(search: SearchConfig) -> None:
@@ -140,6 +219,15 @@ def validate_search(search: SearchConfig) -> None:
         raise PhazecError(
             f"search.workers={search.workers} is not valid: give a number of processes >= 1 (1 evaluates "
             "in this process), or leave it unset (null) for one per core."
+        )
+    if search.executor not in EXECUTORS:
+        raise PhazecError(
+            f"search.executor={search.executor!r} is not an executor; valid: {list(EXECUTORS)}."
+        )
+    if search.ray.retries < 0:
+        raise PhazecError(
+            f"search.ray.retries={search.ray.retries} is not valid: give how many times Ray may run a "
+            "failed batch again (0 or more)."
         )
 
 

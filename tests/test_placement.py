@@ -76,7 +76,7 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
         stages=(Stage((0,), 1, 4.0, 2020), Stage((1, 2), 1, 9.0, 4020)),
         t=1,
         d=1,
-        recompute=False,
+        recompute="none",
         hbm_bytes=10**6,
         microbatches_per_pipeline=4,
         time_per_batch_s=45.0,
@@ -91,12 +91,14 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     # HBM 4000 B: [012] needs 2*3000 + 30 = 6030; [0][12] 4020; [01][2] 2*2000 + 20 + 1*20 = 4040;
     # [0][1][2] needs 2030, 2020, 2010: only it fits -> 96 s.
-    # Recompute at 4000 B: the stash is a stage's input: 0 B for stage [0] (no graph input), 50 B
-    # for [1]. [0][12]: stage 1 still needs 4020. [0][1][2]: memory 2000 + 10 + 2*0 = 2010,
-    # 2000 + 10 + 1*50 = 2060, 2010; loads add the forward again except on the last stage:
-    # 3 + 1 + 10 = 14, 6 + 2 + 10 = 18, 3 -> 18 * 6 = 108 s.
+    # Full recompute at 4000 B (PHAZE's rule: the last stage does not recompute): each layer keeps
+    # its input (0 B here) per microbatch in flight, plus one layer's activations (10 B) as the
+    # working set. [0][12]: stage 1 (last, no recompute) still needs 4020; [01][2]: stage 0 needs
+    # 2*2000 + 0 + 10 = 4010. [0][1][2]: memory 2000 + 0 + 10 = 2010, 2010, and 2000 + 1*10 = 2010;
+    # loads add the forward again except on the last stage: 3 + 1 + 10 = 14, 6 + 2 + 10 = 18, 3
+    # -> 18 * 6 = 108 s.
     # HBM 2000 B: nothing fits; the least peak is 2030 B ([0][1][2], stage 0: weights and
-    # gradients 2000, activations 10, stash 2 * 10).
+    # gradients 2000, no working set without recompute, stash 3 * 10 for 3 microbatches in flight).
     variants = [Variant(1, False, 4000), Variant(1, True, 4000), Variant(1, False, 2000)]
     tight, recompute, none = solve_placements(CHAIN, variants)
     assert isinstance(tight, Placement) and isinstance(recompute, Placement)
@@ -105,16 +107,16 @@ def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     assert [s.load_s for s in recompute.stages] == [14.0, 18.0, 3.0]
     assert (recompute.time_per_batch_s, [s.memory_bytes for s in recompute.stages]) == (
         108.0,
-        [2010, 2060, 2010],
+        [2010, 2010, 2010],
     )
     assert none == NoFeasiblePlacement(
         t=1,
-        recompute=False,
+        recompute="none",
         hbm_bytes=2000,
         min_memory_bytes=2030,
         parameter_bytes=2000,
-        activation_bytes=10,
-        stash_bytes=20,
+        activation_bytes=0,
+        stash_bytes=30,
     )
     assert none.dominant == "parameters"
 
@@ -135,11 +137,13 @@ def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
     two = evaluate_plan(problem, [[0, 1], [2, 3]], t=1, d=1)
     assert ([s.load_s for s in two.stages], two.time_per_batch_s) == ([12.0, 6.0], 24.0)
     # [0][1][23]: cut 1 carries 0's largest edge into {1,2,3} (30 B); cut 2 relays the mask and
-    # carries 1->2 (10 + 20 = 30 B). With recompute, stage [1] stashes its input (30 B) once for
-    # the one microbatch behind it: memory 2*1000 + 10 + 1*30 = 2040.
-    three = evaluate_plan(replace(problem, recompute=True), [[0], [1], [2, 3]], t=1, d=1)
+    # carries 1->2 (10 + 20 = 30 B). With full recompute each layer keeps its input (30 B here) per
+    # microbatch in flight (3 on stage [0], 2 on [1]) plus one layer's activations (10 B); the last
+    # stage does not recompute (PHAZE's rule): 2 * 2000 + 2 * 10.
+    recompute = replace(problem, recompute=True, input_bytes=np.full((1, 4), 30))
+    three = evaluate_plan(recompute, [[0], [1], [2, 3]], t=1, d=1)
     assert [s.load_s for s in three.stages] == [1 + 2 + 1 + 6.0, 1 + 2 + 1 + 6.0, 2 + 4.0]
-    assert [s.memory_bytes for s in three.stages] == [2010 + 2 * 0, 2010 + 30, 2 * 2000 + 20]
+    assert [s.memory_bytes for s in three.stages] == [2000 + 3 * 30 + 10, 2000 + 2 * 30 + 10, 2 * 2000 + 20]
 
 
 def test_stage_load_follows_the_critical_path() -> None:

@@ -5,19 +5,19 @@ so times compare exactly. The brute force (phazec.solvers.placement_reference) e
 plan and every data-parallel width with the Python statement of the model.
 """
 
-from dataclasses import replace
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phazec.hw.system import NetworkTier
 from phazec.solvers.placement import (
+    RECOMPUTE_MODES,
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     Variant,
     evaluate_plan,
+    recompute_mode,
     solve_placements,
 )
 from phazec.solvers.placement_reference import all_plans, best_time_s, min_memory_bytes
@@ -80,14 +80,18 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         return draw(st.lists(st.lists(element, min_size=n, max_size=n), min_size=widths, max_size=widths))
 
     group_sizes = sorted(draw(st.sets(st.integers(1, 16), max_size=2)) | {16})
+    stash = np.array(matrix(size))
+    kept_share = np.array(matrix(st.floats(0.0, 1.0)))
     return PlacementProblem(
         t_values=np.array(t_values),
         forward_latency_s=np.array(matrix(st.floats(0.001, 10.0))),
         backward_latency_s=np.array(matrix(latency)),
         param_bytes=np.array(matrix(size)),
         activation_bytes=np.array(matrix(size)),
-        stash_bytes=np.array(matrix(size)),
+        stash_bytes=stash,
         input_bytes=np.array(matrix(size)),
+        selective_stash_bytes=np.floor(stash * kept_share).astype(np.int64),
+        selective_recompute_s=np.array(matrix(latency)),
         tensor_parallel=np.array(matrix(st.booleans()), dtype=bool),
         edges=np.array(edges, dtype=np.int64),
         edge_bytes=np.array(
@@ -101,37 +105,51 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         ),
         hbm_bytes=draw(st.integers(1_000, 40_000)),
         optimizer=draw(st.sampled_from(["sgd", "adam"])),
+        last_stage_recomputes=draw(st.booleans()),
+        overlap_grad_reduce=draw(st.booleans()),
+        hbm_bytes_per_s=draw(st.sampled_from([0.0, 1000.0])),
     )
 
 
-def check_against_brute_force(problem: PlacementProblem) -> None:
+@st.composite
+def problems_and_settings(draw: st.DrawFn, branching: bool) -> tuple[PlacementProblem, int, bool]:
+    """A random problem, an interleave and a distributed-optimizer switch."""
+    return draw(problems(branching)), draw(st.integers(1, 3)), draw(st.booleans())
+
+
+def check_against_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
     """Every variant's optimum equals the brute force's, and re-evaluating its plan reproduces it."""
-    variants = [Variant(int(t), rc, problem.hbm_bytes) for t in problem.t_values for rc in (False, True)]
+    problem, interleave, distributed = drawn
+    variants = [
+        Variant(int(t), recompute_mode(mode), problem.hbm_bytes, interleave, distributed)
+        for t in problem.t_values
+        for mode in RECOMPUTE_MODES
+    ]
     for variant, result in zip(variants, solve_placements(problem, variants), strict=True):
         expected = best_time_s(problem, variant)
         if isinstance(result, NoFeasiblePlacement):
             assert expected is None
-            assert result.min_memory_bytes == min_memory_bytes(problem, variant.t, variant.recompute)
+            assert result.min_memory_bytes == min_memory_bytes(problem, variant)
             assert result.min_memory_bytes > variant.hbm_bytes
             parts = result.parameter_bytes + result.activation_bytes + result.stash_bytes
             assert parts == result.min_memory_bytes
             continue
         assert isinstance(result, Placement)
         assert result.time_per_batch_s == expected
-        same = replace(problem, recompute=variant.recompute)
+        same = variant.applied(problem)
         assert evaluate_plan(same, [s.layers for s in result.stages], result.t, result.d) == result
 
 
-@settings(max_examples=100, deadline=None)
-@given(problems(branching=False))
-def test_chains_match_brute_force(problem: PlacementProblem) -> None:
-    check_against_brute_force(problem)
+@settings(max_examples=60, deadline=None)
+@given(problems_and_settings(branching=False))
+def test_chains_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
+    check_against_brute_force(drawn)
 
 
-@settings(max_examples=100, deadline=None)
-@given(problems(branching=True))
-def test_branching_dags_match_brute_force(problem: PlacementProblem) -> None:
-    check_against_brute_force(problem)
+@settings(max_examples=60, deadline=None)
+@given(problems_and_settings(branching=True))
+def test_branching_dags_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
+    check_against_brute_force(drawn)
 
 
 @settings(max_examples=30, deadline=None)

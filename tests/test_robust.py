@@ -22,7 +22,7 @@ from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from phazec.report.plots import write_plots
 from phazec.rundir import unique_dir
-from phazec.search.explore import worker_count
+from phazec.search.executor import worker_count
 from phazec.search.run import run_search
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.schedule import ScheduleCache
@@ -222,7 +222,7 @@ def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Pa
         (("model.seq_len=1000000000",), r"model.seq_len=1000000000 is not valid"),
         (("model=onnx",), r"model.path is not set"),
         (("model=onnx", "model.path=/"), r"model.path='/' is a directory"),
-        (("model=onnx", "model.path=/nonexistent.onnx"), r"model.path='/nonexistent.onnx' does not exist"),
+        (("model=onnx", "model.path=/nonexistent.onnx"), r"'/nonexistent.onnx' does not exist; give"),
     ],
 )
 def test_bad_config_fails_before_the_search(
@@ -365,3 +365,12 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
     assert below.returncode == 2
     assert below.stderr.startswith("phazec: error: cannot create the run directory 'outputs/")
     assert "Traceback" not in below.stderr
+
+
+def test_write_lp_writes_under_the_cache(tmp_path: Path, cache_dir: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache_dir / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    run(tmp_path / "out", cache, "solver.write_lp=true", "solver.search_node_limit=0")
+    assert list((cache / "lp").glob("*.lp"))

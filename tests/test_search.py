@@ -17,6 +17,7 @@ import pytest
 
 from phazec.cli import conf_dir
 from phazec.config import STRATEGIES
+from phazec.configure import training_graphs
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.space import enumerate_designs, hw_space_from_config
@@ -24,7 +25,7 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.search import explore
 from phazec.search.evaluate import Candidate, Evaluator, Knobs
-from phazec.search.run import run_search, training_graphs
+from phazec.search.run import run_search
 from phazec.search.state import candidate_from_json, candidate_json, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement, Stage
 from phazec.solvers.schema import SolverConfig
@@ -92,6 +93,11 @@ def test_single_tpuv4_design(tmp_path: Path, cache_dir: Path) -> None:
         (("system.hbm_gb=[0.001]",), r"no training plan fits in HBM of \[0.0\] GB on any design\. The plan"),
         (("hw.area_budget_mm2=1.0",), r"area"),
         (("search.workers=0",), r"search.workers=0 is not valid: give a number of processes >= 1"),
+        (
+            ("search.executor=slurm",),
+            r"search.executor='slurm' is not an executor; valid: \['local', 'ray'\]",
+        ),
+        (("search.ray.retries=-1",), r"search.ray.retries=-1 is not valid"),
         (("search.batch_designs=0",), r"search.batch_designs=0 is not valid: it must be positive"),
         (("search=bo", "search.trials=0"), r"search.trials=0 is not valid: it must be positive"),
     ],
@@ -114,7 +120,7 @@ def answer(result: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(json.dumps(result))
     for key in TIMINGS:
         del out["search"][key]
-    for key in ("workers", "resume"):
+    for key in ("workers", "resume", "executor", "ray"):
         del out["config"]["search"][key]
     del out["config"]["cache_dir"]
     return out
@@ -243,11 +249,11 @@ def test_state_key_ignores_what_cannot_change_the_answer() -> None:
 def test_saved_candidates_read_back_bit_for_bit() -> None:
     placement = Placement(
         stages=(Stage((0, 1), 1, 0.1 + 0.2, 3 * 10**9), Stage((2,), 4, 1 / 3, 7)),
-        t=4, d=2, recompute=True, hbm_bytes=80 * 10**9, microbatches_per_pipeline=3,
+        t=4, d=2, recompute="full", hbm_bytes=80 * 10**9, microbatches_per_pipeline=3,
         time_per_batch_s=2 / 3, throughput_samples_per_s=4096 / (2 / 3), fits_hbm=True,
     )  # fmt: skip
     infeasible = NoFeasiblePlacement(
-        t=1, recompute=False, hbm_bytes=32 * 10**9, min_memory_bytes=40 * 10**9,
+        t=1, recompute="none", hbm_bytes=32 * 10**9, min_memory_bytes=40 * 10**9,
         parameter_bytes=30 * 10**9, activation_bytes=6 * 10**9, stash_bytes=4 * 10**9,
     )  # fmt: skip
     for candidate in (Candidate(12, 8, placement), Candidate(3, 1, infeasible)):

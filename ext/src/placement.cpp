@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace phazec {
@@ -44,7 +45,6 @@ struct Lattice {
   std::vector<int32_t> outer;
   std::vector<int32_t> inner;
   std::vector<NodeSet> stage;           // per pair
-  std::vector<int64_t> stage_in_bytes;  // per pair: bytes from earlier stages into the stage
 };
 
 /// Sum over layers u outside `inside` of the largest edge from u into `targets`: a layer sends a
@@ -82,7 +82,6 @@ Lattice make_lattice(const PlacementInput& in) {
       lat.outer.push_back(static_cast<int32_t>(i));
       lat.inner.push_back(static_cast<int32_t>(j));
       lat.stage.push_back(difference(lat.sets[i], lat.sets[j]));
-      lat.stage_in_bytes.push_back(incoming_bytes(lat, lat.stage.back(), lat.sets[i]));
     }
   }
   lat.first_pair.push_back(lat.outer.size());
@@ -110,8 +109,9 @@ double critical_path_s(const Lattice& lat, const NodeSet& stage, const std::vect
 /// Per-pair stage figures at one tensor-parallel width.
 struct StageTable {
   int64_t t = 1;
-  std::vector<double> forward_s, backward_s;
-  std::vector<int64_t> param_bytes, activation_bytes, stash_bytes, input_bytes;
+  std::vector<double> forward_s, backward_s, selective_s;
+  std::vector<int64_t> param_bytes, stash_bytes, selective_bytes, input_bytes;
+  std::vector<int64_t> selective_working_bytes, full_working_bytes;
   std::vector<uint8_t> narrow;  // 1 when the stage uses one device although t > 1
   int64_t max_narrow = 0;       // most narrow stages a plan can have
 };
@@ -124,19 +124,26 @@ StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
     const NodeSet& stage = lat.stage[p];
     tab.forward_s.push_back(critical_path_s(lat, stage, f.forward_s, false, finish));
     tab.backward_s.push_back(critical_path_s(lat, stage, f.backward_s, true, finish));
-    int64_t params = 0, activations = 0, stash = 0, inputs = lat.stage_in_bytes[p];
+    double selective_s = 0.0;
+    int64_t params = 0, stash = 0, selective = 0, inputs = 0, selective_working = 0, full_working = 0;
     bool any_tensor_parallel = false;
     for (int32_t v : members(stage)) {
+      selective_s += f.selective_s[v];
       params += f.param_bytes[v];
-      activations += f.activation_bytes[v];
       stash += f.stash_bytes[v];
+      selective += f.selective_bytes[v];
       inputs += f.input_bytes[v];
+      selective_working = std::max(selective_working, f.stash_bytes[v] - f.selective_bytes[v]);
+      full_working = std::max(full_working, f.activation_bytes[v]);
       any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
     }
+    tab.selective_s.push_back(selective_s);
     tab.param_bytes.push_back(params);
-    tab.activation_bytes.push_back(activations);
     tab.stash_bytes.push_back(stash);
+    tab.selective_bytes.push_back(selective);
     tab.input_bytes.push_back(inputs);
+    tab.selective_working_bytes.push_back(selective_working);
+    tab.full_working_bytes.push_back(full_working);
     tab.narrow.push_back(f.t > 1 && !any_tensor_parallel ? 1 : 0);
   }
   if (f.t > 1) {
@@ -155,27 +162,62 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
+/// The parts of a stage's memory per device.
+struct MemoryParts {
+  int64_t parameter_bytes = 0;  // weights, gradients, optimizer state
+  int64_t kept_bytes = 0;       // activations kept for the model-chunk microbatches in flight
+  int64_t working_bytes = 0;    // activations a recomputation rebuilds at once
+  int64_t total() const { return parameter_bytes + kept_bytes + working_bytes; }
+};
+
 /// Everything fixed within one variant.
 struct VariantModel {
   const PlacementInput& in;
   const Lattice& lat;
   const StageTable& tab;
-  bool recompute;
+  const Variant& variant;
 
   int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
   int64_t width(std::size_t p) const { return tab.narrow[p] != 0 ? 1 : tab.t; }
 
-  /// Peak bytes per device of stage p at position s from the end.
-  int64_t memory_bytes(std::size_t p, int64_t s) const {
-    const int64_t stash = recompute ? tab.input_bytes[p] : tab.stash_bytes[p];
-    return in.optimizer_factor * tab.param_bytes[p] + tab.activation_bytes[p] + (s - 1) * stash;
+  /// The stage's recompute mode: none for the last stage under PHAZE's rule.
+  Recompute mode(std::size_t p) const {
+    return lat.inner[p] == 0 && !in.last_stage_recomputes ? Recompute::kNone : variant.recompute;
+  }
+
+  /// Weights, gradients and optimizer state per device at data-parallel width d.
+  int64_t parameter_bytes(std::size_t p, int64_t d) const {
+    int64_t state = (in.optimizer_factor - 2) * tab.param_bytes[p];
+    if (variant.distributed_optimizer) state = (state + d - 1) / d;
+    return tab.param_bytes[p] + tab.param_bytes[p] + state;
+  }
+
+  /// Memory of stage p at position q from the end of `total` stages, at width d.
+  MemoryParts memory(std::size_t p, int64_t q, int64_t total, int64_t d) const {
+    const int64_t v = variant.interleave;
+    int64_t kept = tab.stash_bytes[p], working = 0;
+    if (mode(p) == Recompute::kSelective) {
+      kept = tab.selective_bytes[p];
+      working = tab.selective_working_bytes[p];
+    } else if (mode(p) == Recompute::kFull) {
+      kept = tab.input_bytes[p];
+      working = tab.full_working_bytes[p];
+    }
+    const int64_t in_flight = v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1;
+    return {parameter_bytes(p, d), (kept * in_flight + v - 1) / v, working};
+  }
+
+  int64_t memory_bytes(std::size_t p, int64_t q, int64_t total, int64_t d) const {
+    return memory(p, q, total, d).total();
   }
 
   double load_s(std::size_t p, std::size_t tier) const {
-    const bool last = lat.inner[p] == 0;
-    double compute = tab.forward_s[p] + tab.backward_s[p];
-    if (recompute && !last) compute += tab.forward_s[p];
-    return compute + 2.0 * transfer_s(lat.cut_bytes[lat.inner[p]], in.tiers[tier]);
+    double recompute = 0.0;
+    if (mode(p) == Recompute::kSelective) recompute = tab.selective_s[p];
+    if (mode(p) == Recompute::kFull) recompute = tab.forward_s[p];
+    const double p2p =
+        2.0 * static_cast<double>(variant.interleave) * transfer_s(lat.cut_bytes[lat.inner[p]], in.tiers[tier]);
+    return tab.forward_s[p] + tab.backward_s[p] + recompute + p2p;
   }
 };
 
@@ -248,50 +290,58 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
-/// The least peak memory of any plan, split for the peak stage of one plan attaining it.
+/// The least peak memory of any plan at d = 1, split for the peak stage of one plan attaining it.
+/// Under interleaving the in-flight count depends on the stage count, so each count gets a table.
 void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const std::size_t all = model.lat.sets.size() - 1;
-  const auto table = minmax_partition<int64_t>(
-      model, all, [&](std::size_t p, int64_t s) { return model.memory_bytes(p, s); });
-  std::size_t best_s = 0, best_q = 0;
+  const auto max_stages = static_cast<int64_t>(model.lat.g.n);
+  const bool per_total = model.variant.interleave > 1;
   int64_t best = kNone<int64_t>;
-  for (std::size_t s = 1; s <= table.max_stages; ++s) {
-    for (std::size_t q = 0; q <= table.max_narrow; ++q) {
-      if (table.value[table.at(all, s, q)] < best) {
-        best = table.value[table.at(all, s, q)];
-        best_s = s;
-        best_q = q;
+  for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
+    const auto table = minmax_partition<int64_t>(
+        model, all, [&](std::size_t p, int64_t s) { return model.memory_bytes(p, s, total, 1); });
+    for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
+      for (std::size_t q = 0; q <= table.max_narrow; ++q) {
+        const int64_t peak = table.value[table.at(all, s, q)];
+        if (peak >= best) continue;
+        const auto first = static_cast<std::size_t>(table.choice[table.at(all, s, q)]);
+        const auto pairs = plan_pairs(model, table, first, s, q);
+        for (std::size_t i = 0; i < pairs.size(); ++i) {
+          const MemoryParts parts = model.memory(pairs[i], static_cast<int64_t>(s - i), static_cast<int64_t>(s), 1);
+          if (parts.total() != peak) continue;
+          best = peak;
+          out.min_memory_bytes = peak;
+          out.parameter_bytes = parts.parameter_bytes;
+          out.activation_bytes = parts.working_bytes;
+          out.stash_bytes = parts.kept_bytes;
+          break;
+        }
       }
     }
   }
-  if (best == kNone<int64_t>) return;  // unreachable: one stage on t <= devices always fits
-  const auto first = static_cast<std::size_t>(table.choice[table.at(all, best_s, best_q)]);
-  const auto pairs = plan_pairs(model, table, first, best_s, best_q);
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const auto s = static_cast<int64_t>(best_s - i);
-    if (model.memory_bytes(pairs[i], s) != best) continue;
-    out.min_memory_bytes = best;
-    out.parameter_bytes = model.in.optimizer_factor * model.tab.param_bytes[pairs[i]];
-    out.activation_bytes = model.tab.activation_bytes[pairs[i]];
-    out.stash_bytes = out.min_memory_bytes - out.parameter_bytes - out.activation_bytes;
-    return;
-  }
 }
 
-PlanResult solve_variant(const VariantModel& model, int64_t hbm_bytes) {
+PlanResult solve_variant(const VariantModel& model) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in;
   const int64_t t = model.tab.t;
+  const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
-  // One table per network tier that pipeline transfers use, built on first use.
-  std::vector<std::optional<MinMaxTable<double>>> tables(in.tiers.size());
-  auto table_for = [&](std::size_t tier) -> const MinMaxTable<double>& {
-    if (!tables[tier]) {
-      tables[tier] = minmax_partition<double>(model, all - 1, [&, tier](std::size_t p, int64_t s) {
-        return model.memory_bytes(p, s) <= hbm_bytes ? model.load_s(p, tier) : kNone<double>;
+  // One table per network tier that pipeline transfers use, built on first use; and per stage count
+  // under interleaving, per d with a distributed optimizer (the memory depends on them).
+  std::map<std::tuple<std::size_t, int64_t, int64_t>, MinMaxTable<double>> tables;
+  const bool per_total = model.variant.interleave > 1;
+  const bool per_d = model.variant.distributed_optimizer;
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const MinMaxTable<double>& {
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : 0);
+    auto it = tables.find(key);
+    if (it == tables.end()) {
+      auto table = minmax_partition<double>(model, all - 1, [&, tier, total, d](std::size_t p, int64_t s) {
+        return model.memory_bytes(p, s, total, d) <= hbm_bytes ? model.load_s(p, tier) : kNone<double>;
       });
+      it = tables.emplace(key, std::move(table)).first;
     }
-    return *tables[tier];
+    return it->second;
   };
   struct Best {
     double time_s = kNone<double>;
@@ -300,9 +350,11 @@ PlanResult solve_variant(const VariantModel& model, int64_t hbm_bytes) {
   } best;
   const auto max_stages = static_cast<std::size_t>(lat.g.n);
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
+  const auto v = static_cast<double>(model.variant.interleave);
   for (std::size_t s = 1; s <= max_stages; ++s) {
+    const auto total = static_cast<int64_t>(s);
     for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
-      const int64_t k = model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q));
+      const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
       const int64_t max_d = std::min(in.microbatches, in.devices / k);
       // The slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1).
@@ -314,20 +366,27 @@ PlanResult solve_variant(const VariantModel& model, int64_t hbm_bytes) {
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q)) continue;
-        if (model.memory_bytes(p, static_cast<int64_t>(s)) > hbm_bytes) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
+          const MemoryParts first = model.memory(p, total, total, d);
+          if (first.total() > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           double bottleneck = model.load_s(p, tier);
           if (!single) {
-            const MinMaxTable<double>& table = table_for(tier);
+            const MinMaxTable<double>& table = table_for(tier, total, d);
             const double rest = table.value[table.at(lat.inner[p], s - 1, q - narrow)];
             if (rest == kNone<double>) continue;
             bottleneck = std::max(bottleneck, rest);
           }
           const int64_t m = (in.microbatches + d - 1) / d;
           const NetworkTier& sync_tier = in.tiers[span_tier(in.tiers, 0, (d - 1) * k + model.width(p) - 1)];
-          const double time_s = bottleneck * static_cast<double>(m + static_cast<int64_t>(s) - 1) +
-                                allreduce_s(model.tab.param_bytes[p], d, sync_tier);
+          double sync_s = allreduce_s(model.tab.param_bytes[p], d, sync_tier);
+          if (in.overlap_grad_reduce) sync_s = std::max(0.0, sync_s - model.tab.backward_s[p]);
+          double step_s = 0.0;
+          if (in.hbm_bytes_per_s > 0.0) {
+            step_s = 2.0 * static_cast<double>(first.parameter_bytes) / in.hbm_bytes_per_s;
+          }
+          const double bubble = static_cast<double>(total - 1) / v;
+          const double time_s = bottleneck * (static_cast<double>(m) + bubble) + sync_s + step_s;
           if (time_s < best.time_s) best = {time_s, tier, p, s, q, d};
         }
       }
@@ -343,13 +402,14 @@ PlanResult solve_variant(const VariantModel& model, int64_t hbm_bytes) {
   out.d = best.d;
   out.microbatches_per_pipeline = (in.microbatches + best.d - 1) / best.d;
   out.time_per_batch_s = best.time_s;
+  const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : plan_pairs(model, table_for(best.tier), best.pair, best.s, best.q);
+                                 : plan_pairs(model, table_for(best.tier, total, best.d), best.pair, best.s, best.q);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.width(pairs[i]));
     out.stage_load_s.push_back(model.load_s(pairs[i], best.tier));
-    out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], static_cast<int64_t>(best.s - i)));
+    out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], total - static_cast<int64_t>(i), total, best.d));
   }
   return out;
 }
@@ -358,7 +418,8 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
   auto fail = [](const std::string& what) { throw std::invalid_argument("placement input: " + what); };
   if (in.n < 1) fail("no layers");
   if (in.edge_bytes.size() != in.edges.size()) fail("edge and edge-byte counts differ");
-  if (in.devices < 1 || in.microbatches < 1 || in.optimizer_factor < 1) fail("non-positive count");
+  if (in.devices < 1 || in.microbatches < 1 || in.optimizer_factor < 2) fail("non-positive count");
+  if (!(in.hbm_bytes_per_s >= 0.0)) fail("HBM bandwidth must be >= 0");
   if (in.tiers.empty() || in.tiers.back().group_size < in.devices) fail("no tier holds every device");
   for (const auto& tier : in.tiers) {
     if (tier.group_size < 1 || !(tier.bandwidth_bytes_per_s > 0.0) || !(tier.latency_s >= 0.0)) {
@@ -373,7 +434,14 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
         fail("latencies must be n values >= 0");
       }
     }
-    for (const auto* v : {&f.param_bytes, &f.activation_bytes, &f.stash_bytes, &f.input_bytes}) {
+    if (f.selective_s.size() != n ||
+        std::any_of(f.selective_s.begin(), f.selective_s.end(), [](double x) { return !(x >= 0.0); })) {
+      fail("selective latencies must be n values >= 0");
+    }
+    for (std::size_t v = 0; v < f.selective_bytes.size() && v < f.stash_bytes.size(); ++v) {
+      if (f.selective_bytes[v] > f.stash_bytes[v]) fail("selective bytes must not exceed stash bytes");
+    }
+    for (const auto* v : {&f.param_bytes, &f.activation_bytes, &f.stash_bytes, &f.selective_bytes, &f.input_bytes}) {
       if (v->size() != n || std::any_of(v->begin(), v->end(), [](int64_t x) { return x < 0; })) {
         fail("byte counts must be n values >= 0");
       }
@@ -386,6 +454,10 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
   for (const auto& v : variants) {
     if (v.width_index < 0 || static_cast<std::size_t>(v.width_index) >= in.widths.size()) {
       fail("variant width index out of range");
+    }
+    if (v.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
+    if (v.recompute != Recompute::kNone && v.recompute != Recompute::kSelective && v.recompute != Recompute::kFull) {
+      fail("unknown recompute mode");
     }
   }
 }
@@ -410,7 +482,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
     if (it == stage_tables.end()) {
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
-    out.push_back(solve_variant(VariantModel{in, lat, it->second, v.recompute}, v.hbm_bytes));
+    out.push_back(solve_variant(VariantModel{in, lat, it->second, v}));
   }
   return out;
 }

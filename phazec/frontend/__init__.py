@@ -50,7 +50,7 @@ def onnx_path(path: str) -> None:
     if Path(path).expanduser().is_dir():
         raise PhazecError(f"model.path={path!r} is a directory: give the .onnx file inside it.")
     if not Path(path).expanduser().is_file():
-        raise PhazecError(f"model.path={path!r} does not exist: give an existing .onnx file.")
+        raise PhazecError(f"ONNX file {path!r} does not exist; give model.path=<an existing .onnx file>.")
 
 
 def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:

@@ -64,6 +64,9 @@ class Tensor:
     """Element type, a key of `DTYPE_BYTES`."""
     batch_axis: int | None = None
     """The axis whose size is multiplied by the microbatch, or None if the tensor is per batch."""
+    tp_split: bool = False
+    """Split over the tensor-parallel group (set by the tensor-parallel pass); sequence parallelism
+    splits the other per-sample activations of a tensor-parallel layer."""
 
     def shape_at(self, microbatch: int) -> tuple[int, ...]:
         """The shape at a given microbatch size."""
@@ -180,6 +183,13 @@ class LayerMemory:
     """Layer inputs from other layers that do not scale with the microbatch."""
     input_per_sample_bytes: int
     """Layer inputs from other layers per sample: what a stage keeps when it recomputes activations."""
+    core_per_sample_bytes: int = 0
+    """Stash per sample of the attention core (tensors of score shape [b, a, seq, seq]): what selective
+    recompute drops."""
+    replicated_per_sample_bytes: int = 0
+    """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
+    checkpoint_per_sample_bytes: int = 0
+    """Floating-point layer inputs per sample: what full recompute keeps of each layer."""
 
     def stash_bytes(self, microbatch: int) -> int:
         """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""

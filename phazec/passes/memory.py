@@ -5,6 +5,14 @@ SGD keeps none; mixed-precision Adam keeps fp32 master weights and two fp32 mome
 parameter, 16 with the bf16 weights and gradients). The activation stash is exactly the forward tensors
 the backward graph reads (its inputs other than output gradients); the recompute figure is the layer's
 inputs from other layers. Both are split into a fixed part and a per-sample part.
+
+Megatron-LM's execution (Korthikanti et al. 2022, section 4) reads three more per-sample figures: the
+attention core's part of the stash (tensors of score shape [b, a, seq, seq]: softmax output, its
+dropout mask and output; selective recompute drops them), the part not split by tensor parallelism
+(LayerNorm inputs, dropout masks, residuals; sequence parallelism splits it t ways) and the layer's
+floating-point inputs (full recompute keeps them; masks and token ids are rebuilt from the batch).
+For a GPT block the per-sample stash is exactly Korthikanti's 34sh + 5as^2 bytes at t = 1,
+sh(10 + 24/t + 5as/(ht)) at width t, sh/t (34 + 5as/h) with sequence parallelism (`megatron_bytes`).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import Graph, LayerClass, LayerMemory, Model
+from phazec.ir.core import FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model
 from phazec.passes.base import PassResult
 
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
@@ -58,6 +66,10 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     stash = [n for n in cls.backward.inputs if n in forward.tensors]
     stash_fixed, stash_per_sample = split_bytes(cls.backward, stash)
     input_fixed, input_per_sample = split_bytes(forward, forward.inputs)
+    per_sample = [n for n in stash if cls.backward.tensors[n].batch_axis is not None]
+    core = [n for n in per_sample if score_shaped(cls.backward.tensors[n].shape, model.seq_len)]
+    replicated = [n for n in per_sample if not forward.tensors[n].tp_split]
+    floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     return LayerMemory(
         parameter_count=count,
         parameter_bytes=parameter_bytes,
@@ -68,4 +80,36 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         stash_per_sample_bytes=stash_per_sample,
         input_fixed_bytes=input_fixed,
         input_per_sample_bytes=input_per_sample,
+        core_per_sample_bytes=split_bytes(cls.backward, core)[1],
+        replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
+        checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
+    )
+
+
+def score_shaped(shape: tuple[int, ...], seq_len: int) -> bool:
+    """Whether a tensor has the attention scores' shape [batch, heads, seq, seq]."""
+    return len(shape) == 4 and seq_len > 1 and shape[-1] == shape[-2] == seq_len
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronBytes:
+    """Activation bytes of one layer and one microbatch under each recompute mode."""
+
+    stash_bytes: int
+    """Kept for the backward pass without recompute."""
+    selective_bytes: int
+    """Kept under selective recompute: the stash without the attention core."""
+    checkpoint_bytes: int
+    """Kept under full recompute: the layer's floating-point inputs."""
+
+
+def megatron_bytes(memory: LayerMemory, microbatch: int, sequence_parallel: int) -> MegatronBytes:
+    """A layer's activation bytes per recompute mode; `sequence_parallel` is the width that splits the
+    replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off)."""
+    replicated = memory.replicated_per_sample_bytes * microbatch
+    stash = memory.stash_bytes(microbatch) - replicated + -(-replicated // sequence_parallel)
+    return MegatronBytes(
+        stash_bytes=stash,
+        selective_bytes=stash - memory.core_per_sample_bytes * microbatch,
+        checkpoint_bytes=-(-memory.checkpoint_per_sample_bytes * microbatch // sequence_parallel),
     )

@@ -325,7 +325,7 @@ def shard_graph(graph: Graph, roles: Roles, width: int, where: str, pad: bool) -
                 f"{width} ways along axis {axis}; the tensor-parallel pass cannot split this layer."
             )
         shape = tuple(-(-d // width) if i == axis else d for i, d in enumerate(tensor.shape))
-        tensors[name] = replace(tensor, shape=shape)
+        tensors[name] = replace(tensor, shape=shape, tp_split=True)
     ops: list[Op] = []
     for op in graph.ops:
         role = role_of(roles, op)

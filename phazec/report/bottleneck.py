@@ -79,7 +79,7 @@ def bottleneck_block(evaluator: Evaluator, designs: Designs, candidate: Candidat
     graph, op_costs = (cls.backward, costs.backward) if backward else (cls.graph, costs.forward)
     assert graph is not None and op_costs is not None  # a zero latency would not be the maximum
     problem = evaluator.schedule_problem(graph, op_costs, chosen, 0)
-    found = schedule(problem, evaluator.solver, evaluator.cache)
+    found = schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
     latency_s = float(latencies[backward, layer])
     if found.makespan_s != latency_s:
         log.warning(

@@ -81,7 +81,7 @@ def _plan_text(plan: dict[str, Any] | None, not_applicable: str | None = None) -
         return f"not applicable: {not_applicable}"
     if plan is None:
         return "no plan fits"
-    recompute = "recompute" if plan["recompute"] else "stash"
+    recompute = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
     return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +24,18 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
 from phazec.passes.cost import class_costs
+from phazec.passes.memory import megatron_bytes, score_shaped
 from phazec.passes.schedule import schedule_problem
 from phazec.solvers.placement import (
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     PlacementResult,
+    Recompute,
     Variant,
     evaluate_plan,
     megatron_plan,
+    recompute_mode,
     solve_placements,
 )
 from phazec.solvers.schedule import ScheduleCache, schedule
@@ -48,12 +51,23 @@ BOUND_MARGIN = 1e-9
 
 @dataclass(frozen=True)
 class Knobs:
-    """The training knobs one search covers."""
+    """The training knobs one search covers (tuples are searched over)."""
 
     microbatches: tuple[int, ...]
-    recompute: tuple[bool, ...]
+    recompute: tuple[Recompute | bool, ...]
+    """Recompute modes (false/true mean none/full)."""
     hbm_bytes: tuple[int, ...]
     optimizer: str
+    interleave: tuple[int, ...] = (1,)
+    """Model chunks per pipeline stage (interleaved 1F1B when > 1)."""
+    distributed_optimizer: tuple[bool, ...] = (False,)
+    sequence_parallel: tuple[bool, ...] = (False,)
+    last_stage_recomputes: bool = False
+    """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the DP gradient all-reduce with the backward pass."""
+    optimizer_step: bool = False
+    """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +114,9 @@ class Evaluator:
     timings: Timings = field(default_factory=Timings)
 
     def layer_latencies_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 2, layers] of forward and backward latency of every layer (ILP)."""
+        """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
+        the latency of its attention core's forward ops run one after another on all cores (what
+        selective recompute repeats; `attention_core_s`)."""
         return self._per_layer_s(designs, microbatch, self.schedule_s)
 
     def layer_lower_bounds_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
@@ -110,14 +126,15 @@ class Evaluator:
     def _per_layer_s(
         self, designs: Designs, microbatch: int, latency_s: Callable[[ScheduleProblem], float]
     ) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 2, layers] of `latency_s` of each layer's forward and backward
-        scheduling problem on each design."""
+        """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
+        scheduling problem on each design, and its attention core's latency."""
         out: dict[int, NDArray[np.float64]] = {}
         for t, model in self.graphs.items():
-            per_class = np.zeros((len(designs), 2, len(model.classes)))
+            per_class = np.zeros((len(designs), 3, len(model.classes)))
             for c, cls in enumerate(model.classes):
                 start = time.perf_counter()
                 costs = class_costs(cls, designs, self.system, self.latency_model, microbatch)
+                per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
                 self.timings.cost_s += time.perf_counter() - start
                 graphs = [(0, cls.graph, costs.forward)]
                 if cls.backward is not None and costs.backward is not None:
@@ -164,21 +181,29 @@ class Evaluator:
         self.timings.bound_s += time.perf_counter() - start
         return lower_s * (1.0 - BOUND_MARGIN)
 
-    def problem(self, latencies: dict[int, NDArray[np.float64]], j: int, microbatch: int) -> PlacementProblem:
-        """The placement problem of design j at one microbatch size (all allowed t)."""
+    def problem(
+        self,
+        latencies: dict[int, NDArray[np.float64]],
+        j: int,
+        microbatch: int,
+        designs: Designs,
+        sequence_parallel: bool = False,
+    ) -> PlacementProblem:
+        """The placement problem of design j at one microbatch size (all allowed t), under the first
+        of the searched settings (`Variant.applied` sets the others)."""
         widths = sorted(self.graphs)
-        rows = [layer_rows(self.graphs[t], microbatch) for t in widths]
+        rows = [layer_arrays(self.graphs[t], microbatch, sequence_parallel) for t in widths]
         reference = self.graphs[widths[0]]
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
         return PlacementProblem(
             t_values=np.array(widths, dtype=np.int64),
             forward_latency_s=np.stack([latencies[t][j, 0] for t in widths]),
             backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
-            param_bytes=np.stack([r[0] for r in rows]),
-            activation_bytes=np.stack([r[1] for r in rows]),  # live activations = the stash of one microbatch
-            stash_bytes=np.stack([r[1] for r in rows]),
-            input_bytes=np.stack([r[2] for r in rows]),
-            tensor_parallel=np.stack([r[3] for r in rows]),
+            param_bytes=np.stack([r.param_bytes for r in rows]),
+            activation_bytes=np.stack([r.stash_bytes for r in rows]),  # what full recompute rebuilds
+            stash_bytes=np.stack([r.stash_bytes for r in rows]),
+            input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
+            tensor_parallel=np.stack([r.tensor_parallel for r in rows]),
             edges=edges,
             edge_bytes=np.array([e.nbytes(microbatch) for e in reference.edges], dtype=np.int64),
             device_count=self.system.devices,
@@ -186,16 +211,26 @@ class Evaluator:
             samples_per_microbatch=microbatch,
             tiers=self.system.tiers,
             hbm_bytes=self.knobs.hbm_bytes[0],
+            recompute=recompute_mode(self.knobs.recompute[0]),
             optimizer="adam" if self.knobs.optimizer == "adam" else "sgd",
+            selective_stash_bytes=np.stack([r.selective_bytes for r in rows]),
+            selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
+            last_stage_recomputes=self.knobs.last_stage_recomputes,
+            overlap_grad_reduce=self.knobs.overlap_grad_reduce,
+            hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.optimizer_step else 0.0,
+            sequence_parallel=sequence_parallel,
         )
 
-    def variants(self) -> list[Variant]:
-        """Every (t, recompute, HBM) combination."""
+    def variants(self, hbm_sizes: tuple[int, ...] | None = None) -> list[Variant]:
+        """Every (t, recompute, HBM, interleave, distributed optimizer) combination (HBM sizes: the
+        knobs' unless given)."""
         return [
-            Variant(t, recompute, hbm)
+            Variant(t, recompute_mode(recompute), hbm, interleave, distributed)
             for t in sorted(self.graphs)
             for recompute in self.knobs.recompute
-            for hbm in self.knobs.hbm_bytes
+            for hbm in hbm_sizes or self.knobs.hbm_bytes
+            for interleave in self.knobs.interleave
+            for distributed in self.knobs.distributed_optimizer
         ]
 
     def evaluate(self, designs: Designs) -> list[Candidate]:
@@ -205,11 +240,12 @@ class Evaluator:
         candidates = []
         for j in range(len(designs)):
             for microbatch in microbatches:
-                start = time.perf_counter()
-                problem = self.problem(latencies[microbatch], j, microbatch)
-                results = solve_placements(problem, self.variants())
-                self.timings.dp_s += time.perf_counter() - start
-                candidates += [Candidate(j, microbatch, r) for r in results]
+                for sequence_parallel in self.knobs.sequence_parallel:
+                    start = time.perf_counter()
+                    problem = self.problem(latencies[microbatch], j, microbatch, designs, sequence_parallel)
+                    results = solve_placements(problem, self.variants())
+                    self.timings.dp_s += time.perf_counter() - start
+                    candidates += [Candidate(j, microbatch, r) for r in results]
         return candidates
 
     def lower_bounds_s(self, designs: Designs) -> NDArray[np.float64]:
@@ -222,19 +258,17 @@ class Evaluator:
         the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
         fits gets infinity.
         """
-        variants = [
-            Variant(t, recompute, max(self.knobs.hbm_bytes))
-            for t in sorted(self.graphs)
-            for recompute in self.knobs.recompute
-        ]
+        variants = self.variants((max(self.knobs.hbm_bytes),))
         out = np.full(len(designs), np.inf)
         for microbatch in self.knobs.microbatches:
             latencies = self.layer_lower_bounds_s(designs, microbatch)
             start = time.perf_counter()
             for j in range(len(designs)):
-                results = solve_placements(self.problem(latencies, j, microbatch), variants)
-                times = [r.time_per_batch_s for r in results if isinstance(r, Placement)]
-                out[j] = min([out[j], *times])
+                for sequence_parallel in self.knobs.sequence_parallel:
+                    problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
+                    results = solve_placements(problem, variants)
+                    times = [r.time_per_batch_s for r in results if isinstance(r, Placement)]
+                    out[j] = min([out[j], *times])
             self.timings.bound_s += time.perf_counter() - start
         return out
 
@@ -269,50 +303,59 @@ class Evaluator:
         for microbatch in self.knobs.microbatches:
             latencies = self.layer_latencies_s(designs, microbatch)
             for j in range(len(designs)):
-                problem = self.problem(latencies, j, microbatch)
-                try:
-                    stages = megatron_plan(problem, pp)
-                    for recompute in self.knobs.recompute:
-                        for hbm in self.knobs.hbm_bytes:
-                            variant = _with(problem, recompute, hbm)
-                            result = evaluate_plan(variant, stages, tp, dp)
-                            candidates.append(Candidate(j, microbatch, result))
-                except PhazecError as err:
-                    reasons.append(f"microbatch {microbatch}: {err}")
+                for sequence_parallel in self.knobs.sequence_parallel:
+                    problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
+                    try:
+                        stages = megatron_plan(problem, pp)
+                        for variant in self.variants():
+                            if variant.t == tp:
+                                placed = evaluate_plan(variant.applied(problem), stages, tp, dp)
+                                candidates.append(Candidate(j, microbatch, placed))
+                    except PhazecError as err:
+                        reasons.append(f"microbatch {microbatch}: {err}")
         if not candidates and reasons:
             raise PhazecError(f"the plan pp={pp} dp={dp} tp={tp} cannot run at any microbatch ({reasons[0]})")
         return candidates
 
 
-def _with(problem: PlacementProblem, recompute: bool, hbm_bytes: int) -> PlacementProblem:
-    """The same problem under another recompute flag and HBM size."""
-    return replace(problem, recompute=recompute, hbm_bytes=hbm_bytes)
+@dataclass(frozen=True)
+class LayerArrays:
+    """Per-layer figures of a training graph at one microbatch size (one entry per layer)."""
+
+    param_bytes: NDArray[np.int64]
+    stash_bytes: NDArray[np.int64]
+    selective_bytes: NDArray[np.int64]
+    checkpoint_bytes: NDArray[np.int64]
+    tensor_parallel: NDArray[np.bool_]
 
 
-def layer_rows(
-    model: Model, microbatch: int
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.bool_]]:
-    """Per layer: parameter bytes, stash bytes, bytes read from outside the layer graph, TP flag."""
-    params, stash, inputs, split = [], [], [], []
-    incoming = np.zeros(len(model.layers), dtype=np.int64)
-    for edge in model.edges:
-        incoming[edge.dst] += edge.nbytes(microbatch)
+def layer_arrays(model: Model, microbatch: int, sequence_parallel: bool = False) -> LayerArrays:
+    """Per layer: parameter bytes, activation bytes per recompute mode (`megatron_bytes`; sequence
+    parallelism splits a tensor-parallel layer's replicated activations t ways) and the TP flag."""
+    rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
-        memory = cls.memory
-        if memory is None:
+        if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
-        params.append(memory.parameter_bytes)
-        stash.append(memory.stash_bytes(microbatch))
-        read = memory.input_bytes(microbatch)
-        inputs.append(max(0, read - int(incoming[layer.index])))
-        split.append(cls.tp_width > 1)
-    return (
-        np.array(params, dtype=np.int64),
-        np.array(stash, dtype=np.int64),
-        np.array(inputs, dtype=np.int64),
-        np.array(split, dtype=np.bool_),
+        figures = megatron_bytes(cls.memory, microbatch, cls.tp_width if sequence_parallel else 1)
+        rows.append((cls.memory.parameter_bytes, figures, cls.tp_width > 1))
+    return LayerArrays(
+        param_bytes=np.array([r[0] for r in rows], dtype=np.int64),
+        stash_bytes=np.array([r[1].stash_bytes for r in rows], dtype=np.int64),
+        selective_bytes=np.array([r[1].selective_bytes for r in rows], dtype=np.int64),
+        checkpoint_bytes=np.array([r[1].checkpoint_bytes for r in rows], dtype=np.int64),
+        tensor_parallel=np.array([r[2] for r in rows], dtype=np.bool_),
     )
+
+
+def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np.float64]:
+    """Per design: the summed all-core latency of the forward ops that read or write a tensor of
+    score shape [b, a, seq, seq] (QK^T, mask, softmax, dropout, AV): what selective recompute repeats."""
+    total = np.zeros(forward.all_cores_s.shape[1])
+    for i, op in enumerate(graph.ops):
+        if any(score_shaped(graph.tensors[n].shape, seq_len) for n in (*op.inputs, *op.outputs)):
+            total = total + forward.all_cores_s[i]
+    return total
 
 
 def best(candidates: list[Candidate]) -> Candidate | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -32,14 +31,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from phazec.config import SearchConfig
+from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.report.progress import progress
 from phazec.search.bo import tpe_design
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best
-from phazec.search.pool import Workers
+from phazec.search.executor import BatchFailedError, Executor, start_executor
 from phazec.search.state import SearchState
 from phazec.solvers.placement import Placement
-from phazec.validate import worker_cap
 
 log = logging.getLogger(__name__)
 
@@ -164,34 +163,31 @@ def chunks(order: NDArray[np.int64], size: int) -> list[NDArray[np.int64]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def search(evaluator: Evaluator, designs: Designs, config: SearchConfig, state: SearchState) -> Found:
-    """Run the configured strategy over the designs with `config.workers` processes."""
+def search(
+    evaluator: Evaluator, designs: Designs, config: SearchConfig, state: SearchState, cache_dir: str
+) -> Found:
+    """Run the configured strategy over the designs on the configured executor (`cache_dir`: the
+    configured `cache_dir`, for the executor's schedule caches)."""
     if config.strategy == "phaze":
         batches = len(area_bins(designs, config.bin_mm2))
     elif config.strategy == "bo":
         batches = 1
     else:
         batches = math.ceil(len(designs) / config.batch_designs)
-    count = worker_count(config, batches)
-    log.info(
-        "%s search: %d designs, %d process(es), state in %s",
-        config.strategy,
-        len(designs),
-        count,
-        state.directory,
-    )
-    with Workers(evaluator, count) as workers:
+    with start_executor(evaluator, config, cache_dir, batches) as workers:
+        log.info(
+            "%s search: %d designs, %d %s worker(s), state in %s",
+            config.strategy,
+            len(designs),
+            workers.count,
+            config.executor,
+            state.directory,
+        )
         strategy = STRATEGIES[config.strategy](designs, config, workers, state)
         return explore(strategy, designs, workers, state, config.strategy)
 
 
-def worker_count(config: SearchConfig, batches: int) -> int:
-    """Processes for `batches` batches: `search.workers` (unset: every core), at most one per core
-    (more is capped with a warning) and one per batch."""
-    return max(1, min(worker_cap(config.workers) or os.cpu_count() or 1, batches))
-
-
-def bounded(designs: Designs, batch_designs: int, workers: Workers, state: SearchState) -> Bounded:
+def bounded(designs: Designs, batch_designs: int, workers: Executor, state: SearchState) -> Bounded:
     """The bounded strategy: every design's lower bound (in batches, saved for resuming), then the
     designs sorted by it, ties in design order."""
     bound_batches = chunks(np.arange(len(designs), dtype=np.int64), batch_designs)
@@ -213,24 +209,24 @@ def bounded(designs: Designs, batch_designs: int, workers: Workers, state: Searc
     return Bounded(batches, [float(bounds_s[b[0]]) for b in batches])
 
 
-def _phaze(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+def _phaze(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
     return Phaze(area_bins(designs, config.bin_mm2), config.patience)
 
 
-def _exhaustive(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+def _exhaustive(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
     return Exhaustive(chunks(np.arange(len(designs), dtype=np.int64), config.batch_designs))
 
 
-def _bounded(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+def _bounded(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
     return bounded(designs, config.batch_designs, workers, state)
 
 
-def _bo(designs: Designs, config: SearchConfig, workers: Workers, state: SearchState) -> Strategy:
+def _bo(designs: Designs, config: SearchConfig, workers: Executor, state: SearchState) -> Strategy:
     chosen = tpe_design(workers.evaluator, designs, config.trials, config.seed)
     return Exhaustive([np.array([chosen], dtype=np.int64)])
 
 
-STRATEGIES: dict[str, Callable[[Designs, SearchConfig, Workers, SearchState], Strategy]] = {
+STRATEGIES: dict[str, Callable[[Designs, SearchConfig, Executor, SearchState], Strategy]] = {
     "phaze": _phaze,
     "exhaustive": _exhaustive,
     "bounded": _bounded,
@@ -275,7 +271,7 @@ class _Tally:
         return improved
 
 
-def explore(strategy: Strategy, designs: Designs, workers: Workers, state: SearchState, name: str) -> Found:
+def explore(strategy: Strategy, designs: Designs, workers: Executor, state: SearchState, name: str) -> Found:
     """Evaluate the strategy's batches in order while it wants them, saving each new one."""
     tally = _Tally()
     total = None if strategy.ends_early else sum(len(b) for b in strategy.batches)
@@ -317,7 +313,7 @@ def _in_order(
     batches: list[NDArray[np.int64]],
     saved: Callable[[int, NDArray[np.int64]], T | None],
     submit: Callable[[NDArray[np.int64]], Future[tuple[T, Timings]]],
-    workers: Workers,
+    workers: Executor,
     wanted: Callable[[int], bool],
 ) -> Iterator[tuple[int, NDArray[np.int64], T, bool]]:
     """(index, batch, result, fresh) of each batch in order while `wanted(index)`; fresh is False for a
@@ -336,6 +332,13 @@ def _in_order(
                 pending[j] = submit(batches[j]) if got is None else got
         entry = pending.pop(i)
         if isinstance(entry, Future):
-            yield i, batch, workers.result(entry), True
+            try:
+                found = workers.result(entry)
+            except BatchFailedError as err:
+                raise PhazecError(
+                    f"the search stopped at batch {i} ({len(batch)} designs, the first design {batch[0]}): "
+                    f"{err} Every batch finished before it is saved; the same command resumes from them."
+                ) from err
+            yield i, batch, found, True
         else:
             yield i, batch, entry, False

@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,62 +22,25 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic, validate
-from phazec.config import validate_search, validate_train
-from phazec.cost.model import latency_model_from_config
+from phazec.config import validate_search
+from phazec.configure import Job, setup
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir, load_model
+from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
-from phazec.hw.system import system_from_config
-from phazec.ir.core import Model
-from phazec.passes.training import training_pipeline
 from phazec.report.bottleneck import write_bottleneck_gantt
 from phazec.report.progress import stage
-from phazec.search.evaluate import Candidate, Evaluator, Knobs, Timings, best, least_memory
-from phazec.search.explore import Exhaustive, Found, chunks, explore, search, worker_count
-from phazec.search.pool import Workers
+from phazec.search.evaluate import Candidate, Timings, best, least_memory
+from phazec.search.executor import start_executor
+from phazec.search.explore import Exhaustive, Found, chunks, explore, search
 from phazec.search.state import SearchState, state_key
 from phazec.solvers.placement import NoFeasiblePlacement, Placement
-from phazec.solvers.schedule import ScheduleCache
-from phazec.solvers.schedule_backends import check_config
-from phazec.solvers.schema import SolverConfig
 
 log = logging.getLogger(__name__)
 
 TPUV4_PRESET = "tpuv4"
 """The `conf/hw/` preset holding the TPUv4-like design every result compares against."""
-
-
-def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
-    """The training knobs, validated: microbatches dividing the global batch, positive HBM sizes."""
-    validate_train(cfg.train)
-    bad = [m for m in cfg.train.microbatch if global_batch % m]
-    if bad:
-        divisors = [d for d in (1, 2, 4, 8, 16, 32) if global_batch % d == 0]
-        raise PhazecError(
-            f"train.microbatch values {bad} do not divide the global batch {global_batch} "
-            f"(system.global_batch); use divisors such as {divisors}."
-        )
-    hbm = [float(g) for g in cfg.system.hbm_gb]
-    if not hbm or min(hbm) <= 0:
-        raise PhazecError(f"system.hbm_gb={hbm} must list positive HBM sizes in GB, e.g. [32, 64, 80].")
-    return Knobs(
-        microbatches=tuple(int(m) for m in cfg.train.microbatch),
-        recompute=tuple(bool(r) for r in cfg.train.recompute),
-        hbm_bytes=tuple(round(g * 1e9) for g in hbm),
-        optimizer=str(cfg.train.optimizer),
-    )
-
-
-def training_graphs(
-    model: Model, widths: list[int], optimizer: str, vocab_parallel: bool
-) -> dict[int, Model]:
-    """The per-device training graph of the model at each allowed tensor-parallel width."""
-    return {
-        t: training_pipeline(t, optimizer=optimizer, vocab_parallel=vocab_parallel).run(model)[0]
-        for t in sorted(set(widths))
-    }
 
 
 def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
@@ -102,6 +64,9 @@ def plan_record(candidate: Candidate) -> dict[str, Any]:
     return {
         "microbatch": candidate.microbatch,
         "recompute": placement.recompute,
+        "sequence_parallel": placement.sequence_parallel,
+        "interleave": placement.interleave,
+        "distributed_optimizer": placement.distributed_optimizer,
         "tp": placement.t,
         "pp": placement.stage_count,
         "dp": placement.d,
@@ -165,46 +130,6 @@ def explored_csv(found: Found) -> str:
 def tpuv4_designs(conf_dir: Path) -> Designs:
     """The TPUv4-like design, read from its preset."""
     return enumerate_designs(hw_space_from_config(OmegaConf.load(conf_dir / "hw" / f"{TPUV4_PRESET}.yaml")))
-
-
-@dataclass(frozen=True)
-class Job:
-    """One model's search, set up: its config, the space, and the evaluator holding its training graphs."""
-
-    cfg: DictConfig
-    model_cfg: ModelConfig
-    designs: Designs
-    evaluator: Evaluator
-
-
-def setup(cfg: DictConfig) -> Job:
-    """Validate the config, enumerate the space, lower the model and build its Evaluator."""
-    validate_search(cfg.search)
-    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
-    solver = OmegaConf.to_object(cfg.solver)
-    assert isinstance(solver, SolverConfig)
-    check_config(solver)
-    system = system_from_config(cfg.system)
-    knobs = check_knobs(cfg, system.global_batch)
-    model_cfg = OmegaConf.to_object(cfg.model)
-    assert isinstance(model_cfg, ModelConfig)
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    with stage("lowering"):
-        model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    with stage("training graphs"):
-        graphs = training_graphs(
-            model, list(model_cfg.tp_widths), knobs.optimizer, cfg.parallel.vocab_parallel
-        )
-    evaluator = Evaluator(
-        graphs=graphs,
-        system=system,
-        latency_model=latency_model_from_config(cfg.cost),
-        solver=solver,
-        knobs=knobs,
-        cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
-        lp_dir=default_cache_dir(cfg.cache_dir) / "lp" if solver.write_lp else None,
-    )
-    return Job(cfg, model_cfg, designs, evaluator)
 
 
 def search_state(cfg: DictConfig, part: str = "") -> SearchState:
@@ -276,7 +201,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     validate.writable_dir(out_dir, "the run directory")
     job = setup(cfg)
     searched = time.perf_counter()
-    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg))
+    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
     log.info(
         "search: %.1f s, %s", time.perf_counter() - searched, search_summary(found, job.evaluator.timings)
     )
@@ -346,14 +271,14 @@ def model_config(
 
 def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candidate]:
     """Every candidate of the given designs (global indices, ascending), in batches of
-    `search.batch_designs` with `search.workers` processes; batches are saved and resumed like a
+    `search.batch_designs` on the search's executor; batches are saved and resumed like a
     search's, in a sub-state of the model's search."""
     if not len(indices):
         return []
     config = job.cfg.search
     batches = chunks(indices, config.batch_designs)
     tag = hashlib.sha256(json.dumps(indices.tolist()).encode()).hexdigest()[:16]
-    with Workers(job.evaluator, worker_count(config, len(batches))) as workers:
+    with start_executor(job.evaluator, config, job.cfg.cache_dir, len(batches)) as workers:
         found = explore(
             Exhaustive(batches),
             job.designs,

@@ -1,12 +1,12 @@
 """A search's saved state, so that a killed search started again with the same config resumes.
 
 The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
-the settings that cannot change the answer (`search.workers`, `search.resume`, `tracking`,
-`cache_dir`, `model.baseline`), together with the content of an ONNX file given by `model.path` and
-phazec's code (its Python sources and the placement extension), so a state never outlives a change
-that could change an answer. Each finished batch of designs is one sealed JSON file
-(`phazec.sealed`: written atomically and fsynced, checked when read back, a bad one deleted and
-evaluated again), so a kill or a power loss leaves whole files only and an edited file is never
+the settings that cannot change the answer (`search.workers`, `search.resume`, `search.executor`,
+`search.ray`, `tracking`, `cache_dir`, `model.baseline`), together with the content of an ONNX file
+given by `model.path` and phazec's code (its Python sources and the placement extension), so a state
+never outlives a change that could change an answer. Each finished batch of designs is one sealed
+JSON file (`phazec.sealed`: written atomically and fsynced, checked when read back, a bad one deleted
+and evaluated again), so a kill or a power loss leaves whole files only and an edited file is never
 believed. Floats are written with `repr`, which reads back to the same bits."""
 
 from __future__ import annotations
@@ -28,7 +28,15 @@ from phazec.solvers.placement import NoFeasiblePlacement, Placement, PlacementRe
 
 STATE_VERSION = 2
 """Bumped whenever the files change layout."""
-IGNORED = (("search", "workers"), ("search", "resume"), ("tracking",), ("cache_dir",), ("model", "baseline"))
+IGNORED = (
+    ("search", "workers"),
+    ("search", "resume"),
+    ("search", "executor"),
+    ("search", "ray"),
+    ("tracking",),
+    ("cache_dir",),
+    ("model", "baseline"),
+)
 """Config paths that do not change a search's answer, left out of the state key (the baseline plan
 only changes the comparison, computed after the search)."""
 

@@ -13,25 +13,42 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   `group_size_i` consecutive ids (ids a and b share a group iff a // g == b // g). Replica r
   holds ids r*k .. r*k + k - 1, its stages in pipeline order. A set of devices talks over the first
   tier whose aligned group holds all of them.
-* Stage load per microbatch. compute = forward critical path + backward critical path of the
-  stage's layers (longest path of latencies through the stage's own edges), plus the forward
-  critical path again under recompute unless the stage is the last one. The tensors crossing the
-  cut after a stage are sent forward by it and their gradients received back by it; tensors of
-  earlier stages needed further down are relayed across the cut too, and a layer sends each
-  tensor once per cut (its largest edge into the later stages counts). load = compute
-  + 2 * transfer(cut bytes), transfer(b) = b / bandwidth + latency (0 when b = 0). Every pipeline
+* Execution settings (Megatron-LM's): recompute mode r in {none, selective, full} (the last stage
+  recomputes too unless `last_stage_recomputes` is false: PHAZE's rule), interleave v (virtual
+  stages per device, interleaved 1F1B), distributed optimizer (optimizer state sharded over the d
+  replicas, ZeRO-1), DP-gradient overlap, and the HBM bandwidth that times the optimizer step.
+  A stage's own mode is r, or none for the last stage under PHAZE's rule.
+* Stage load per microbatch. compute = forward critical path F + backward critical path B of the
+  stage's layers (longest path of latencies through the stage's own edges), plus the recompute time
+  R: F under full recompute, the sum of the layers' attention-core forward latencies under
+  selective, 0 under none. The tensors crossing the cut after a stage are sent forward by it and
+  their gradients received back by it; tensors of earlier stages needed further down are relayed
+  across the cut too, and a layer sends each tensor once per cut (its largest edge into the later
+  stages counts). load = compute + 2 v transfer(cut bytes) (each of the v model chunks of a stage
+  sends and receives), transfer(b) = b / bandwidth + latency (0 when b = 0). Every pipeline
   transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
   them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
   pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.
-* Time per batch = max stage load * (m + s - 1) + the ring all-reduce of the first stage's
-  gradients over its d replicas: 2 (d-1)/d * param bytes / bandwidth + 2 (d-1) latency, on the
-  tier holding that stage's devices of every replica (ids 0 .. (d-1) k + width - 1). The first
-  stage ends the flush last; the other stages' all-reduces overlap its drain.
-* Memory per device of the stage at position p = factor * parameter bytes + activation bytes of
-  one microbatch + (p - 1) * stash, where factor = 2 for SGD (weights and gradients) or 8 for
-  mixed-precision Adam (16 bytes per 2-byte weight), and stash = the layers' stash bytes (no
-  recompute) or the stage's input bytes (recompute: the layers' inputs from outside the graph and
-  the tensors received from earlier stages). A plan fits when every stage fits in HBM.
+* Time per batch = max stage load * (m + (s - 1) / v) + exposed DP sync + optimizer step, where the
+  bubble (s - 1) / v of a stage's work is interleaved 1F1B's (1F1B's for v = 1). The DP sync is the
+  ring all-reduce of the first stage's gradients over its d replicas: 2 (d-1)/d * param bytes /
+  bandwidth + 2 (d-1) latency, on the tier holding that stage's devices of every replica (ids
+  0 .. (d-1) k + width - 1); with overlap it hides behind the first stage's last backward pass
+  (exposed = max(0, sync - B)), else it is all exposed. The first stage ends the flush last; the
+  other stages' syncs overlap its drain. The optimizer step reads and writes the first stage's
+  weights, gradients and optimizer state once: 2 * (its parameter memory) / HBM bandwidth (0 when
+  the bandwidth is given as 0: the step is not timed, as in PHAZE). A distributed optimizer's
+  reduce-scatter plus all-gather moves the same bytes as the all-reduce.
+* Memory per device of the stage at position q from the end (of s stages) = weights 2P +
+  gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
+  parameter, divided over the d replicas rounding up with a distributed optimizer; P = the stage's
+  bytes of 2-byte weights / 2) + ceil(kept * u / v) + working, where u is the number of model-chunk
+  microbatches in flight on it (q for v = 1; 2 (q - 1) + (v - 1) s + 1 for v > 1, Megatron's
+  interleaved warm-up plus one) and, summing/maximising over the stage's layers:
+  none: kept = stash bytes, working = 0; selective: kept = selective stash bytes (the attention core
+  dropped), working = max(stash - selective stash) (one layer's attention core rebuilt);
+  full: kept = input bytes (each layer's input), working = max activation bytes (one layer's full
+  activations rebuilt). A plan fits when every stage fits in HBM.
 
 Arithmetic is done in the same order in C++ and here (byte counts are integers), so the DP's
 optimum and `evaluate_plan` of its plan agree bit for bit.
@@ -41,7 +58,7 @@ import itertools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -56,8 +73,30 @@ logger = logging.getLogger(__name__)
 OPTIMIZER_FACTOR = {"sgd": 2, "adam": 8}
 """Bytes of weights, gradients and optimizer state per byte of 2-byte weights."""
 
+RECOMPUTE_MODES = ("none", "selective", "full")
+"""Activation recomputation: none, the attention core only (selective), every layer (full)."""
+
+Recompute = Literal["none", "selective", "full"]
+
 Stages = tuple[tuple[int, ...], ...]
 """Layer ids of each stage, first stage first."""
+
+
+def recompute_mode(value: object) -> Recompute:
+    """A recompute mode from its name; the booleans false/true of older configs mean none/full.
+
+    Raises:
+        PhazecError: an unknown mode.
+    """
+    if isinstance(value, bool | np.bool_):
+        return "full" if value else "none"
+    modes: dict[object, Recompute] = {"none": "none", "selective": "selective", "full": "full"}
+    if isinstance(value, str) and value in modes:
+        return modes[value]
+    raise PhazecError(
+        f"recompute = {value!r} is not valid: use one of {list(RECOMPUTE_MODES)} (false and true mean "
+        f"none and full)."
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,11 +116,11 @@ class PlacementProblem:
     param_bytes: NDArray[np.int64]
     """Bytes of 2-byte weights of each layer on one device."""
     activation_bytes: NDArray[np.int64]
-    """Bytes of all activations of one microbatch (live while a microbatch is processed)."""
+    """Bytes of the layer's full activations of one microbatch: what full recompute rebuilds at once."""
     stash_bytes: NDArray[np.int64]
     """Bytes kept for the backward pass of one microbatch without recomputation."""
     input_bytes: NDArray[np.int64]
-    """Bytes of the layer's inputs from outside the layer graph (token ids, labels)."""
+    """Bytes of the layer's inputs: what full recompute keeps of one microbatch."""
     tensor_parallel: NDArray[np.bool_]
     """Whether the layer is split over the t devices."""
     edges: NDArray[np.int64]
@@ -98,12 +137,34 @@ class PlacementProblem:
     """Network tiers, group sizes strictly ascending; the last holds every device."""
     hbm_bytes: int
     """HBM capacity of one device."""
-    recompute: bool = False
-    """Recompute activations in the backward pass instead of stashing them."""
+    recompute: Recompute | bool = "none"
+    """Recompute mode (`RECOMPUTE_MODES`; false/true are read as none/full)."""
     optimizer: Literal["sgd", "adam"] = "sgd"
     """SGD (weights and gradients) or mixed-precision Adam (16 bytes per weight)."""
+    selective_stash_bytes: NDArray[np.int64] | None = None
+    """Bytes kept for the backward pass under selective recompute (None: the stash bytes)."""
+    selective_recompute_s: NDArray[np.float64] | None = None
+    """Forward latency of the layer's attention core, recomputed under selective (None: 0)."""
+    interleave: int = 1
+    """Model chunks (virtual stages) per stage: interleaved 1F1B when > 1."""
+    distributed_optimizer: bool = False
+    """Shard the optimizer state over the d replicas."""
+    last_stage_recomputes: bool = False
+    """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the DP gradient all-reduce with the first stage's last backward pass."""
+    hbm_bytes_per_s: float = 0.0
+    """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
+    sequence_parallel: bool = False
+    """Whether the byte arrays hold sequence-parallel figures (recorded in results; the model itself
+    only reads the arrays)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "recompute", recompute_mode(self.recompute))
+        if self.selective_stash_bytes is None:
+            object.__setattr__(self, "selective_stash_bytes", self.stash_bytes)
+        if self.selective_recompute_s is None:
+            object.__setattr__(self, "selective_recompute_s", np.zeros_like(self.forward_latency_s))
         for name, value in _validated_arrays(self).items():
             object.__setattr__(self, name, value)
         _validate_scalars(self)
@@ -114,14 +175,45 @@ class PlacementProblem:
         """Number of layers."""
         return int(self.forward_latency_s.shape[1])
 
+    @property
+    def mode(self) -> Recompute:
+        """The recompute mode."""
+        return recompute_mode(self.recompute)
+
+    @property
+    def selective_stash(self) -> NDArray[np.int64]:
+        """The selective stash bytes (set by construction)."""
+        assert self.selective_stash_bytes is not None
+        return self.selective_stash_bytes
+
+    @property
+    def selective_s(self) -> NDArray[np.float64]:
+        """The attention-core latencies (set by construction)."""
+        assert self.selective_recompute_s is not None
+        return self.selective_recompute_s
+
 
 @dataclass(frozen=True)
 class Variant:
-    """One setting to solve a problem under: tensor-parallel width, recomputation and HBM."""
+    """One setting to solve a problem under: tensor-parallel width, recomputation, HBM, interleave
+    and distributed optimizer."""
 
     t: int
-    recompute: bool
+    recompute: Recompute | bool
     hbm_bytes: int
+    interleave: int = 1
+    distributed_optimizer: bool = False
+    sequence_parallel: bool = False
+
+    def applied(self, problem: PlacementProblem) -> PlacementProblem:
+        """The problem under this variant's settings (its t is chosen per plan)."""
+        return replace(
+            problem,
+            recompute=recompute_mode(self.recompute),
+            hbm_bytes=self.hbm_bytes,
+            interleave=self.interleave,
+            distributed_optimizer=self.distributed_optimizer,
+        )
 
 
 @dataclass(frozen=True)
@@ -148,13 +240,16 @@ class Placement:
     """Tensor-parallel width."""
     d: int
     """Data-parallel width (pipeline replicas)."""
-    recompute: bool
+    recompute: Recompute
     hbm_bytes: int
     microbatches_per_pipeline: int
     time_per_batch_s: float
     throughput_samples_per_s: float
     fits_hbm: bool
     """Every stage fits in HBM (always true for a plan returned by a solve)."""
+    interleave: int = 1
+    distributed_optimizer: bool = False
+    sequence_parallel: bool = False
 
     @property
     def stage_count(self) -> int:
@@ -170,15 +265,18 @@ class NoFeasiblePlacement:
     """
 
     t: int
-    recompute: bool
+    recompute: Recompute
     hbm_bytes: int
     min_memory_bytes: int
     parameter_bytes: int
     """Weights, gradients and optimizer state."""
     activation_bytes: int
-    """Activations of the microbatch being processed."""
+    """The working set: activations a recomputation rebuilds at once (0 without recompute)."""
     stash_bytes: int
-    """Stash of the other microbatches in flight."""
+    """Activations kept for the microbatches in flight."""
+    interleave: int = 1
+    distributed_optimizer: bool = False
+    sequence_parallel: bool = False
 
     @property
     def dominant(self) -> Literal["parameters", "activations", "stash"]:
@@ -197,15 +295,17 @@ PlacementResult = Placement | NoFeasiblePlacement
 def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> tuple[PlacementResult, ...]:
     """The optimal plan of each variant, solved in one C++ call that shares work between them.
 
-    The downsets and stage pairs are built once; the per-stage figures once per t; HBM and
-    recomputation only change the DP. The GIL is released while solving.
+    The downsets and stage pairs are built once; the per-stage figures once per t; the other
+    settings only change the DP. The GIL is released while solving. An infeasible variant reports
+    the least memory with the optimizer state unsharded (d = 1).
 
     Raises:
-        PhazecError: a variant names a t the problem has no figures for, or a bad HBM size.
+        PhazecError: a variant names a t the problem has no figures for, a bad HBM size or interleave.
     """
     for variant in variants:
         _t_index(problem, variant.t)
         _check_positive_int("hbm_bytes", variant.hbm_bytes)
+        _check_positive_int("interleave", variant.interleave)
     start_s = time.perf_counter()
     results = _placement.solve_placements(
         n=problem.layer_count,
@@ -214,9 +314,11 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         t_values=problem.t_values,
         forward_s=problem.forward_latency_s,
         backward_s=problem.backward_latency_s,
+        selective_s=problem.selective_s,
         param_bytes=problem.param_bytes,
         activation_bytes=problem.activation_bytes,
         stash_bytes=problem.stash_bytes,
+        selective_bytes=problem.selective_stash,
         input_bytes=problem.input_bytes,
         tensor_parallel=problem.tensor_parallel,
         devices=problem.device_count,
@@ -225,19 +327,37 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         tier_bandwidth_bytes_per_s=np.array([tier.bandwidth_bytes_per_s for tier in problem.tiers]),
         tier_latency_s=np.array([tier.latency_s for tier in problem.tiers]),
         optimizer_factor=OPTIMIZER_FACTOR[problem.optimizer],
-        variants=[(_t_index(problem, v.t), v.recompute, v.hbm_bytes) for v in variants],
+        last_stage_recomputes=problem.last_stage_recomputes,
+        overlap_grad_reduce=problem.overlap_grad_reduce,
+        hbm_bytes_per_s=problem.hbm_bytes_per_s,
+        variants=[
+            (
+                _t_index(problem, v.t),
+                RECOMPUTE_MODES.index(recompute_mode(v.recompute)),
+                v.hbm_bytes,
+                v.interleave,
+                v.distributed_optimizer,
+            )
+            for v in variants
+        ],
     )
     logger.debug("placement: %d variants in %.3f s", len(variants), time.perf_counter() - start_s)
     return tuple(_result(problem, v, r) for v, r in zip(variants, results, strict=True))
 
 
 def solve_placement(problem: PlacementProblem) -> PlacementResult:
-    """The fastest plan over the problem's t values at its HBM size and recompute setting.
+    """The fastest plan over the problem's t values at its HBM size and other settings.
 
     When nothing fits, the infeasibility report with the least memory over the t values.
     """
     results = solve_placements(
-        problem, [Variant(int(t), problem.recompute, problem.hbm_bytes) for t in problem.t_values]
+        problem,
+        [
+            Variant(
+                int(t), problem.mode, problem.hbm_bytes, problem.interleave, problem.distributed_optimizer
+            )
+            for t in problem.t_values
+        ],
     )
     feasible = [r for r in results if isinstance(r, Placement)]
     if feasible:
@@ -248,18 +368,25 @@ def solve_placement(problem: PlacementProblem) -> PlacementResult:
 
 @dataclass(frozen=True)
 class StageCost:
-    """The figures of one stage of a plan that do not depend on d."""
+    """The figures of one stage of a plan that do not depend on d or its position."""
 
     forward_s: float
     """Forward critical path."""
     backward_s: float
     """Backward critical path."""
+    selective_s: float
+    """Sum of the layers' attention-core forward latencies (selective recompute)."""
     param_bytes: int
-    activation_bytes: int
     stash_bytes: int
-    """Stash without recomputation."""
+    """Kept without recomputation."""
+    selective_bytes: int
+    """Kept under selective recompute."""
     input_bytes: int
-    """Stash with recomputation: inputs from outside the graph and from earlier stages."""
+    """Kept under full recompute: the layers' inputs."""
+    selective_working_bytes: int
+    """The largest attention core of a layer: rebuilt at once under selective recompute."""
+    full_working_bytes: int
+    """The largest activations of a layer: rebuilt at once under full recompute."""
     cut_bytes: int
     """Bytes crossing the cut after the stage."""
     devices: int
@@ -277,74 +404,219 @@ def stage_costs(problem: PlacementProblem, t: int, stages: Stages) -> tuple[Stag
         preds[v].append(u)
         succs[u].append(v)
         out_edges[u].append((v, size))
+    stash, selective = problem.stash_bytes[row], problem.selective_stash[row]
     costs = []
     for i, stage in enumerate(stages):
         members = set(stage)
         later = {v for after in stages[i + 1 :] for v in after}
-        outside = set(range(n)) - members - later
         tensor_parallel = any(bool(problem.tensor_parallel[row, v]) for v in stage)
+        selective_s = 0.0
+        for v in sorted(stage):
+            selective_s += float(problem.selective_s[row, v])
         costs.append(
             StageCost(
                 forward_s=_critical_path_s(order, preds, members, problem.forward_latency_s[row]),
                 backward_s=_critical_path_s(order[::-1], succs, members, problem.backward_latency_s[row]),
+                selective_s=selective_s,
                 param_bytes=sum(int(problem.param_bytes[row, v]) for v in stage),
-                activation_bytes=sum(int(problem.activation_bytes[row, v]) for v in stage),
-                stash_bytes=sum(int(problem.stash_bytes[row, v]) for v in stage),
-                input_bytes=sum(int(problem.input_bytes[row, v]) for v in stage)
-                + _incoming_bytes(out_edges, outside, members),
-                cut_bytes=_incoming_bytes(out_edges, outside | members, later),
+                stash_bytes=sum(int(stash[v]) for v in stage),
+                selective_bytes=sum(int(selective[v]) for v in stage),
+                input_bytes=sum(int(problem.input_bytes[row, v]) for v in stage),
+                selective_working_bytes=max(int(stash[v]) - int(selective[v]) for v in stage),
+                full_working_bytes=max(int(problem.activation_bytes[row, v]) for v in stage),
+                cut_bytes=_incoming_bytes(out_edges, set(range(n)) - later, later),
                 devices=t if tensor_parallel else 1,
             )
         )
     return tuple(costs)
 
 
-def placement_of(
+@dataclass(frozen=True)
+class StageTime:
+    """Time per microbatch of one stage of a plan, in parts; `load_s` is their sum."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    p2p_s: float
+    """Sending the cut forward and receiving its gradient, for each of the v model chunks."""
+
+    @property
+    def load_s(self) -> float:
+        """compute + p2p, summed in the DP's order."""
+        return self.forward_s + self.backward_s + self.recompute_s + self.p2p_s
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes on one device of one stage of a plan, in parts; `total_bytes` is their sum."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    stash_bytes: int
+    """Activations kept for the microbatches in flight."""
+    working_bytes: int
+    """Activations a recomputation rebuilds at once."""
+    in_flight: int
+    """Model-chunk microbatches in flight (microbatches for v = 1)."""
+
+    @property
+    def parameter_bytes(self) -> int:
+        """Weights, gradients and optimizer state."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak bytes on one device."""
+        return self.parameter_bytes + self.stash_bytes + self.working_bytes
+
+
+def stage_mode(problem: PlacementProblem, i: int, s: int) -> Recompute:
+    """The recompute mode of stage i (from 0) of s: none for the last under PHAZE's rule."""
+    return problem.mode if i < s - 1 or problem.last_stage_recomputes else "none"
+
+
+def stage_time(problem: PlacementProblem, c: StageCost, mode: Recompute, tier: NetworkTier) -> StageTime:
+    """Time per microbatch of a stage in a recompute mode, its pipeline transfers on `tier`."""
+    recompute_s = {"none": 0.0, "selective": c.selective_s, "full": c.forward_s}[mode]
+    return StageTime(
+        c.forward_s, c.backward_s, recompute_s, 2.0 * problem.interleave * _transfer_s(c.cut_bytes, tier)
+    )
+
+
+def stage_memory(
+    problem: PlacementProblem, c: StageCost, mode: Recompute, *, q: int, s: int, d: int
+) -> StageMemory:
+    """Bytes per device of a stage at position q from the end of s stages, in a mode, at width d."""
+    v = problem.interleave
+    state = (OPTIMIZER_FACTOR[problem.optimizer] - 2) * c.param_bytes
+    if problem.distributed_optimizer:
+        state = (state + d - 1) // d
+    kept, working = {
+        "none": (c.stash_bytes, 0),
+        "selective": (c.selective_bytes, c.selective_working_bytes),
+        "full": (c.input_bytes, c.full_working_bytes),
+    }[mode]
+    in_flight = q if v == 1 else 2 * (q - 1) + (v - 1) * s + 1
+    stash = (kept * in_flight + v - 1) // v
+    return StageMemory(c.param_bytes, c.param_bytes, state, stash, working, in_flight)
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration in parts, adding up to `Placement.time_per_batch_s` (up to rounding)."""
+
+    bottleneck_stage: int
+    """The stage with the largest load (the first on a tie), whose work sets the pace."""
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    p2p_s: float
+    bubble_s: float
+    dp_sync_s: float
+    """The exposed part of the DP gradient all-reduce."""
+    optimizer_s: float
+
+
+def sync_times_s(
+    problem: PlacementProblem, first: StageCost, memory: StageMemory, d: int, tier: NetworkTier
+) -> tuple[float, float]:
+    """(exposed DP gradient sync, optimizer step) after the flush, from the first stage."""
+    sync_s = _allreduce_s(first.param_bytes, d, tier)
+    if problem.overlap_grad_reduce:
+        sync_s = max(0.0, sync_s - first.backward_s)
+    step_s = 0.0
+    if problem.hbm_bytes_per_s > 0:
+        step_s = 2.0 * memory.parameter_bytes / problem.hbm_bytes_per_s
+    return sync_s, step_s
+
+
+@dataclass(frozen=True)
+class PlanFigures:
+    """Every part of a plan's time and memory (what `evaluate_plan` sums)."""
+
+    placement: Placement
+    iteration: IterationTime
+    modes: tuple[Recompute, ...]
+    """Each stage's recompute mode."""
+    times: tuple[StageTime, ...]
+    memories: tuple[StageMemory, ...]
+
+
+def plan_figures(
     problem: PlacementProblem, t: int, stages: Stages, costs: Sequence[StageCost], d: int
-) -> Placement:
+) -> PlanFigures:
     """The figures of a valid plan with its stage costs at data-parallel width d."""
     s = len(costs)
     k = sum(c.devices for c in costs)
     m = (problem.microbatch_count + d - 1) // d
     pipeline_tier = problem.tiers[max(_span_tier(problem.tiers, r * k, r * k + k - 1) for r in range(d))]
-    loads = []
-    memories = []
-    for i, c in enumerate(costs):
-        compute_s = c.forward_s + c.backward_s
-        if problem.recompute and i < s - 1:
-            compute_s += c.forward_s
-        loads.append(compute_s + 2.0 * _transfer_s(c.cut_bytes, pipeline_tier))
-        stash = c.input_bytes if problem.recompute else c.stash_bytes
-        memories.append(
-            OPTIMIZER_FACTOR[problem.optimizer] * c.param_bytes + c.activation_bytes + (s - 1 - i) * stash
-        )
+    modes = tuple(stage_mode(problem, i, s) for i in range(s))
+    times = tuple(stage_time(problem, c, mode, pipeline_tier) for c, mode in zip(costs, modes, strict=True))
+    memories = tuple(
+        stage_memory(problem, c, mode, q=s - i, s=s, d=d)
+        for i, (c, mode) in enumerate(zip(costs, modes, strict=True))
+    )
+    loads = [x.load_s for x in times]
     sync_tier = problem.tiers[_span_tier(problem.tiers, 0, (d - 1) * k + costs[0].devices - 1)]
-    time_s = max(loads) * (m + s - 1) + _allreduce_s(costs[0].param_bytes, d, sync_tier)
-    return Placement(
+    sync_s, step_s = sync_times_s(problem, costs[0], memories[0], d, sync_tier)
+    bubble = (s - 1) / problem.interleave
+    time_s = max(loads) * (m + bubble) + sync_s + step_s
+    top = loads.index(max(loads))
+    placement = Placement(
         stages=tuple(
-            Stage(tuple(sorted(layers)), c.devices, load, memory)
+            Stage(tuple(sorted(layers)), c.devices, load, memory.total_bytes)
             for layers, c, load, memory in zip(stages, costs, loads, memories, strict=True)
         ),
         t=t,
         d=d,
-        recompute=problem.recompute,
+        recompute=problem.mode,
         hbm_bytes=problem.hbm_bytes,
         microbatches_per_pipeline=m,
         time_per_batch_s=time_s,
         throughput_samples_per_s=problem.samples_per_microbatch * problem.microbatch_count / time_s,
-        fits_hbm=max(memories) <= problem.hbm_bytes,
+        fits_hbm=max(x.total_bytes for x in memories) <= problem.hbm_bytes,
+        interleave=problem.interleave,
+        distributed_optimizer=problem.distributed_optimizer,
+        sequence_parallel=problem.sequence_parallel,
     )
+    iteration = IterationTime(
+        bottleneck_stage=top,
+        forward_s=m * times[top].forward_s,
+        backward_s=m * times[top].backward_s,
+        recompute_s=m * times[top].recompute_s,
+        p2p_s=m * times[top].p2p_s,
+        bubble_s=max(loads) * bubble,
+        dp_sync_s=sync_s,
+        optimizer_s=step_s,
+    )
+    return PlanFigures(placement, iteration, modes, times, memories)
+
+
+def placement_of(
+    problem: PlacementProblem, t: int, stages: Stages, costs: Sequence[StageCost], d: int
+) -> Placement:
+    """The figures of a valid plan with its stage costs at data-parallel width d."""
+    return plan_figures(problem, t, stages, costs, d).placement
 
 
 def evaluate_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: int, d: int) -> Placement:
     """The figures of a given plan under the same model as the DP (e.g. a Megatron baseline).
 
-    A plan that does not fit in HBM is still evaluated; `fits_hbm` says so.
+    The problem's settings (recompute mode, interleave, ...) are the plan's: use `Variant.applied`
+    or `dataclasses.replace` to set them. A plan that does not fit in HBM is still evaluated;
+    `fits_hbm` says so.
 
     Raises:
         PhazecError: the stages do not split the layers into pipeline order, t has no figures,
             or the plan needs more devices or replicas than there are.
     """
+    return explain_plan(problem, stages, t, d).placement
+
+
+def explain_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: int, d: int) -> PlanFigures:
+    """`evaluate_plan` with every part of its time and memory."""
     plan = _validated_plan(problem, stages)
     costs = stage_costs(problem, t, plan)
     k = sum(c.devices for c in costs)
@@ -355,7 +627,7 @@ def evaluate_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t:
             f"devices and {d} microbatches; there are {problem.device_count} devices and "
             f"{problem.microbatch_count} microbatches."
         )
-    return placement_of(problem, t, plan, costs, d)
+    return plan_figures(problem, t, plan, costs, d)
 
 
 def megatron_plan(problem: PlacementProblem, pp: int) -> Stages:
@@ -383,12 +655,15 @@ def _result(problem: PlacementProblem, variant: Variant, r: _placement.PlanResul
     if not r.feasible:
         return NoFeasiblePlacement(
             t=variant.t,
-            recompute=variant.recompute,
+            recompute=recompute_mode(variant.recompute),
             hbm_bytes=variant.hbm_bytes,
             min_memory_bytes=r.min_memory_bytes,
             parameter_bytes=r.parameter_bytes,
             activation_bytes=r.activation_bytes,
             stash_bytes=r.stash_bytes,
+            interleave=variant.interleave,
+            distributed_optimizer=variant.distributed_optimizer,
+            sequence_parallel=problem.sequence_parallel,
         )
     return Placement(
         stages=tuple(
@@ -399,7 +674,7 @@ def _result(problem: PlacementProblem, variant: Variant, r: _placement.PlanResul
         ),
         t=variant.t,
         d=r.d,
-        recompute=variant.recompute,
+        recompute=recompute_mode(variant.recompute),
         hbm_bytes=variant.hbm_bytes,
         microbatches_per_pipeline=r.microbatches_per_pipeline,
         time_per_batch_s=r.time_per_batch_s,
@@ -407,6 +682,9 @@ def _result(problem: PlacementProblem, variant: Variant, r: _placement.PlanResul
         * problem.microbatch_count
         / r.time_per_batch_s,
         fits_hbm=True,
+        interleave=variant.interleave,
+        distributed_optimizer=variant.distributed_optimizer,
+        sequence_parallel=problem.sequence_parallel,
     )
 
 
@@ -500,6 +778,8 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "activation_bytes": (np.int64, 2),
     "stash_bytes": (np.int64, 2),
     "input_bytes": (np.int64, 2),
+    "selective_stash_bytes": (np.int64, 2),
+    "selective_recompute_s": (np.float64, 2),
     "tensor_parallel": (np.bool_, 2),
     "edges": (np.int64, 2),
     "edge_bytes": (np.int64, 1),
@@ -552,6 +832,8 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "activation_bytes",
         "stash_bytes",
         "input_bytes",
+        "selective_stash_bytes",
+        "selective_recompute_s",
         "edge_bytes",
     ):
         bad = np.argwhere(out[name] < 0)
@@ -561,6 +843,13 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
             raise PhazecError(
                 f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be >= 0 {unit}."
             )
+    over = np.argwhere(out["selective_stash_bytes"] > out["stash_bytes"])
+    if over.size:
+        i, v = (int(x) for x in over[0])
+        raise PhazecError(
+            f"selective_stash_bytes[{i}, {v}] = {out['selective_stash_bytes'][i, v]} is not valid: selective "
+            f"recompute keeps part of the stash, at most stash_bytes[{i}, {v}] = {out['stash_bytes'][i, v]}."
+        )
     idle = [
         int(t)
         for t, f, b in zip(out["t_values"], out["forward_latency_s"], out["backward_latency_s"], strict=True)
@@ -575,8 +864,13 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
 
 
 def _validate_scalars(problem: PlacementProblem) -> None:
-    for name in ("device_count", "microbatch_count", "samples_per_microbatch", "hbm_bytes"):
+    for name in ("device_count", "microbatch_count", "samples_per_microbatch", "hbm_bytes", "interleave"):
         _check_positive_int(name, getattr(problem, name))
+    if not (problem.hbm_bytes_per_s >= 0 and np.isfinite(problem.hbm_bytes_per_s)):
+        raise PhazecError(
+            f"hbm_bytes_per_s = {problem.hbm_bytes_per_s!r} is not valid: give a finite bandwidth >= 0 "
+            f"(0 leaves the optimizer step untimed)."
+        )
     if problem.optimizer not in OPTIMIZER_FACTOR:
         raise PhazecError(
             f"optimizer = {problem.optimizer!r} is not valid: use one of {sorted(OPTIMIZER_FACTOR)}."

@@ -6,7 +6,6 @@ pruned. Exponential in the layer count: meant for about 8 layers.
 """
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from phazec.solvers.placement import PlacementProblem, Stages, Variant, placement_of, stage_costs
 
@@ -34,7 +33,7 @@ def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
 
 def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
     """The least time per batch over all plans that fit, or None when none fits."""
-    problem = replace(problem, recompute=variant.recompute, hbm_bytes=variant.hbm_bytes)
+    problem = variant.applied(problem)
     best: float | None = None
     for stages in all_plans(problem):
         costs = stage_costs(problem, variant.t, stages)
@@ -46,9 +45,10 @@ def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
     return best
 
 
-def min_memory_bytes(problem: PlacementProblem, t: int, recompute: bool) -> int:
-    """The least, over plans that fit on the devices, of the peak memory of a device."""
-    problem = replace(problem, recompute=recompute)
+def min_memory_bytes(problem: PlacementProblem, variant: Variant) -> int:
+    """The least, over plans that fit on the devices, of the peak memory of a device at d = 1."""
+    problem = variant.applied(problem)
+    t = variant.t
     peaks = []
     for stages in all_plans(problem):
         costs = stage_costs(problem, t, stages)

@@ -48,9 +48,9 @@ ARTIFACTS_DIR = "mlartifacts"
 """Artifacts of a SQLite store's experiments, beside the store."""
 PARAMS_PER_REQUEST = 100
 """MLflow's limit of params in one `log_batch`."""
-JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "ir.json")
-"""A job's files logged when present (common.csv: several models; ir.json: `phazec-ir`), beside its
-plots and, for several models, each model's own run directory."""
+JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "ir.json", "plan.json")
+"""A job's files logged when present (common.csv: several models; ir.json: `phazec-ir`; plan.json:
+`phazec-plan`), beside its plots and, for several models, each model's own run directory."""
 RESULT_PARAMS = ("design", "plan")
 """The entries of result.json logged as params (`design.num_tc`, `plan.pp`, ...; a plan's stage list
 excepted), so runs can be sorted and filtered by the found design and plan."""
@@ -143,6 +143,15 @@ def result_params(result: dict[str, Any]) -> dict[str, str]:
     for several models `plan.<model>.pp`), without the plans' stage lists."""
     chosen = {key: result[key] for key in RESULT_PARAMS}
     return {k: v for k, v in flat_items(chosen) if not k.endswith(".stages")}
+
+
+def plan_metrics(plan: dict[str, Any]) -> dict[str, float]:
+    """The figures of a plan.json: time, throughput, utilisation, the breakdown and the memory."""
+    metrics = {key: plan[key] for key in ("time_per_batch_s", "samples_per_s", "tokens_per_s",
+                                          "model_tflops_per_device", "mfu", "hfu")}  # fmt: skip
+    metrics |= {f"breakdown.{k}": v for k, v in plan["breakdown"].items()}
+    metrics |= {f"memory.{k}": v for k, v in plan["memory"].items()}
+    return {k: float(v) for k, v in metrics.items()}
 
 
 def model_metrics(result: dict[str, Any], model: str | None) -> dict[str, float | None]:
@@ -313,6 +322,9 @@ class MlflowCallback(SweepCallback):
                 client.log_artifact(self._run_id, str(path))
             if (out_dir / "result.json").is_file():  # a search (phazec-ir writes ir.json alone)
                 self._log_result(self._run_id, out_dir, json.loads((out_dir / "result.json").read_text()))
+            elif (out_dir / "plan.json").is_file():  # a phazec-plan job
+                plan = json.loads((out_dir / "plan.json").read_text())
+                self._log_metrics(self._run_id, plan_metrics(plan))
             status = "FINISHED"
         else:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)

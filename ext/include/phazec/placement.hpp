@@ -1,22 +1,14 @@
 // The placement DP: pipeline stages, tensor-parallel width t and data-parallel width d that
 // minimise the time per batch of 1F1B training. Pure C++17, no Python.
 //
-// The cost model (phazec/solvers/placement.py states it in full and evaluates it in Python):
-//   * A stage is the difference of two downsets of the layer DAG. Stages are counted from the end:
-//     the stage at position s (1 = last) keeps s microbatches in flight under 1F1B.
-//   * A stage uses t devices if it holds a tensor-parallel layer, else 1 (t > 1) or t (t = 1).
-//   * Stage compute = forward critical path + backward critical path inside the stage, plus the
-//     forward critical path again under recomputation unless the stage is the last one.
-//   * Every tensor that crosses the cut after a stage (relayed tensors of earlier stages included,
-//     each source sending its largest edge across the cut once) is sent forward and its gradient
-//     received backward by that stage: load = compute + 2 * transfer(cut bytes).
-//   * Memory of a stage per device = factor * parameter bytes + activation bytes
-//     + (s - 1) * stash bytes, where stash = the layers' stash bytes (no recompute) or the stage's
-//     input bytes (recompute).
-//   * Replica r of a k-device pipeline holds device ids r*k..r*k+k-1; tier i links aligned groups
-//     of group_size ids. Pipeline transfers use the slowest tier any replica spans; the gradient
-//     all-reduce uses the tier holding the first stage's devices of all d replicas.
-//   * Time per batch = max stage load * (m + s - 1) + all-reduce of the first stage's gradients.
+// The cost model is stated in full in phazec/solvers/placement.py (module docstring), which also
+// evaluates it in Python with the same arithmetic in the same order. In short: a stage is the
+// difference of two downsets of the layer DAG; its load per microbatch is forward + backward +
+// recompute time (none, selective: attention cores, full: forward again; the last stage recomputes
+// only under Megatron's rule) + 2 v transfers of the cut; its memory is weights, gradients,
+// optimizer state (sharded over d with a distributed optimizer) and the activations kept for the
+// model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch
+// = max load * (m + (s - 1) / v) + exposed DP sync + optimizer step of the first stage.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +32,10 @@ struct LayerFigures {
   std::vector<double> backward_s;
   std::vector<int64_t> param_bytes;
   std::vector<int64_t> activation_bytes;
-  std::vector<int64_t> stash_bytes;
-  std::vector<int64_t> input_bytes;  // inputs from outside the layer graph (token ids, labels)
+  std::vector<int64_t> stash_bytes;      // kept without recompute
+  std::vector<int64_t> selective_bytes;  // kept under selective recompute
+  std::vector<int64_t> input_bytes;      // the layer's inputs: kept under full recompute
+  std::vector<double> selective_s;       // attention-core forward latency (selective recompute)
   std::vector<uint8_t> tensor_parallel;
 };
 
@@ -55,13 +49,21 @@ struct PlacementInput {
   int64_t microbatches = 1;
   std::vector<NetworkTier> tiers;  // ascending group sizes; the last holds every device
   int64_t optimizer_factor = 2;    // bytes of weights, gradients and optimizer state per weight byte
+  bool last_stage_recomputes = false;  // Megatron-LM's rule (true) or PHAZE's (false)
+  bool overlap_grad_reduce = false;    // the DP all-reduce hides behind the first stage's backward
+  double hbm_bytes_per_s = 0.0;        // times the optimizer step; 0: untimed
 };
 
-/// One problem variant: which entry of `widths`, recomputation, and the per-device HBM.
+enum class Recompute : int32_t { kNone = 0, kSelective = 1, kFull = 2 };
+
+/// One problem variant: which entry of `widths`, recomputation, the per-device HBM, interleave and
+/// the distributed optimizer.
 struct Variant {
   int32_t width_index = 0;
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;
   int64_t hbm_bytes = 0;
+  int64_t interleave = 1;              // model chunks per stage (interleaved 1F1B when > 1)
+  bool distributed_optimizer = false;  // optimizer state sharded over the d replicas
 };
 
 /// The optimum of one variant, or (feasible = false) the least peak memory any plan needs.

@@ -1,0 +1,112 @@
+"""Config to objects: validate a composed config, lower the model and build its Evaluator.
+
+Both commands start here: `phazec` (the co-search, `phazec.search.run`) and `phazec-plan` (one plan,
+`phazec.plan`). The result is plain data (`Job`); nothing here searches or times anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from phazec import validate
+from phazec.config import validate_search, validate_train
+from phazec.cost.model import latency_model_from_config
+from phazec.errors import PhazecError
+from phazec.frontend import default_cache_dir, load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.hw.designs import Designs
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import system_from_config
+from phazec.ir.core import Model
+from phazec.passes.training import training_pipeline
+from phazec.search.evaluate import Evaluator, Knobs
+from phazec.solvers.placement import recompute_mode
+from phazec.solvers.schedule import ScheduleCache
+from phazec.solvers.schedule_backends import check_config
+from phazec.solvers.schema import SolverConfig
+
+
+@dataclass(frozen=True)
+class Job:
+    """One model, set up: its config, the design space, and the evaluator holding its training graphs."""
+
+    cfg: DictConfig
+    model_cfg: ModelConfig
+    designs: Designs
+    evaluator: Evaluator
+
+
+def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
+    """The training knobs, validated: microbatches dividing the global batch, positive HBM sizes."""
+    validate_train(cfg.train)
+    bad = [m for m in cfg.train.microbatch if global_batch % m]
+    if bad:
+        divisors = [d for d in (1, 2, 4, 8, 16, 32) if global_batch % d == 0]
+        raise PhazecError(
+            f"train.microbatch values {bad} do not divide the global batch {global_batch} "
+            f"(system.global_batch); use divisors such as {divisors}."
+        )
+    hbm = [float(g) for g in cfg.system.hbm_gb]
+    if not hbm or min(hbm) <= 0:
+        raise PhazecError(f"system.hbm_gb={hbm} must list positive HBM sizes in GB, e.g. [32, 64, 80].")
+    train = cfg.train
+    return Knobs(
+        microbatches=tuple(int(m) for m in train.microbatch),
+        recompute=tuple(recompute_mode(r) for r in train.recompute),
+        hbm_bytes=tuple(round(g * 1e9) for g in hbm),
+        optimizer=str(train.optimizer),
+        interleave=tuple(int(v) for v in train.interleave),
+        distributed_optimizer=tuple(bool(x) for x in train.distributed_optimizer),
+        sequence_parallel=tuple(bool(x) for x in train.sequence_parallel),
+        last_stage_recomputes=bool(train.last_stage_recomputes),
+        overlap_grad_reduce=bool(train.overlap_grad_reduce),
+        optimizer_step=bool(train.optimizer_step),
+    )
+
+
+def training_graphs(
+    model: Model, widths: list[int], optimizer: str, vocab_parallel: bool
+) -> dict[int, Model]:
+    """The per-device training graph of the model at each allowed tensor-parallel width."""
+    return {
+        t: training_pipeline(t, optimizer=optimizer, vocab_parallel=vocab_parallel).run(model)[0]
+        for t in sorted(set(widths))
+    }
+
+
+def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None = None) -> Job:
+    """Validate the config, enumerate the space, lower the model and build its Evaluator.
+
+    Args:
+        cfg: the composed config.
+        knobs: the training knobs to evaluate; None reads the searched ones (`train.*`).
+        widths: the tensor-parallel widths to build training graphs for; None means `model.tp_widths`.
+    """
+    validate_search(cfg.search)
+    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
+    solver = OmegaConf.to_object(cfg.solver)
+    assert isinstance(solver, SolverConfig)
+    check_config(solver)
+    system = system_from_config(cfg.system)
+    knobs = knobs if knobs is not None else check_knobs(cfg, system.global_batch)
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+    evaluator = Evaluator(
+        graphs=training_graphs(
+            model,
+            list(model_cfg.tp_widths if widths is None else widths),
+            knobs.optimizer,
+            cfg.parallel.vocab_parallel,
+        ),
+        system=system,
+        latency_model=latency_model_from_config(cfg.cost),
+        solver=solver,
+        knobs=knobs,
+        cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),
+        lp_dir=default_cache_dir(cfg.cache_dir) / "lp" if solver.write_lp else None,
+    )
+    return Job(cfg, model_cfg, designs, evaluator)

@@ -1,0 +1,55 @@
+"""The `phazec-plan` table: one plan's iteration, breakdown and memory, read in five seconds."""
+
+from __future__ import annotations
+
+from phazec.plan import PlanReport
+from phazec.report.table import render
+
+
+def plan_table(report: PlanReport) -> str:
+    """The plan, its throughput, the iteration's parts and the fullest stage's memory."""
+    b, mem = report.breakdown, report.memory
+    sp = ", sequence parallel" if report.sequence_parallel else ""
+    interleave = f", interleave {report.interleave}" if report.interleave > 1 else ""
+    header = (
+        f"{report.model}: tp {report.tp} x pp {report.pp} x dp {report.dp} = {report.devices} devices, "
+        f"microbatch {report.microbatch}, recompute {report.recompute}{sp}{interleave}; layers per stage "
+        f"{list(report.layers_per_stage)}"
+    )
+    speed = (
+        f"{report.time_per_batch_s:.4g} s per iteration, {report.samples_per_s:.4g} samples/s, "
+        f"{report.tokens_per_s:.4g} tokens/s, {report.model_tflops_per_device:.4g} TFLOP/s per device "
+        f"(MFU {report.mfu:.1%}, HFU {report.hfu:.1%} of {report.peak_tflops:.4g})"
+    )
+    parts = [
+        ("forward", b.forward_s),
+        ("backward", b.backward_s),
+        ("recompute", b.recompute_s),
+        ("TP communication", b.tp_communication_s),
+        ("pipeline p2p", b.pipeline_p2p_s),
+        ("bubble", b.bubble_s),
+        ("DP gradient sync", b.dp_sync_s),
+        ("optimizer step", b.optimizer_s),
+    ]
+    time_rows = [[name, f"{s:.4g}", f"{s / report.time_per_batch_s:.1%}"] for name, s in parts]
+    time_rows.append(["total", f"{report.time_per_batch_s:.4g}", "100.0%"])
+    memory = [
+        ("weights", mem.weights_bytes),
+        ("gradients", mem.gradients_bytes),
+        ("optimizer state", mem.optimizer_state_bytes),
+        (f"activations ({mem.in_flight} in flight)", mem.activation_stash_bytes),
+        ("recompute working set", mem.activation_working_bytes),
+        ("total", mem.total_bytes),
+        ("HBM headroom", mem.headroom_bytes),
+    ]
+    memory_rows = [[name, f"{value / 1e9:.3f}"] for name, value in memory]
+    fit = "fits" if report.fits else "DOES NOT FIT"
+    memory_title = f"memory per device, stage {mem.stage} ({fit} in {mem.hbm_bytes / 1e9:g} GB)"
+    return "\n".join([
+        header,
+        speed,
+        "",
+        render([f"time (stage {b.bottleneck_stage} sets the pace)", "s", "share"], time_rows),
+        "",
+        render([memory_title, "GB"], memory_rows),
+    ])  # fmt: skip

@@ -1,0 +1,263 @@
+"""Megatron-LM's execution in the placement model, by hand; Korthikanti's activation bytes on a real
+GPT block; `phazec-plan` against `phazec` on the same fixed plan; bad plans."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from phazec.cli import run_plan
+from phazec.configure import training_graphs
+from phazec.errors import PhazecError
+from phazec.frontend import load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.hw.system import NetworkTier
+from phazec.passes.memory import megatron_bytes
+from phazec.plan import predict_plan
+from phazec.search.run import run_search
+from phazec.solvers.placement import PlacementProblem, Variant, explain_plan
+from tests.conftest import compose_config
+
+# --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
+# Layers 0 -> 1, one per stage, t = 1: forward 1 s, backward 2 s, attention core 0.25 s each;
+# 1000 B of weights; per microbatch a stash of 100 B (60 B without the attention core, 20 B of
+# input); edge 0 -> 1 carries 50 B; one tier of 4 devices at 100 B/s: a transfer takes 0.5 s.
+# m = 2 microbatches, s = 2 stages; stage 0 keeps 2 microbatches in flight, stage 1 one.
+
+
+def toy(**overrides: Any) -> PlacementProblem:
+    fields: dict[str, Any] = {
+        "t_values": np.array([1]),
+        "forward_latency_s": np.array([[1.0, 1.0]]),
+        "backward_latency_s": np.array([[2.0, 2.0]]),
+        "param_bytes": np.array([[1000, 1000]]),
+        "activation_bytes": np.array([[100, 100]]),
+        "stash_bytes": np.array([[100, 100]]),
+        "input_bytes": np.array([[20, 20]]),
+        "selective_stash_bytes": np.array([[60, 60]]),
+        "selective_recompute_s": np.array([[0.25, 0.25]]),
+        "tensor_parallel": np.zeros((1, 2), dtype=bool),
+        "edges": np.array([(0, 1)]),
+        "edge_bytes": np.array([50]),
+        "device_count": 4,
+        "microbatch_count": 2,
+        "samples_per_microbatch": 1,
+        "tiers": (NetworkTier(4, 100.0, 0.0),),
+        "hbm_bytes": 10**6,
+        "last_stage_recomputes": True,
+    }
+    return PlacementProblem(**{**fields, **overrides})
+
+
+TOY_CASES: dict[str, tuple[dict[str, Any], list[float], float, list[int]]] = {
+    # none: loads 1 + 2 + 2 * 0.5 = 4 and 3; time 4 * (2 + 1) = 12.
+    # Memory 2 * 1000 + 2 * 100 = 2200 and 2000 + 100 = 2100.
+    "none": ({}, [4.0, 3.0], 12.0, [2200, 2100]),
+    # selective: + 0.25 each: 4.25 * 3 = 12.75. Memory: 60 B per microbatch in flight plus the
+    # working set 100 - 60 = 40: 2000 + 120 + 40, 2000 + 60 + 40.
+    "selective": ({"recompute": "selective"}, [4.25, 3.25], 12.75, [2160, 2100]),
+    # full: + the forward again: 5 * 3 = 15. Memory: 20 B per microbatch in flight plus one layer's
+    # activations 100: 2000 + 40 + 100, 2000 + 20 + 100.
+    "full": ({"recompute": "full"}, [5.0, 4.0], 15.0, [2140, 2120]),
+    # PHAZE's rule: the last stage does not recompute (3 s, 2000 + 100); the time is still 15.
+    "full, PHAZE's rule": (
+        {"recompute": "full", "last_stage_recomputes": False},
+        [5.0, 3.0],
+        15.0,
+        [2140, 2100],
+    ),
+    # Interleave 2: each stage sends and receives for 2 chunks: 3 + 2 * 2 * 0.5 = 5; bubble
+    # (2 - 1) / 2: 5 * 2.5 = 12.5. Chunk-microbatches in flight 2 (2 - 1) + (2 - 1) 2 + 1 = 5 and
+    # 0 + 2 + 1 = 3, each half a stage: 2000 + 100 * 5 / 2, 2000 + 100 * 3 / 2.
+    "none, interleave 2": ({"interleave": 2}, [5.0, 3.0], 12.5, [2250, 2150]),
+    # Full recompute, interleave 2: 6 * 2.5 = 15; 2000 + ceil(20 * 5 / 2) + 100, 2000 + 30 + 100.
+    "full, interleave 2": ({"recompute": "full", "interleave": 2}, [6.0, 4.0], 15.0, [2150, 2130]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOY_CASES))
+def test_toy_iteration_and_memory_by_hand(case: str) -> None:
+    overrides, loads, time_s, memory = TOY_CASES[case]
+    figures = explain_plan(toy(**overrides), [[0], [1]], t=1, d=1)
+    placement = figures.placement
+    assert [s.load_s for s in placement.stages] == loads
+    assert placement.time_per_batch_s == time_s
+    assert [s.memory_bytes for s in placement.stages] == memory
+    it = figures.iteration
+    parts = it.forward_s + it.backward_s + it.recompute_s + it.p2p_s + it.bubble_s + it.dp_sync_s
+    assert parts == pytest.approx(time_s, rel=1e-12)
+
+
+def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None:
+    # d = 2 (m = 1), mixed-precision Adam: 12 B of state per parameter = 6 x 1000 B, sharded over 2
+    # replicas: 3000. Stage 0: 1000 + 1000 + 3000 + 2 * 100 = 5200. Its gradient all-reduce over the
+    # 2 replicas: 2 * (1/2) * 1000 / 100 = 10 s, 2 of them hidden behind its backward: 8 exposed.
+    # Optimizer step: weights, gradients and state read and written once: 2 * 5000 B at 1000 B/s =
+    # 10 s. Time 4 * (1 + 1) + 8 + 10 = 26.
+    problem = toy(optimizer="adam", overlap_grad_reduce=True, hbm_bytes_per_s=1000.0)
+    figures = explain_plan(Variant(1, "none", 10**6, 1, True).applied(problem), [[0], [1]], t=1, d=2)
+    assert figures.placement.time_per_batch_s == 26.0
+    assert [s.memory_bytes for s in figures.placement.stages] == [5200, 5100]
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (8.0, 10.0)
+
+
+def test_sequence_parallel_and_recompute_bytes_of_a_layer_by_hand() -> None:
+    # A layer at t = 2 with a per-sample stash of 100 B: 40 B not split by tensor parallelism, 30 B of
+    # attention core, 16 B of floating-point input; 2 fixed bytes. Microbatch 3.
+    from phazec.ir.core import LayerMemory
+
+    memory = LayerMemory(
+        parameter_count=0, parameter_bytes=0, gradient_bytes=0, optimizer="sgd", optimizer_state_bytes=0,
+        stash_fixed_bytes=2, stash_per_sample_bytes=100, input_fixed_bytes=0, input_per_sample_bytes=20,
+        core_per_sample_bytes=30, replicated_per_sample_bytes=40, checkpoint_per_sample_bytes=16,
+    )  # fmt: skip
+    plain = megatron_bytes(memory, 3, 1)
+    assert (plain.stash_bytes, plain.selective_bytes, plain.checkpoint_bytes) == (302, 212, 48)
+    # Sequence parallel: the 120 B not split by tensor parallelism and the input split 2 ways.
+    split = megatron_bytes(memory, 3, 2)
+    assert (split.stash_bytes, split.selective_bytes, split.checkpoint_bytes) == (242, 152, 24)
+
+
+# --- Korthikanti et al. 2022, section 4, on a lowered GPT block ------------------------------------
+S, H, A = 32, 64, 4
+"""Sequence, hidden size and heads of the tiny GPT-2 the real-model tests lower."""
+
+TINY = (
+    "model=gpt2_xl",
+    "model.hf_config.n_layer=2",
+    f"model.hf_config.n_embd={H}",
+    f"model.hf_config.n_head={A}",
+    f"model.seq_len={S}",
+    f"model.hf_config.n_positions={S}",
+    "tracking=none",
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_graphs(cache_dir: Path) -> dict[int, Any]:
+    cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    return training_graphs(load_model(model_cfg, cache_dir), [1, 2], "adam", vocab_parallel=True)
+
+
+@pytest.mark.parametrize("t", [1, 2])
+@pytest.mark.parametrize("sp", [False, True])
+def test_block_activation_bytes_are_korthikantis(tiny_graphs: dict[int, Any], t: int, sp: bool) -> None:
+    model = tiny_graphs[t]
+    block = model.classes[model.layers[1].cls]
+    assert block.memory is not None
+    b = 3
+    figures = megatron_bytes(block.memory, b, t if sp else 1)
+    s, h, a = S, H, A
+    # Per layer, 2-byte activations (section 4): 34sbh + 5as^2b at t = 1; sbh(10 + 24/t + 5as/(ht))
+    # with tensor parallelism; sbh/t (34 + 5as/h) with sequence parallelism too. Selective recompute
+    # drops the 5as^2b/t term; full recompute keeps the layer input 2sbh (/t with sequence
+    # parallelism). phazec's graph also stashes one fixed 2-byte scalar (the attention scale).
+    if sp:
+        none = s * b * h * 34 // t + 5 * a * s * s * b // t
+    else:
+        none = s * b * h * 10 + s * b * h * 24 // t + 5 * a * s * s * b // t
+    assert figures.stash_bytes == none + 2
+    assert figures.selective_bytes == none - 5 * a * s * s * b // t + 2
+    assert figures.checkpoint_bytes == 2 * s * b * h // (t if sp else 1)
+
+
+# --- phazec-plan ------------------------------------------------------------------------------------
+PLAN = (
+    *TINY,
+    "hw=tpuv4",
+    "system=dgx_a100",
+    "system.devices=8",
+    "system.global_batch=16",
+    "train.optimizer=adam",
+    "plan.tp=2",
+    "plan.pp=2",
+    "plan.dp=2",
+    "plan.microbatch=2",
+    "plan.recompute=full",
+)
+
+
+def test_phazec_plan_and_phazec_give_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
+    cfg = compose_config(*PLAN, f"cache_dir={cache_dir}")
+    report = run_plan(cfg, tmp_path)
+    assert (tmp_path / "plan.json").is_file()
+    parts = report.breakdown.total_s
+    assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)
+    assert report.fits and report.warning is None
+    assert report.layers_per_stage == (2, 2)  # embedding + block, block + head
+    memory = report.memory
+    assert memory.total_bytes + memory.headroom_bytes == 80 * 10**9
+    search = compose_config(
+        *PLAN, f"cache_dir={cache_dir}", "model.tp_widths=[2]", "model.baseline={pp: 2, dp: 2, tp: 2}",
+        "train.microbatch=[2]", "train.recompute=[full]", "train.last_stage_recomputes=true",
+        "train.optimizer_step=true", "system.hbm_gb=[80]", "search.workers=1",
+    )  # fmt: skip
+    result = run_search(search, tmp_path / "search", Path(__file__).parents[1] / "conf")
+    fixed = result["baselines"]["found_design_megatron_plan"]
+    assert fixed["time_per_batch_s"] == report.time_per_batch_s
+
+
+BAD_PLANS = [
+    (
+        "plan.recompute=some",
+        r"plan.recompute='some' is not a recompute mode; valid: \['none', 'selective', 'full'\]",
+    ),
+    ("plan.tp=3", r"3 \* 2 \* 2 = 12 does not divide the 8 devices"),
+    ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
+    ("plan.dp=8", r"2 \* 2 \* 8 = 32 does not divide"),
+    ("plan.interleave=0", r"plan.interleave=0 is not valid: it must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), BAD_PLANS)
+def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(PhazecError, match=message):
+        predict_plan(compose_config(*PLAN, override, f"cache_dir={tmp_path}"))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("plan.interleave=2", r"plan.interleave=2 does not divide the blocks per stage \[1, 1\]"),
+        ("plan.layers=[2,1]", r"plan.layers=\[2, 1\] is not valid: give 2 positive block counts"),
+        ("plan.tp=8", r"tensor-parallel width 8 does not divide"),
+        ("hw=tpu_small", r"hw=tpu_small spans \d+ designs; phazec-plan times one"),
+    ],
+)
+def test_bad_plans_needing_the_model_are_named(override: str, message: str, cache_dir: Path) -> None:
+    overrides = [*PLAN, override, f"cache_dir={cache_dir}"]
+    if override == "plan.tp=8":
+        overrides += ["plan.dp=1", "plan.pp=1"]
+    with pytest.raises(PhazecError, match=message):
+        predict_plan(compose_config(*overrides))
+
+
+def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
+    tight = compose_config(*PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]")
+    report = predict_plan(tight)
+    assert not report.fits and report.memory.headroom_bytes < 0
+    assert report.warning is not None and "the plan does not fit: stage" in report.warning
+    strict = compose_config(
+        *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.require_fit=true"
+    )
+    with pytest.raises(PhazecError, match=r"does not fit.*plan.require_fit=true makes this an error"):
+        predict_plan(strict)
+
+
+def test_the_command_answers_bad_input_with_one_paragraph(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from phazec.cli import plan_main; plan_main()", *PLAN, "plan.recompute=some",
+         f"cache_dir={tmp_path}", f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "phazec: error: plan.recompute='some' is not a recompute mode" in done.stderr
+    assert "Traceback" not in done.stderr
