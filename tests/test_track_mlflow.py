@@ -95,10 +95,10 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
         assert child.data.params["model.name"] == "bert_large"
         assert child.data.params["hw.name"] == "tpuv4"
         assert child.data.params["search.strategy"] == "phaze"
-        assert child.data.params["design.num_tc"] == str(result["design"]["num_tc"])
-        assert child.data.params["design.area_mm2"] == str(result["design"]["area_mm2"])
-        assert child.data.params["plan.pp"] == str(result["plan"]["pp"])
-        assert child.data.params["plan.microbatch"] == str(result["plan"]["microbatch"])
+        assert child.data.params["found.design.num_tc"] == str(result["design"]["num_tc"])
+        assert child.data.params["found.design.area_mm2"] == str(result["design"]["area_mm2"])
+        assert child.data.params["found.plan.pp"] == str(result["plan"]["pp"])
+        assert child.data.params["found.plan.microbatch"] == str(result["plan"]["microbatch"])
         assert not any(key.endswith(".stages") for key in child.data.params)
         assert artifacts(uri, child.info.run_id) == JOB_ARTIFACTS
         assert child.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())

@@ -2,8 +2,8 @@
 
 A single run is one MLflow run. A multirun is a parent run with a nested run per job; the parent gets
 the sweep summary (`phazec.report.sweep`) and the list of jobs that ran (`sweep_jobs.json`). A job's
-run gets every config value as a param, the found design and plan as params too (`design.*`,
-`plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
+run gets every config value as a param, the found design and plan as params too (`found.design.*`,
+`found.plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
 resolved config as artifacts (a `phazec-ir` job: `ir.json`); it ends FINISHED or, with the job's
 error as the `error` tag, FAILED (KILLED when SIGINT or SIGTERM stopped it,
 `phazec.interrupt`).
@@ -139,9 +139,9 @@ def job_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 def result_params(result: dict[str, Any]) -> dict[str, str]:
-    """The found design and plan of a result.json as params by dotted key (`design.num_tc`, `plan.pp`;
-    for several models `plan.<model>.pp`), without the plans' stage lists."""
-    chosen = {key: result[key] for key in RESULT_PARAMS}
+    """The found design and plan of a result.json as params by dotted key (`found.design.num_tc`,
+    `found.plan.pp`; for several models `found.plan.<model>.pp`), without the plans' stage lists."""
+    chosen = {"found": {key: result[key] for key in RESULT_PARAMS}}  # `plan.*` are phazec-plan's keys
     return {k: v for k, v in flat_items(chosen) if not k.endswith(".stages")}
 
 
