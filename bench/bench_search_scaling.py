@@ -20,9 +20,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
+from phazec.configure import Job, setup
 from phazec.search.evaluate import Timings
 from phazec.search.explore import Found, search
-from phazec.search.run import Job, setup
 from phazec.search.state import SearchState
 from phazec.solvers.schedule import ScheduleCache
 

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
 from phazec.config import model_list
+from phazec.configure import setup
 from phazec.errors import PhazecError
 from phazec.report.sweep import SweepJob, best_job, comparison_row
 from phazec.search.evaluate import Candidate
@@ -27,7 +28,6 @@ from phazec.search.run import (
     model_config,
     run_multi,
     run_search,
-    setup,
 )
 from phazec.solvers.placement import Placement
 from tests.conftest import compose_config
@@ -126,7 +126,7 @@ def test_common_design_covers_every_models_evaluated_designs(tmp_path: Path, cac
 
 def placement(throughput: float, hbm_bytes: int = 32) -> Placement:
     """A stand-in plan with the given throughput."""
-    return Placement((), 1, 1, False, hbm_bytes, 1, 1.0 / throughput, throughput, True)
+    return Placement((), 1, 1, "none", hbm_bytes, 1, 1.0 / throughput, throughput, True)
 
 
 def test_common_chip_is_the_best_mean_with_zero_for_no_plan_and_ties_to_the_first() -> None:

@@ -71,6 +71,27 @@ def latency_model_from_config(node: Any) -> LatencyModel:
     return MODELS[name]
 
 
+def check_applies(model: LatencyModel, designs: Designs) -> None:
+    """Refuse `cost=phaze` on a chip with a device model other than the template's systolic tiling.
+
+    The reference's closed form fixes its per-core and DRAM bandwidths in words per cycle whatever the
+    design, which caps a GEMM near 85 * sqrt(w * d) MACs per cycle: right for reproducing the paper on
+    TPU-like designs, 10-25x too slow on a GPU.
+
+    Raises:
+        PhazecError: `model` is `phaze` and the designs have a GEMM output tile or shared cores.
+    """
+    device = designs.device
+    if model.name == "phaze" and (device.gemm_tiles is not None or device.shared_cores):
+        raise PhazecError(
+            "cost=phaze (the PHAZE reference's closed form) is meant for the TPU-like template only: its "
+            "fixed per-core and DRAM bandwidths cap a GEMM near 85 * sqrt(array size) MACs per cycle, "
+            "which makes a GPU 10-25x too slow. This hw preset has a GPU device model (hw.device.gemm_tiles "
+            f"= {device.gemm_tiles}, hw.device.shared_cores = {device.shared_cores}): use cost=tiled, or "
+            "an hw preset of the template (tpuv4, tpu_small, tpu_area)."
+        )
+
+
 @dataclass(frozen=True)
 class OpCosts:
     """Costs of operators on designs; arrays are [ops, designs] (or [ops] for one design)."""
@@ -89,8 +110,10 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
     Free operators cost nothing; collectives and transfers cost their network time on any design.
 
     Raises:
-        PhazecError: a collective's group is larger than every network tier.
+        PhazecError: a collective's group is larger than every network tier, or the latency model does
+            not apply to the designs' device model.
     """
+    check_applies(model, designs)
     network_s = np.repeat(network_latency_s(ops, system)[:, None], len(designs), 1)
     single_core_s = network_s.copy()
     all_cores_s = network_s

@@ -29,8 +29,9 @@ def sent_bytes(ops: OpTable) -> NDArray[np.float64]:
 def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Latency in seconds of each operator's communication (0 for operators that do not communicate).
 
-    A ring all-reduce over g devices takes 2(g-1) steps: 2(g-1)/g * B / bandwidth + 2(g-1) * latency.
-    A point-to-point transfer takes B / bandwidth + latency. `group_size` picks the tier: for an
+    A ring all-reduce over g devices takes 2(g-1) steps: 2(g-1)/g * B / bandwidth + 2(g-1) * latency,
+    plus the tier's call latency. A point-to-point transfer takes B / bandwidth + latency + call latency.
+    The bandwidth is the one the tier reaches (nominal times efficiency). `group_size` picks the tier: for an
     all-reduce the group, for a transfer the smallest group holding both ends (2 for neighbours).
 
     Raises:
@@ -42,8 +43,9 @@ def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     index = _tier_index(np.where(communicates, ops.group_size, 1), system)
     bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index]
     latency = np.array([tier.latency_s for tier in system.tiers])[index]
+    call_s = np.array([tier.call_latency_s for tier in system.tiers])[index]
     steps = np.select(
         [ops.kind == OpKind.ALL_REDUCE, ops.kind == OpKind.P2P], [2.0 * (ops.group_size - 1.0), 1.0], 0.0
     )
-    transfer_s: NDArray[np.float64] = sent_bytes(ops) / bandwidth + steps * latency
+    transfer_s: NDArray[np.float64] = sent_bytes(ops) / bandwidth + steps * latency + (steps > 0) * call_s
     return transfer_s

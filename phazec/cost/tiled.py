@@ -17,9 +17,14 @@ A GEMM (`batch` products of m x k by k x n) on c tensor cores with w x d arrays 
 A vector op on lanes L takes the longer of ceil(elements / L) * cycles per element and its operand and
 result words over VC_PORT_WORDS_PER_LANE words per lane per cycle, and at least its bytes over HBM. A
 fused op runs its vector epilogue on the paired vector cores alongside the GEMM: the longer of the two.
-Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more bandwidth
-never make an operator slower, and no operator beats its compute bound or its HBM traffic bound.
-Each operator is assumed to have the whole HBM bandwidth.
+The design's device model (`phazec.hw.device`) makes this real: with `gemm_tiles` the compute term is
+the GPU's instead (output tiles, each on one core over its share of the reduction plus the tile
+overhead, in waves over the cores; the fastest tile and split-K);
+compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
+and every on-chip operator pays `kernel_latency_s` once. Every bandwidth grows with the design, so more
+cores, larger arrays, larger buffers or more bandwidth never make an operator slower, and no operator
+beats its compute bound or its HBM traffic bound. Each operator is assumed to have the whole HBM
+bandwidth.
 """
 
 from dataclasses import dataclass
@@ -88,6 +93,33 @@ def gemm_compute_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
     return cycles
 
 
+SPLITS = 2.0 ** np.arange(13)
+"""Split-K ways tried for a tile-and-wave GEMM: 1, 2, 4 .. 4096, each only while the split tiles fit in
+one wave (a split fills idle cores)."""
+
+
+def gemm_wave_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
+    """Cycles of each GEMM as output tiles in waves over `cores` ([1, designs]) under the device model
+    (`phazec.hw.device`; needs `gemm_tiles`): the fastest tile and split-K of the device's.
+
+    A tile of rows x cols with the reduction split s ways takes rows * cols * ceil(k / s) MACs at
+    utilisation * w * d per cycle plus the tile overhead; batch * ceil(m / rows) * ceil(n / cols) * s
+    tiles run in ceil(tiles / cores) waves. A split (s > 1) is tried only when its tiles fit in one wave.
+    """
+    device = designs.device
+    assert device.gemm_tiles is not None
+    batch, m, k, n = (col[:, None] for col in (ops.batch, ops.m, ops.k, ops.n))
+    peak = (designs.tc_width * designs.tc_depth)[None, :] * device.gemm_utilisation
+    best = np.full(np.broadcast_shapes(m.shape, peak.shape), np.inf)
+    for rows, cols in device.gemm_tiles:
+        tiles = batch * np.ceil(m / rows) * np.ceil(n / cols)
+        for split in SPLITS:
+            tile_cycles = rows * cols * np.ceil(k / split) / peak + device.gemm_tile_overhead_cycles
+            cycles = np.ceil(tiles * split / cores) * tile_cycles
+            best = np.minimum(best, np.where((split == 1) | (tiles * split <= cores), cycles, np.inf))
+    return best
+
+
 def vector_cycles(elements: F64, cycles_per_element: F64, lanes: F64) -> F64:
     """Cycles of vector work over `lanes`: ceil(elements / lanes) * cycles per element."""
     cycles: F64 = np.ceil(elements / lanes) * cycles_per_element
@@ -100,11 +132,25 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
     w = designs.tc_width[None, :]
     d = designs.tc_depth[None, :]
     traffic = gemm_traffic(ops, designs)
-    cycles = np.maximum(
-        np.maximum(gemm_compute_cycles(ops, designs, cores), traffic.port_words / (cores * (d + 2.0 * w))),
-        traffic.glb_words / (cores * GLB_LINK_SHARE * (w + d)),
-    )
-    latency_s: F64 = np.maximum(cycles / designs.clock_hz, traffic.hbm_bytes / designs.hbm_bytes_per_s)
+    device = designs.device
+    if device.gemm_tiles is None:
+        cycles = np.maximum(
+            np.maximum(
+                gemm_compute_cycles(ops, designs, cores) / device.gemm_utilisation,
+                traffic.port_words / (cores * (d + 2.0 * w)),
+            ),
+            traffic.glb_words / (cores * GLB_LINK_SHARE * (w + d)),
+        )
+    else:
+        cycles = gemm_wave_cycles(ops, designs, cores)
+    return _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs)
+
+
+def _with_memory_s(compute_s: F64, hbm_bytes: F64, designs: Designs) -> F64:
+    """The longer of compute and HBM traffic at the device's memory utilisation, plus the kernel latency."""
+    device = designs.device
+    memory_s = hbm_bytes / (designs.hbm_bytes_per_s * device.memory_utilisation)
+    latency_s: F64 = np.maximum(compute_s, memory_s) + device.kernel_latency_s
     return latency_s
 
 
@@ -122,8 +168,7 @@ def vector_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
         vector_cycles(ops.vector_elements[:, None], ops.cycles_per_element()[:, None], lanes),
         moved_bytes / WORD_BYTES / (lanes * VC_PORT_WORDS_PER_LANE),
     )
-    latency_s: F64 = np.maximum(cycles / designs.clock_hz, moved_bytes / designs.hbm_bytes_per_s)
-    return latency_s
+    return _with_memory_s(cycles / designs.clock_hz, moved_bytes, designs)
 
 
 def fused_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
@@ -131,5 +176,7 @@ def fused_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
     epilogue = vector_cycles(
         ops.vector_elements[:, None], ops.cycles_per_element()[:, None], vector_lanes(designs, all_cores)
     )
-    latency_s: F64 = np.maximum(gemm_latency_s(ops, designs, all_cores), epilogue / designs.clock_hz)
+    latency_s: F64 = np.maximum(
+        gemm_latency_s(ops, designs, all_cores), epilogue / designs.clock_hz + designs.device.kernel_latency_s
+    )
     return latency_s

@@ -6,6 +6,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from phazec.hw.area import area_mm2, tc_buffer_bytes, vc_buffer_bytes
+from phazec.hw.device import IDEAL, DeviceModel
 from phazec.hw.energy import peak_power_w
 
 KNOBS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes")
@@ -39,6 +40,8 @@ class Designs:
     """Core clock."""
     hbm_bytes_per_s: NDArray[np.float64]
     """HBM bandwidth."""
+    device: DeviceModel = IDEAL
+    """The device model, the same for every design of a batch (not a per-design array)."""
 
     @staticmethod
     def of(
@@ -52,6 +55,7 @@ class Designs:
         clock_hz: ArrayLike,
         hbm_bytes_per_s: ArrayLike,
         sram_interpolation: bool = False,
+        device: DeviceModel = IDEAL,
     ) -> "Designs":
         """Designs with the given knobs (scalars or sequences, broadcast together), in that order.
 
@@ -69,6 +73,7 @@ class Designs:
             peak_power_w=peak_power_w(**cores, clock_hz=clock, hbm_bytes_per_s=hbm),
             clock_hz=clock,
             hbm_bytes_per_s=hbm,
+            device=device,
         )
 
     def __len__(self) -> int:
@@ -87,8 +92,11 @@ class Designs:
     def take(self, index: ArrayLike) -> "Designs":
         """The designs at `index` (an integer, a list of integers or a boolean mask), in that order."""
         picked = np.atleast_1d(np.asarray(index))
-        return Designs(**{f.name: getattr(self, f.name)[picked] for f in fields(self)})
+        return Designs(
+            **{f.name: getattr(self, f.name)[picked] for f in fields(self) if f.name != "device"},
+            device=self.device,
+        )
 
     def row(self, i: int) -> dict[str, float]:
         """Design `i` as a plain dict of Python numbers (for logs and result tables)."""
-        return {f.name: getattr(self, f.name)[i].item() for f in fields(self)}
+        return {f.name: getattr(self, f.name)[i].item() for f in fields(self) if f.name != "device"}

@@ -16,6 +16,25 @@ from phazec.errors import PhazecError
 
 
 @dataclass
+class DeviceConfig:
+    """The device model of a chip (`phazec.hw.device`): how well kernels use its cores and memory."""
+
+    shared_cores: bool = False
+    """Tensor and vector work run on the same cores (GPU SMs: true; the template's MXUs and VPUs: false)."""
+    gemm_tiles: Any = None
+    """GEMM output tiles [[rows, cols], ...] a core may compute at a time (GPU thread blocks; the fastest
+    is taken), or null for the template's weight-stationary systolic tiling."""
+    gemm_utilisation: float = 1.0
+    """Share of a core's peak reached in a tile's main loop, in (0, 1]."""
+    gemm_tile_overhead_cycles: float = 0.0
+    """Cycles each output tile spends outside its main loop (prologue, epilogue), >= 0."""
+    memory_utilisation: float = 1.0
+    """Share of HBM bandwidth an operator's memory traffic reaches, in (0, 1]."""
+    kernel_latency_s: float = 0.0
+    """Fixed latency of every on-chip operator (launch, ramp), in seconds."""
+
+
+@dataclass
 class HwConfig:
     """A hardware search space in the PHAZE template (a single design is a space with every knob fixed).
 
@@ -52,6 +71,8 @@ class HwConfig:
     """Core clock in Hz."""
     sram_interpolation: bool = False
     """Allow SRAM sizes between the area table's entries, priced by linear interpolation (logged)."""
+    device: DeviceConfig = field(default_factory=DeviceConfig)
+    """The device model (defaults: the ideal chip)."""
 
 
 @dataclass
@@ -64,6 +85,10 @@ class TierConfig:
     """Link bandwidth per device and direction, in bytes/s."""
     latency_s: float = 0.0
     """Latency of one message step, in seconds."""
+    efficiency: float = 1.0
+    """Share of the nominal bandwidth collectives and transfers reach, in (0, 1]."""
+    call_latency_s: float = 0.0
+    """Fixed latency of each collective call inside a layer (launch, synchronisation), in seconds."""
 
 
 @dataclass

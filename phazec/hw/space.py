@@ -20,6 +20,7 @@ from phazec.hw.area import (
     vc_buffer_bytes,
 )
 from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.device import DeviceModel, device_from_config
 from phazec.hw.energy import peak_power_w
 from phazec.hw.schema import HwConfig, plain_config
 
@@ -50,6 +51,8 @@ class HwSpace:
     hbm_bytes_per_s: float
     clock_hz: float
     sram_interpolation: bool
+    device: DeviceModel
+    """How well the chip's kernels use its cores and memory."""
 
 
 def _is_int(value: Any) -> bool:
@@ -175,6 +178,7 @@ def hw_space_from_config(node: Any) -> HwSpace:
         hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", values["hbm_bytes_per_s"]),
         clock_hz=validate_positive("hw.clock_hz", values["clock_hz"]),
         sram_interpolation=values["sram_interpolation"],
+        device=device_from_config(values["device"]),
     )
     validate_sram_sizes(space)
     return space
@@ -227,6 +231,7 @@ def enumerate_designs(space: HwSpace) -> Designs:
         peak_power_w=power[picked],
         clock_hz=np.full(count, space.clock_hz),
         hbm_bytes_per_s=np.full(count, space.hbm_bytes_per_s),
+        device=space.device,
     )
     logger.info("hw space %s: %d of %d designs within budget", space.name, count, areas.size)
     return designs

@@ -19,9 +19,12 @@ class NetworkTier:
     group_size: int
     """Largest group this tier connects."""
     bandwidth_bytes_per_s: float
-    """Link bandwidth per device and direction."""
+    """Bandwidth per device and direction that collectives and transfers reach: the nominal link
+    bandwidth times the tier's efficiency."""
     latency_s: float
     """Latency of one message step."""
+    call_latency_s: float = 0.0
+    """Fixed latency of each collective call inside a layer."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,15 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+def _non_negative(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number >= 0.")
+    return float(value)
+
+
 def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier, ...]:
-    """The network tiers: group sizes strictly ascending, the last covering `devices`, bandwidths > 0 and
-    latencies >= 0.
+    """The network tiers: group sizes strictly ascending, the last covering `devices`, bandwidths > 0,
+    efficiencies in (0, 1] and latencies >= 0. A tier's bandwidth is the nominal one times its efficiency.
 
     Raises:
         PhazecError: a tier breaks one of these rules, or there is none.
@@ -71,18 +80,19 @@ def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier
         raise PhazecError("system.tiers is empty: give at least one tier covering every device.")
     tiers = []
     for i, tier in enumerate(raw):
-        latency_s = tier["latency_s"]
-        if isinstance(latency_s, bool) or not math.isfinite(latency_s) or latency_s < 0:
+        efficiency = tier["efficiency"]
+        if isinstance(efficiency, bool) or not 0 < efficiency <= 1:
             raise PhazecError(
-                f"system.tiers[{i}].latency_s = {latency_s!r} is not valid: it must be a finite number >= 0."
+                f"system.tiers[{i}].efficiency = {efficiency!r} is not valid: it must be a share of the "
+                f"nominal bandwidth in (0, 1]."
             )
+        nominal = validate_positive(f"system.tiers[{i}].bandwidth_bytes_per_s", tier["bandwidth_bytes_per_s"])
         tiers.append(
             NetworkTier(
                 group_size=_positive_int(f"system.tiers[{i}].group_size", tier["group_size"]),
-                bandwidth_bytes_per_s=validate_positive(
-                    f"system.tiers[{i}].bandwidth_bytes_per_s", tier["bandwidth_bytes_per_s"]
-                ),
-                latency_s=float(latency_s),
+                bandwidth_bytes_per_s=nominal * float(efficiency),
+                latency_s=_non_negative(f"system.tiers[{i}].latency_s", tier["latency_s"]),
+                call_latency_s=_non_negative(f"system.tiers[{i}].call_latency_s", tier["call_latency_s"]),
             )
         )
     sizes = [tier.group_size for tier in tiers]

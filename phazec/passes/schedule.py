@@ -24,6 +24,14 @@ SCHEDULE_KIND: dict[OpKind, ScheduleKind] = {
 }
 """What each kind of IR operator holds while it runs."""
 
+SHARED_KIND: dict[OpKind, ScheduleKind] = {
+    **SCHEDULE_KIND,
+    OpKind.VECTOR: ScheduleKind.TC,
+    OpKind.FUSED: ScheduleKind.TC,
+    OpKind.DATA: ScheduleKind.TC,
+}
+"""The same when tensor and vector work share the cores: every on-chip op holds one of them."""
+
 
 def dataflow_deps(graph: Graph) -> tuple[tuple[int, int], ...]:
     """(i, j) for every op j that reads a tensor op i writes, ascending."""
@@ -40,10 +48,17 @@ def schedule_problem(
     num_tc: int,
     num_vc: int,
     config: SolverConfig,
+    shared_cores: bool = False,
 ) -> ScheduleProblem:
-    """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` on one design."""
+    """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` on one design.
+
+    With `shared_cores` (a GPU: the same SMs run tensor and vector work), every on-chip op holds a core
+    of one common kind, the tensor cores: vector and fused ops become TC ops, so a vector op and a GEMM
+    never run side by side on cores that do not exist.
+    """
+    kinds = SHARED_KIND if shared_cores else SCHEDULE_KIND
     ops = tuple(
-        ScheduleOp(op.name, SCHEDULE_KIND[op.kind], float(single), float(spread))
+        ScheduleOp(op.name, kinds[op.kind], float(single), float(spread))
         for op, single, spread in zip(graph.ops, single_core_s, all_cores_s, strict=True)
     )
     problem = ScheduleProblem(ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector)

@@ -156,6 +156,7 @@ class Evaluator:
             num_tc=int(designs.num_tc[j]),
             num_vc=int(designs.num_vc[j]),
             config=self.solver,
+            shared_cores=designs.device.shared_cores,
         )
 
     def schedule_s(self, problem: ScheduleProblem) -> float:

@@ -1,0 +1,104 @@
+"""The device model: how close a chip's operators come to its peak, as plain frozen data.
+
+The PHAZE template says how many cores of which size a chip has; the device model says how well real
+kernels use them. It lives in the `device` node of an hw preset (`conf/hw/*.yaml`), where every value
+says where it comes from, and `phazec.cost.tiled` applies it:
+
+- `gemm_tiles`: a GEMM's output is cut into tiles of rows x cols, each computed by one core over its
+  share of the reduction (a GPU thread block); the tiles run in waves over the cores, and a ragged last
+  wave or a padded edge tile costs as much as a full one (NeuSight's tile-and-wave model). The
+  reduction may be split s ways (s a power of two, split-K) to fill idle cores. Like cuBLAS's
+  heuristics, the fastest tile and split is taken. None keeps the template's weight-stationary systolic
+  tiling (`phazec.cost.tiled`).
+- `gemm_utilisation`: the share of a core's peak a tile's main loop reaches (fitted per chip).
+- `gemm_tile_overhead_cycles`: cycles each tile spends outside its main loop (prologue, epilogue), so
+  small tiles and short reductions reach less of the peak than large ones.
+- `memory_utilisation`: the share of HBM bandwidth streaming operators reach.
+- `kernel_latency_s`: a fixed cost per on-chip operator (launch and ramp), whatever the design.
+- `shared_cores`: tensor and vector work run on the same cores (a GPU's SMs), so the scheduling
+  problem gets one kind of core for both; False for the template's separate MXUs and VPUs.
+
+Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
+bound, and no value makes an operator slower on a design with more or larger cores, more bandwidth or
+a faster clock.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from phazec.errors import PhazecError
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """How well a chip's kernels use its cores and memory (see the module docstring)."""
+
+    shared_cores: bool = False
+    """Tensor and vector work share the same cores."""
+    gemm_tiles: tuple[tuple[int, int], ...] | None = None
+    """Output tiles (rows, cols) a core may compute at a time; None: the template's systolic tiling."""
+    gemm_utilisation: float = 1.0
+    """Share of a core's peak MACs per cycle reached in a tile's main loop, in (0, 1]."""
+    gemm_tile_overhead_cycles: float = 0.0
+    """Cycles each output tile spends outside its main loop, >= 0."""
+    memory_utilisation: float = 1.0
+    """Share of HBM bandwidth reached by an operator's memory traffic, in (0, 1]."""
+    kernel_latency_s: float = 0.0
+    """Fixed latency of each on-chip operator, >= 0."""
+
+
+IDEAL = DeviceModel()
+"""Every core at its peak, no per-kernel cost: the template's ideal chip."""
+
+
+def _share(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise PhazecError(
+            f"hw.device.{name} = {value!r} is not valid: it must be a share of the peak in (0, 1]."
+        )
+    return float(value)
+
+
+def _non_negative(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise PhazecError(f"hw.device.{name} = {value!r} is not valid: it must be a finite number >= 0.")
+    return float(value)
+
+
+def _is_tile(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    )
+
+
+def _tiles(value: Any) -> tuple[tuple[int, int], ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not value or not all(_is_tile(tile) for tile in value):
+        raise PhazecError(
+            f"hw.device.gemm_tiles = {value!r} is not valid: give a non-empty list of GEMM output tiles "
+            f"[rows, cols] of positive integers (e.g. [[256, 128], [128, 128]]), or null for the template's "
+            f"systolic tiling."
+        )
+    return tuple((int(tile[0]), int(tile[1])) for tile in value)
+
+
+def device_from_config(values: dict[str, Any]) -> DeviceModel:
+    """The validated device model of an hw preset's `device` node (plain values).
+
+    Raises:
+        PhazecError: a value is out of range.
+    """
+    return DeviceModel(
+        shared_cores=bool(values["shared_cores"]),
+        gemm_tiles=_tiles(values["gemm_tiles"]),
+        gemm_utilisation=_share("gemm_utilisation", values["gemm_utilisation"]),
+        gemm_tile_overhead_cycles=_non_negative(
+            "gemm_tile_overhead_cycles", values["gemm_tile_overhead_cycles"]
+        ),
+        memory_utilisation=_share("memory_utilisation", values["memory_utilisation"]),
+        kernel_latency_s=_non_negative("kernel_latency_s", values["kernel_latency_s"]),
+    )

@@ -1,0 +1,227 @@
+"""The device model (hw.device, system tiers): hand-computed kernels, monotonicity in every resource,
+never above the peak, shared cores in the scheduling problem, and cost=phaze refused on GPU presets."""
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from phazec.cli import conf_dir
+from phazec.cost.model import MODELS, OpCosts, op_costs
+from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
+from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.hw.device import DeviceModel
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import NetworkTier, System, system_from_config
+from phazec.ir.core import Graph, Op, Tensor
+from phazec.ir.core import OpKind as IrKind
+from phazec.passes.schedule import schedule_problem
+from phazec.solvers.schedule import ScheduleCache, schedule
+from phazec.solvers.schedule_problem import OpKind as ScheduleKind
+from phazec.solvers.schema import SolverConfig
+from tests.test_cost_tiled import design_strategy, growth, op_strategy
+
+SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
+TILED = MODELS["tiled"]
+
+
+def _preset(name: str) -> Designs:
+    return enumerate_designs(hw_space_from_config(OmegaConf.load(Path(conf_dir()) / "hw" / f"{name}.yaml")))
+
+
+def _designs(device: DeviceModel, *rows: dict[str, float]) -> Designs:
+    columns: dict[str, Any] = {key: [row[key] for row in rows] for key in rows[0]}
+    return Designs.of(**columns, device=device)
+
+
+def _costs(op: OpWork, designs: Designs) -> OpCosts:
+    return op_costs(OpTable.from_rows([op]), designs, SYSTEM, TILED)
+
+
+def _gemm(m: int, k: int, n: int, batch: int = 1) -> OpWork:
+    return OpWork(
+        OpKind.GEMM,
+        batch=batch,
+        m=m,
+        k=k,
+        n=n,
+        bytes_read=2 * batch * (m * k + k * n),
+        bytes_written=2 * batch * m * n,
+    )
+
+
+GPU_ROW = {"num_tc": 108, "tc_width": 32, "tc_depth": 32, "num_vc": 108, "vc_width": 64,
+           "glb_bytes": 32 << 20, "clock_hz": 1.41e9, "hbm_bytes_per_s": 1e15}  # fmt: skip
+"""An A100-like chip with a very fast HBM, so the GEMMs below are compute bound."""
+
+
+def test_square_gemm_in_waves_by_hand() -> None:
+    # 8192^3 with 256x128 tiles: 32 * 64 = 2048 tiles in ceil(2048 / 108) = 19 waves, each tile
+    # 256 * 128 * 8192 MACs at 1024 * 0.8 per cycle plus 500 cycles. Splitting k in two would double the
+    # waves (38) and the overheads for the same MACs, so no split is taken.
+    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 1.0, 0.0)
+    expected = 19 * (256 * 128 * 8192 / (1024 * 0.8) + 500) / 1.41e9
+    latency_s = _costs(_gemm(8192, 8192, 8192), _designs(device, GPU_ROW)).all_cores_s[0, 0]
+    assert latency_s == pytest.approx(expected, rel=1e-12)
+    # The ragged last wave (2048 tiles on 19 * 108 = 2052 slots) and the overhead keep it below 80 %.
+    assert 8192**3 / (108 * 1024 * 1.41e9) / latency_s < 0.8
+
+
+def test_few_tiles_split_the_reduction() -> None:
+    # One 256x128 output tile with k = 4096 on 108 cores: a 64-way split fills 64 cores in one wave,
+    # 256 * 128 * 64 MACs at 1024 * 0.5 per cycle + 8 = 4104 cycles (128 ways would take two waves).
+    # On one core no split helps: 256 * 128 * 4096 / 512 + 8 cycles.
+    device = DeviceModel(True, ((256, 128),), 0.5, 8.0, 1.0, 0.0)
+    costs = _costs(_gemm(256, 4096, 128), _designs(device, GPU_ROW))
+    assert costs.all_cores_s[0, 0] == 4104 / 1.41e9
+    assert costs.single_core_s[0, 0] == (256 * 128 * 4096 / 512 + 8) / 1.41e9
+
+
+def test_the_fastest_tile_is_taken() -> None:
+    # m = 64 rows, n = k = 8192, on one core: 64x64 tiles waste nothing, 128 of them of 64 * 64 * 8192 /
+    # 1024 = 32768 cycles; 256x128 tiles pad 3/4 of their rows, 64 of 262144 cycles: four times slower.
+    device = DeviceModel(True, ((256, 128), (64, 64)), 1.0, 0.0, 1.0, 0.0)
+    latency_s = _costs(_gemm(64, 8192, 8192), _designs(device, GPU_ROW)).single_core_s[0, 0]
+    assert latency_s == 128 * 32768 / 1.41e9
+
+
+def test_memory_bound_vector_op_by_hand() -> None:
+    # An add of 2^26 bf16 elements on the h100 preset moves 3 * 2^27 bytes at memory_utilisation * 3.35 TB/s.
+    design = _preset("h100")
+    elements = 1 << 26
+    op = OpWork(OpKind.VECTOR, VectorClass.ARITHMETIC, vector_elements=elements,
+                bytes_read=4 * elements, bytes_written=2 * elements)  # fmt: skip
+    device = design.device
+    expected = 6 * elements / (3.35e12 * device.memory_utilisation) + device.kernel_latency_s
+    assert _costs(op, design).all_cores_s[0, 0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_network_efficiency_and_call_latency_by_hand() -> None:
+    # A ring all-reduce of 1 GB over 8 devices on a 300 GB/s tier at 75 % with 2 us steps and a 20 us call:
+    # 2 * 7 / 8 * 1e9 / 225e9 + 14 * 2e-6 + 20e-6.
+    system = system_from_config({"name": "s", "devices": 8, "global_batch": 8, "tiers": [
+        {"group_size": 8, "bandwidth_bytes_per_s": 300e9, "latency_s": 2e-6, "efficiency": 0.75,
+         "call_latency_s": 20e-6}]})  # fmt: skip
+    op = OpWork(OpKind.ALL_REDUCE, collective_bytes=10**9, group_size=8)
+    costs = op_costs(OpTable.from_rows([op]), _preset("a100"), system, TILED)
+    assert costs.all_cores_s[0, 0] == pytest.approx(2 * 7 / 8 * 1e9 / 225e9 + 14 * 2e-6 + 20e-6, rel=1e-12)
+
+
+device_strategy = st.builds(
+    DeviceModel,
+    st.booleans(),
+    st.one_of(
+        st.none(),
+        st.lists(
+            st.tuples(st.sampled_from([32, 64, 128, 256]), st.sampled_from([32, 64, 128, 256])),
+            min_size=1,
+            max_size=3,
+        ).map(tuple),
+    ),
+    st.floats(0.05, 1.0),
+    st.floats(0.0, 10000.0),
+    st.floats(0.05, 1.0),
+    st.floats(0.0, 1e-4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(op_strategy, design_strategy, growth, device_strategy)
+def test_more_resources_never_make_an_operator_slower(
+    op: OpWork, design: dict[str, float], grow: tuple[str, float], device: DeviceModel
+) -> None:
+    knob, factor = grow
+    bigger = {
+        **design,
+        knob: design[knob] * factor if "hz" in knob or "per_s" in knob else int(design[knob] * factor),
+    }
+    costs = _costs(op, _designs(device, design, bigger))
+    assert costs.single_core_s[0, 1] <= costs.single_core_s[0, 0]
+    assert costs.all_cores_s[0, 1] <= costs.all_cores_s[0, 0]
+    assert costs.all_cores_s[0, 0] <= costs.single_core_s[0, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(op_strategy, design_strategy, device_strategy)
+def test_never_above_the_peak(op: OpWork, design: dict[str, float], device: DeviceModel) -> None:
+    # No operator beats its compute bound at 100 % of the peak, nor its bytes at the full HBM bandwidth;
+    # a better utilisation never makes it slower.
+    designs = _designs(device, design)
+    costs = _costs(op, designs)
+    ideal = _costs(op, replace(designs, device=replace(device, gemm_utilisation=1.0, memory_utilisation=1.0)))
+    clock = design["clock_hz"]
+    hbm_s = (op.bytes_read + op.bytes_written) / design["hbm_bytes_per_s"]
+    macs = op.batch * op.m * op.k * op.n
+    pe = design["tc_width"] * design["tc_depth"]
+    for cores, latency_s, ideal_s in (
+        (1, costs.single_core_s[0, 0], ideal.single_core_s[0, 0]),
+        (design["num_tc"], costs.all_cores_s[0, 0], ideal.all_cores_s[0, 0]),
+    ):
+        assert latency_s >= max(macs / (cores * pe * clock), hbm_s) * (1 - 1e-12)
+        assert latency_s >= ideal_s
+        assert math.isfinite(latency_s)
+
+
+def test_cost_phaze_is_refused_on_gpu_presets() -> None:
+    ops = OpTable.from_rows([_gemm(128, 128, 128)])
+    for name in ("v100", "a100", "h100"):
+        with pytest.raises(PhazecError, match=r"cost=phaze .* meant for the TPU-like template only"):
+            op_costs(ops, _preset(name), SYSTEM, MODELS["phaze"])
+    op_costs(ops, _preset("tpuv4"), SYSTEM, MODELS["phaze"])  # the template keeps the reference's model
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("gemm_utilisation", 1.5, r"hw.device.gemm_utilisation = 1.5 is not valid: .*\(0, 1\]"),
+        ("memory_utilisation", 0, r"hw.device.memory_utilisation = 0.0 is not valid"),
+        ("gemm_tiles", [[128]], r"hw.device.gemm_tiles = \[\[128\]\] is not valid: give a non-empty list"),
+        ("kernel_latency_s", -1.0, r"hw.device.kernel_latency_s = -1.0 is not valid: .* >= 0"),
+    ],
+)
+def test_bad_device_values_are_named(key: str, value: object, message: str) -> None:
+    node = OmegaConf.load(Path(conf_dir()) / "hw" / "a100.yaml")
+    node.device[key] = value
+    with pytest.raises(PhazecError, match=message):
+        hw_space_from_config(node)
+
+
+def test_bad_tier_efficiency_is_named() -> None:
+    node = {"name": "s", "devices": 8, "global_batch": 8,
+            "tiers": [{"group_size": 8, "bandwidth_bytes_per_s": 1e9, "efficiency": 1.2}]}  # fmt: skip
+    with pytest.raises(PhazecError, match=r"system.tiers\[0\].efficiency = 1.2 is not valid"):
+        system_from_config(node)
+
+
+def _two_independent_ops() -> Graph:
+    tensors = {name: Tensor(name, (64, 64), "bfloat16") for name in ("a", "b", "y", "c", "z")}
+    ops = [
+        Op("gemm", "MatMul", IrKind.GEMM, ("a", "b"), ("y",)),
+        Op("add", "Add", IrKind.VECTOR, ("c", "c"), ("z",)),
+    ]
+    return Graph(tensors, ops, ["a", "b", "c"], [], [], ["y", "z"])
+
+
+@pytest.mark.parametrize(("shared", "makespan_s"), [(False, 3.0), (True, 5.0)])
+def test_shared_cores_serialise_tensor_and_vector_work(shared: bool, makespan_s: float) -> None:
+    # A GEMM (3 s) and an independent add (2 s) on one tensor core and one vector core run side by side;
+    # when the cores are shared (a GPU's one SM), they take turns.
+    solver = SolverConfig()
+    problem = schedule_problem(_two_independent_ops(), np.array([3.0, 2.0]), np.array([3.0, 2.0]),
+                               num_tc=1, num_vc=1, config=solver, shared_cores=shared)  # fmt: skip
+    kinds = {op.kind for op in problem.ops}
+    assert kinds == ({ScheduleKind.TC} if shared else {ScheduleKind.TC, ScheduleKind.VC})
+    assert schedule(problem, solver, ScheduleCache()).makespan_s == makespan_s
+
+
+def test_template_presets_keep_separate_cores_and_systolic_tiles() -> None:
+    for name in ("tpuv4", "tpu_small"):
+        device = _preset(name).device
+        assert not device.shared_cores and device.gemm_tiles is None

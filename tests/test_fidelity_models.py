@@ -1,0 +1,36 @@
+"""bench/fidelity_models.deepen: two exported blocks repeated give the layer graph of the deep export."""
+
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from phazec.cli import conf_dir
+from phazec.frontend import load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.core import Model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import fidelity_models
+
+
+def _lower(layers: int, cache_dir: Path) -> Model:
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        cfg = compose("config", overrides=["model=gpt3_175b", "model.seq_len=64"])
+    dims = {"n_embd": 128, "n_layer": layers, "n_head": 4, "vocab_size": 512, "n_positions": 64,
+            "n_inner": 512}  # fmt: skip
+    with open_dict(cfg.model.hf_config):
+        cfg.model.hf_config.update(dims)
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    return load_model(model_cfg, cache_dir)
+
+
+def test_deepened_model_is_the_deep_export(cache_dir: Path) -> None:
+    deep = fidelity_models.deepen(_lower(2, cache_dir), 3)
+    exported = _lower(3, cache_dir)
+    assert deep.layers == exported.layers
+    assert deep.edges == exported.edges
+    assert [c.members for c in deep.classes] == [c.members for c in exported.classes]
+    assert deep.parameter_count == exported.parameter_count
