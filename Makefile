@@ -1,15 +1,16 @@
 # phazec: `make run` and `make test` each install everything they need on a fresh clone.
 PYTHON ?= python3
+PORT ?= 5000
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test fuzz lint bench ui clean
+.PHONY: help setup run test test-quick fuzz lint bench ui clean
 
 help:  ## Show the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ run: setup  ## Install, then run the default search (Llama2-7B over PHAZE's tpu_
 test: setup  ## Install, then run the test suite
 	$(BIN)/python -m pytest
 
+test-quick: setup  ## The suite without the `slow` tests (full-depth exports, the wheel install)
+	$(BIN)/python -m pytest -m "not slow"
+
 fuzz: setup  ## Install, then run the fuzz tests with many more examples than CI draws
 	PHAZEC_FUZZ_EXAMPLES=$${PHAZEC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/test_fuzz.py -q
 
@@ -38,8 +42,8 @@ lint: setup  ## ruff (lint and format check) and mypy --strict
 bench: setup  ## Run every benchmark under bench/ (each prints its figure)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
-ui: setup  ## MLflow dashboard of the default store (./phazec.db) on http://127.0.0.1:5000
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/phazec.db --host 127.0.0.1 --port 5000
+ui: setup  ## MLflow dashboard of the default store (./phazec.db) on http://127.0.0.1:5000 (make ui PORT=5001: another port)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/phazec.db --host 127.0.0.1 --port $(PORT)
 
 clean:  ## Remove the venv, build trees, caches and run outputs
 	rm -rf $(VENV) build outputs multirun phazec.db mlartifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,25 +19,28 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic
-from phazec.config import model_list, register, validate_train
+from phazec.api import lower_config, search_config
+from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir, load_model
-from phazec.frontend.schema import ModelConfig
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
-from phazec.ir.summary import summarize
-from phazec.passes.training import training_rows
 from phazec.plan import PlanReport, predict_plan
 from phazec.report.plan import plan_table
-from phazec.report.plots import write_plots
-from phazec.report.table import layer_table, multi_table, result_table, training_table
-from phazec.search.run import run_multi, run_search
+from phazec.report.result import is_multi
+from phazec.report.table import multi_table, result_table
 
-
-def conf_dir() -> str:
-    """The config tree: packaged beside the code in a wheel, else the repository's `conf/`."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "conf"
-    return str(packaged if packaged.is_dir() else here.parent / "conf")
+__all__ = [
+    "JobError",
+    "UserErrorExit",
+    "conf_dir",
+    "ir_main",
+    "main",
+    "output_dir",
+    "plan_main",
+    "run_ir",
+    "run_plan",
+    "user_errors",
+]
+"""`conf_dir` is re-exported: scripts and tests find the config tree here."""
 
 
 @contextlib.contextmanager
@@ -95,29 +99,8 @@ def run_plan(cfg: DictConfig, out_dir: Path) -> PlanReport:
 
 def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """Lower the configured model, print its layer table and write `ir.json` to `out_dir`."""
-    model_cfg = OmegaConf.to_object(cfg.model)
-    assert isinstance(model_cfg, ModelConfig)
-    validate_train(cfg.train)
-    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    rows = summarize(model)
-    print(f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
-          f"{model.parameter_count:,} parameters, sequence {model.seq_len}")  # fmt: skip
-    print(layer_table(rows))
-    tp = cfg.parallel.tp
-    training, _ = training_rows(
-        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer
-    )
-    print(f"\nper device at tensor-parallel width {tp} ({cfg.train.optimizer}), per sample:")
-    print(training_table(training))
-    report = {
-        "model": model.name,
-        "seq_len": model.seq_len,
-        "parameters": model.parameter_count,
-        "layers": [dataclasses.asdict(r) for r in rows],
-        "edges": [dataclasses.asdict(e) for e in model.edges],
-        "training": {"tp": tp, "layers": [dataclasses.asdict(r) for r in training]},
-    }
-    atomic.write_json(out_dir / "ir.json", report)
+    report, text = lower_config(cfg, out_dir)
+    print(text)
     return report
 
 
@@ -128,24 +111,18 @@ register()
 def _search_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     out_dir = output_dir()
+    overrides = list(HydraConfig.get().overrides.task)
     try:
         with interruptible():
-            names, model_overrides = model_list(list(HydraConfig.get().overrides.task))
-            if names is not None and len(names) != 1:
-                result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
-            else:
-                result = run_search(cfg, out_dir, Path(conf_dir()))
+            result = search_config(cfg, overrides, out_dir)
     except PhazecError as err:
         raise JobError(str(err)) from err
-    if names is not None and len(names) != 1:
-        for name in names:
-            own = json.loads((out_dir / name / "result.json").read_text())
-            write_plots(own, out_dir / name)
-            print(result_table(own))
+    if is_multi(result):
+        for name in result["model"]:
+            print(result_table(json.loads((out_dir / name / "result.json").read_text())))
         print(multi_table(result))
-        return
-    write_plots(result, out_dir)
-    print(result_table(result))
+    else:
+        print(result_table(result))
 
 
 _STARTED: list[bool] = []
@@ -167,11 +144,12 @@ def bad_command_line_exits_2() -> Iterator[None]:
 
 def main() -> None:
     """`phazec`: search the accelerator and training plan with the highest throughput."""
+    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
     with bad_command_line_exits_2():
         _search_app()
 
 
-@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="ir")
 def _ir_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
@@ -183,6 +161,7 @@ def _ir_app(cfg: DictConfig) -> None:
 
 def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
+    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
     with bad_command_line_exits_2():
         _ir_app()
 

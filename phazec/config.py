@@ -5,6 +5,7 @@ typed node: a misspelled key or a value of the wrong type fails at composition w
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -258,6 +259,13 @@ def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:
                 raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
             keys[key.removeprefix("model.")] = value
     return names, keys
+
+
+def conf_dir() -> str:
+    """The config tree: packaged inside phazec in a wheel (`phazec/conf`), else the repository's `conf/`."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if packaged.is_dir() else here.parent / "conf")
 
 
 def register() -> None:

@@ -21,6 +21,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.training import training_pipeline
+from phazec.report.progress import stage
 from phazec.search.evaluate import Evaluator, Knobs
 from phazec.solvers.placement import recompute_mode
 from phazec.solvers.schedule import ScheduleCache
@@ -94,14 +95,15 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
-    evaluator = Evaluator(
-        graphs=training_graphs(
-            model,
-            list(model_cfg.tp_widths if widths is None else widths),
-            knobs.optimizer,
+    with stage("lowering"):
+        model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+    with stage("training graphs"):
+        graphs = training_graphs(
+            model, list(model_cfg.tp_widths if widths is None else widths), knobs.optimizer,
             cfg.parallel.vocab_parallel,
-        ),
+        )  # fmt: skip
+    evaluator = Evaluator(
+        graphs=graphs,
         system=system,
         latency_model=latency_model_from_config(cfg.cost),
         solver=solver,

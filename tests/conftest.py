@@ -32,6 +32,48 @@ PRESETS = (
 """Every model preset in conf/model/ that builds a Hugging Face architecture."""
 
 
+USER_STORE = ("phazec.db", "mlartifacts")
+"""What tracking writes to the directory a command starts in: the suite must never touch the user's."""
+STORE_KEY = pytest.StashKey[dict[Path, list[tuple[str, int, int] | None]]]()
+
+
+def store_state(directory: Path) -> list[tuple[str, int, int] | None]:
+    """(name, size, modification time) of each of USER_STORE in `directory`; None if absent."""
+    found: list[tuple[str, int, int] | None] = []
+    for name in USER_STORE:
+        path = directory / name
+        stat = path.stat() if path.exists() else None
+        found.append(None if stat is None else (name, stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the state of the MLflow store in the directories a test's command could start in."""
+    places = {session.config.rootpath, Path.cwd()}
+    session.stash[STORE_KEY] = {place: store_state(place) for place in places}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the session if a test created or changed `phazec.db` or `mlartifacts/` in the repository or
+    the working directory (every test tracks into its own temporary store, or not at all)."""
+    for place, before in session.stash[STORE_KEY].items():
+        if store_state(place) != before:
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            message = f"the test session wrote to the MLflow store in {place} ({', '.join(USER_STORE)})"
+            if reporter is not None:
+                reporter.write("\n")
+                reporter.write_line(f"ERROR: {message}", red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests lowering full-depth presets (the `lowered` fixture) are `slow`: `pytest -m "not slow"`
+    (`make test-quick`) leaves them out."""
+    for item in items:
+        if "lowered" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 def compose_config(*overrides: str) -> DictConfig:
     """The composed phazec config for command-line style overrides."""
     with initialize_config_dir(config_dir=conf_dir(), version_base=None):

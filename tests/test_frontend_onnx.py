@@ -146,7 +146,7 @@ def test_cli_errors_are_one_paragraph_without_traceback(tmp_path: Path, override
         text=True,
         check=False,
     )
-    assert run.returncode != 0
+    assert run.returncode == 2
     assert message in run.stderr
     assert "Traceback" not in run.stderr
 
@@ -164,7 +164,7 @@ def test_cli_unknown_model_lists_presets(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert run.returncode != 0
+    assert run.returncode == 2
     assert "Could not find 'model/llama3'" in run.stderr
     assert "llama2_7b" in run.stderr
     assert "Traceback" not in run.stderr

@@ -80,5 +80,12 @@ def test_search_writes_the_bottleneck_gantt(
     # Ties (identical blocks) go to the first layer of the stage.
     assert block.layer == next(i for i in layers if latencies[:, i].max() == slowest)
     name = evaluator.graphs[placement.t].layers[block.layer].name
-    for part in ("bert_large", name, block.direction, "microbatch 8", f"stage {stage} of {len(loads)}"):
+    parts = (
+        "bert_large",
+        f"layer {block.layer} ({name}",
+        block.direction,
+        "microbatch 8",
+        f"stage {stage} of {len(loads)}",
+    )
+    for part in parts:
         assert part in block.title

@@ -194,7 +194,7 @@ def test_command_line(tmp_path: Path, cache_dir: Path) -> None:
     assert "own best design" in done.stdout
 
     bad = phazec(tmp_path / "bad", cache_dir, "model=[bert_large,nope]", "hw=tpuv4")
-    assert bad.returncode != 0
+    assert bad.returncode == 2
     assert "Could not load 'model/nope'" in bad.stderr
     assert "Traceback" not in bad.stderr
     empty = phazec(tmp_path / "empty", cache_dir, "model=[]", "hw=tpuv4")

@@ -22,6 +22,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from phazec.report.sweep import BEST_JSON, COMPARISON_CSV, COMPARISON_TXT
+from phazec.track.mlflow_runs import JOBS_JSON
 
 JOB = ["hw=tpuv4", "model=bert_large", "train.recompute=[false]"]
 """One design, one recompute setting: a job takes a few seconds once the model is cached."""
@@ -45,12 +46,13 @@ PARENT = "mlflow.parentRunId"
 
 
 def phazec(
-    cwd: Path, cache_dir: Path, *args: str, env: dict[str, str] | None = None
+    cwd: Path, cache_dir: Path, *args: str, env: dict[str, str] | None = None, entry: str = "main"
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `phazec` command in `cwd` with the shared model cache (and `env` added)."""
+    """Run the `phazec` command (`entry="ir_main"`: `phazec-ir`) in `cwd` with the shared model cache
+    (and `env` added)."""
     cwd.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PHAZEC_CACHE_DIR": str(cache_dir), **(env or {})}
-    command = [sys.executable, "-c", "from phazec.cli import main; main()", *args]
+    command = [sys.executable, "-c", f"from phazec.cli import {entry}; {entry}()", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -102,11 +104,26 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
         assert child.data.params["model.name"] == "bert_large"
         assert child.data.params["hw.name"] == "tpuv4"
         assert child.data.params["search.strategy"] == "phaze"
+        assert child.data.params["found.design.num_tc"] == str(result["design"]["num_tc"])
+        assert child.data.params["found.design.area_mm2"] == str(result["design"]["area_mm2"])
+        assert child.data.params["found.plan.pp"] == str(result["plan"]["pp"])
+        assert child.data.params["found.plan.microbatch"] == str(result["plan"]["microbatch"])
+        assert not any(key.endswith(".stages") for key in child.data.params)
         assert artifacts(uri, child.info.run_id) == JOB_ARTIFACTS
         assert child.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())
     best = max(results, key=lambda r: r["throughput_samples_per_s"])
     assert parent.data.metrics["throughput_samples_per_s"] == best["throughput_samples_per_s"]
-    assert artifacts(uri, parent.info.run_id) == {BEST_JSON, COMPARISON_CSV, COMPARISON_TXT}
+    assert artifacts(uri, parent.info.run_id) == {BEST_JSON, COMPARISON_CSV, COMPARISON_TXT, JOBS_JSON}
+    saved = MlflowClient(tracking_uri=uri).download_artifacts(parent.info.run_id, JOBS_JSON, str(tmp_path))
+    ran = json.loads(Path(saved).read_text())["jobs"]
+    assert [(j["job"], j["status"]) for j in ran] == [(0, "ok"), (1, "ok")]
+    assert [
+        "train.microbatch=[8]" in ran[0]["overrides"],
+        "train.microbatch=[16]" in ran[1]["overrides"],
+    ] == [
+        True,
+        True,
+    ]
     sweep_dir = job_dirs(tmp_path)[0].parent
     assert json.loads((sweep_dir / BEST_JSON).read_text())["result"] == best
     assert (sweep_dir / COMPARISON_CSV).read_text().count("\n") == 3
@@ -189,6 +206,21 @@ def test_several_models_log_each_models_figures_and_directory(tmp_path: Path, ca
     assert {"result.json", "common.csv", "hydra/config.yaml"} <= logged
     for name in models:
         assert {f"{name}/result.json", f"{name}/explored.csv", f"{name}/bottleneck_gantt.png"} <= logged
+
+
+def test_ir_logs_no_run_unless_asked_and_then_a_finished_one(tmp_path: Path, cache_dir: Path) -> None:
+    small = ["model=bert_large", "parallel.tp=1"]
+    quiet = phazec(tmp_path / "quiet", cache_dir, *small, entry="ir_main")
+    assert quiet.returncode == 0, quiet.stderr
+    assert sorted(p.name for p in (tmp_path / "quiet").iterdir()) == ["outputs"]  # no phazec.db
+    tracked = phazec(tmp_path / "tracked", cache_dir, *small, "tracking=mlflow", entry="ir_main")
+    assert tracked.returncode == 0, tracked.stderr
+    assert "MLflow logging failed" not in tracked.stdout + tracked.stderr
+    uri = f"sqlite:///{tmp_path / 'tracked' / 'phazec.db'}"
+    (run,) = runs(uri)
+    assert run.info.status == "FINISHED"
+    assert (run.data.params["model.name"], run.data.params["parallel.tp"]) == ("bert_large", "1")
+    assert artifacts(uri, run.info.run_id) == {"ir.json", "hydra/config.yaml"}
 
 
 def test_job_logs_to_a_real_mlflow_server(tmp_path: Path, cache_dir: Path) -> None:

@@ -14,6 +14,8 @@ import json
 import logging
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,20 @@ def loss_of(model: Any) -> Any:
     return LossOf(model)
 
 
+@contextmanager
+def _exporter_logs_to_files() -> Iterator[None]:
+    """While exporting, the exporter's log records (e.g. "torchvision is not installed") go to the log
+    files the root logger writes (a Hydra run's log file), not through torch's own handler to stderr."""
+    exporter = logging.getLogger("torch.onnx")
+    saved = exporter.handlers, exporter.propagate
+    exporter.handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    exporter.propagate = False
+    try:
+        yield
+    finally:
+        exporter.handlers, exporter.propagate = saved
+
+
 def export_proto(model: Any, cfg: ModelConfig) -> Any:
     """Export with the dynamo exporter, weights as shape-only graph inputs; returns the ModelProto."""
     import onnx
@@ -151,7 +167,7 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
         labels = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
-    with warnings.catch_warnings(), torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad(), _exporter_logs_to_files():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, (ids, labels), dynamo=True, optimize=False, verbose=False)
     if program is None:

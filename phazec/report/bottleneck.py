@@ -89,7 +89,7 @@ def bottleneck_block(evaluator: Evaluator, designs: Designs, candidate: Candidat
         )
     name = model.layers[layer].name
     title = (
-        f"{model.name}: bottleneck block {name} (class {cls_index}, {cls.count} layers), "
+        f"{model.name}: bottleneck block, layer {layer} ({name}, class {cls_index} x{cls.count}), "
         f"{DIRECTIONS[backward]}, stage {stage} of {placement.stage_count}\n"
         f"{design_summary(chosen, 0)}; microbatch {candidate.microbatch}, t={placement.t}; "
         f"makespan {found.makespan_s:.4g} s ({found.status})"
@@ -102,4 +102,6 @@ def write_bottleneck_gantt(
 ) -> Path:
     """Write the Gantt chart of `candidate`'s bottleneck block to `out_dir/bottleneck_gantt.png`."""
     block = bottleneck_block(evaluator, designs, candidate)
-    return plot_schedule(block.problem, block.schedule, out_dir / BOTTLENECK_PNG, block.title)
+    return plot_schedule(
+        block.problem, block.schedule, out_dir / BOTTLENECK_PNG, block.title, f"{block.direction} pass"
+    )

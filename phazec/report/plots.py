@@ -119,7 +119,7 @@ def plot_pipeline(result: dict[str, Any], path: Path) -> Path:
         ]
     )
     ax.invert_yaxis()
-    ax.set_xlabel("layer")
+    ax.set_xlabel("layer (0: embedding, then the blocks, last: the head)")
     mode = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
     ax.set_title(f"{result['model']}: microbatch {plan['microbatch']}, {mode}, "
                  f"t={plan['tp']} p={plan['pp']} d={plan['dp']}")  # fmt: skip

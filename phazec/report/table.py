@@ -39,12 +39,20 @@ def run_name(first: str, last: str) -> str:
     return first if first == last else f"{first}..{last.rsplit('.', 1)[-1]}"
 
 
+def run_ids(first: int, last: int) -> str:
+    """`1-32` for a run of layer ids, the id alone for one layer. Layer ids are the numbering every
+    table and plot uses (the embedding is layer 0, the pipeline plot's stages span ids)."""
+    return str(first) if first == last else f"{first}-{last}"
+
+
 def layer_table(rows: Sequence[LayerRow]) -> str:
     """The layer table of `phazec-ir`; consecutive layers of one class share a row."""
     groups = [rows[a : b + 1] for a, b in runs([r.cls for r in rows])]
-    headers = ["layer", "count", "ops", "parameters", "fwd FLOPs/sample", "activation B/sample", "class"]
+    headers = ["layer", "name", "count", "ops", "parameters", "fwd FLOPs/sample", "activation B/sample",
+               "class"]  # fmt: skip
     body = [
         [
+            run_ids(g[0].index, g[-1].index),
             run_name(g[0].name, g[-1].name),
             str(len(g)),
             str(g[0].ops),
@@ -150,13 +158,14 @@ def multi_table(result: dict[str, Any]) -> str:
 def training_table(rows: Sequence[TrainingRow]) -> str:
     """Per-device training figures of `phazec-ir` at one width, per sample where they scale with it."""
     headers = [
-        "layer", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "all-reduces", "all-reduce B",
+        "layer", "name", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "all-reduces", "all-reduce B",
         "weights+grads+opt B", "stash B", "recompute-input B",
     ]  # fmt: skip
     body = []
     for a, b in runs([r.layer_class for r in rows]):
         r = rows[a]
         body.append([
+            run_ids(r.layer, rows[b].layer),
             run_name(r.name, rows[b].name),
             str(b - a + 1),
             f"{r.parameters:,}",

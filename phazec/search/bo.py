@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 
 import numpy as np
 import optuna
 from numpy.typing import NDArray
-from tqdm import tqdm
 
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS, Designs
+from phazec.report.progress import progress
 from phazec.search.evaluate import Evaluator
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ def tpe_design(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    with tqdm(total=trials, desc="bo trials", unit="trial", disable=None, file=sys.stderr) as bar:
+    with progress("bo trials", trials, "trial") as bar:
         study.optimize(objective, n_trials=trials, callbacks=[lambda _, __: bar.update()])
     done = [(t.value, t.number, t.params) for t in study.trials if t.value is not None and t.value < math.inf]
     if not done:

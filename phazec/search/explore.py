@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -37,11 +36,11 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from tqdm import tqdm
 
 from phazec.config import SearchConfig
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.report.progress import progress
 from phazec.search.bo import tpe_design
 from phazec.search.dominance import dominated
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best, objective_cost
@@ -80,9 +79,15 @@ class Strategy(Protocol):
     """Batches of design indices in evaluation order, and whether the search still wants the next."""
 
     batches: list[NDArray[np.int64]]
+    ends_early: bool
+    """Whether the strategy may stop before its last batch (its progress then shows no ETA)."""
 
     def wanted(self, i: int, best_s: float) -> bool:
         """Whether to evaluate batch i, given the best objective cost so far (inf: none)."""
+        ...
+
+    def status(self) -> str:
+        """What the progress display says of the strategy's own state ("" for nothing)."""
         ...
 
     def record(self, improved: bool) -> None:
@@ -95,6 +100,7 @@ class Exhaustive:
     """Every batch."""
 
     batches: list[NDArray[np.int64]]
+    ends_early = False
 
     def wanted(self, i: int, best_s: float) -> bool:
         """Always."""
@@ -102,6 +108,10 @@ class Exhaustive:
 
     def record(self, improved: bool) -> None:
         """Nothing to note."""
+
+    def status(self) -> str:
+        """Nothing to say."""
+        return ""
 
 
 @dataclass
@@ -112,6 +122,9 @@ class Phaze:
     patience: int
     stale: int = 0
     """Consecutive batches without improvement so far."""
+    taken: int = 0
+    """Bins taken so far."""
+    ends_early = True
 
     def wanted(self, i: int, best_s: float) -> bool:
         """While patience lasts."""
@@ -120,6 +133,12 @@ class Phaze:
     def record(self, improved: bool) -> None:
         """Count a stale bin, or start again after an improvement."""
         self.stale = 0 if improved else self.stale + 1
+        self.taken += 1
+
+    def status(self) -> str:
+        """Bins visited and the patience left."""
+        left = self.patience - self.stale
+        return f"bin {self.taken} of {len(self.batches)}, patience {left} of {self.patience}"
 
 
 @dataclass
@@ -131,6 +150,7 @@ class Bounded:
     """The least lower bound of each batch on the objective's cost (its first design's)."""
     dominated: int
     """Designs dropped before bounding, each dominated by an earlier design."""
+    ends_early = True
 
     def wanted(self, i: int, best_s: float) -> bool:
         """If a design of batch i could be as fast as the best so far."""
@@ -138,6 +158,10 @@ class Bounded:
 
     def record(self, improved: bool) -> None:
         """Nothing to note."""
+
+    def status(self) -> str:
+        """Nothing to say: the best time found ends the search at a bound the bar cannot foresee."""
+        return ""
 
 
 def area_bins(designs: Designs, bin_mm2: float) -> list[NDArray[np.int64]]:
@@ -205,8 +229,7 @@ def bounded(
     bound_batches = chunks(kept.astype(np.int64), batch_designs)
     bounds_s = np.full(len(designs), np.inf)
     resumed = 0
-    bar = tqdm(total=len(kept), desc="bounds", unit="design", disable=None, file=sys.stderr)
-    with bar:
+    with progress("bounds", len(kept), "design") as bar:
         for i, batch, found, fresh in _in_order(
             bound_batches,
             state.bounds,
@@ -306,8 +329,8 @@ def explore(
     """Evaluate the strategy's batches in order while it wants them, saving each new one; the answer
     minimises `objective_cost` with `weight`."""
     tally = _Tally(weight=weight)
-    bar = tqdm(total=len(designs), desc=name, unit="design", disable=None, file=sys.stderr)
-    with bar:
+    total = None if strategy.ends_early else sum(len(b) for b in strategy.batches)
+    with progress(name, total, "design") as bar:
         for i, batch, found, fresh in _in_order(
             strategy.batches,
             state.candidates,
@@ -321,12 +344,8 @@ def explore(
             else:
                 tally.resumed += len(batch)
             strategy.record(tally.take(batch, taken))
-            bar.set_postfix_str(tally.summary, refresh=False)
+            bar.set_postfix_str(", ".join(filter(None, [strategy.status(), tally.summary])), refresh=False)
             bar.update(len(batch))
-        skipped = len(designs) - len(tally.evaluated)
-        if skipped:
-            bar.set_postfix_str(f"{tally.summary}, {skipped} not evaluated", refresh=False)
-            bar.update(skipped)
     if tally.resumed:
         log.info(
             "resumed %d of %d evaluated designs from %s", tally.resumed, len(tally.evaluated), state.directory

@@ -30,6 +30,7 @@ from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.bottleneck import write_bottleneck_gantt
+from phazec.report.progress import stage
 from phazec.search.evaluate import Candidate, Timings, best, least_memory
 from phazec.search.executor import start_executor
 from phazec.search.explore import Exhaustive, Found, chunks, explore, search
@@ -181,6 +182,14 @@ def speedup(throughput: float, reference: float) -> float | None:
     return throughput / reference if reference else None
 
 
+def search_summary(found: Found, timings: Timings) -> str:
+    """How much a search evaluated and where its processes spent their time, in one phrase."""
+    return (
+        f"{len(found.evaluated)} of {len(found.designs)} designs evaluated; costing {timings.cost_s:.1f} s, "
+        f"schedules {timings.ilp_s:.1f} s, placement {timings.dp_s:.1f} s (summed over processes)"
+    )
+
+
 def search_record(
     cfg: DictConfig,
     designs_total: int,
@@ -212,12 +221,17 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     start = time.perf_counter()
     validate.writable_dir(out_dir, "the run directory")
     job = setup(cfg)
+    searched = time.perf_counter()
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
+    log.info(
+        "search: %.1f s, %s", time.perf_counter() - searched, search_summary(found, job.evaluator.timings)
+    )
     if found.best is None:
         raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
     usage = Usage(job.evaluator, job.designs)
     main = outcome(job.designs, found.best, usage)
-    compared = baselines(job, found.best, conf_dir)
+    with stage("baselines"):
+        compared = baselines(job, found.best, conf_dir)
     result = {
         "model": job.model_cfg.name,
         "design": main["design"],
@@ -240,7 +254,8 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
         ),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
+    with stage("bottleneck schedule"):
+        write_bottleneck_gantt(job.evaluator, job.designs, found.best, out_dir)
     atomic.write_json(out_dir / "result.json", result)
     atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
     return job, found, result

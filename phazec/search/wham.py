@@ -52,19 +52,18 @@ Departures from the paper, and why:
 from __future__ import annotations
 
 import logging
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
-from tqdm import tqdm
 
 from phazec.config import SearchConfig
 from phazec.cost.model import OpCosts
 from phazec.hw.designs import KNOBS, Designs
 from phazec.ir.core import Graph
 from phazec.passes.cost import class_costs
+from phazec.report.progress import progress
 from phazec.search import usage
 from phazec.search.evaluate import Candidate, Evaluator, best
 from phazec.search.executor import Executor
@@ -310,9 +309,7 @@ def _local_search(
     search = LocalSearch(evaluator, designs, current.microbatch, placement.t, top_k, weight)
     stages = stage_works(evaluator, placement)
     union: set[int] = set()
-    with tqdm(
-        total=len(stages), desc="wham local search", unit="stage", disable=None, file=sys.stderr
-    ) as bar:
+    with progress("wham local search", len(stages), "stage") as bar:
         for stage in stages:
             union |= set(search.run(stage, current.design))
             bar.update()

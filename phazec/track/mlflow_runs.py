@@ -1,10 +1,12 @@
 """MLflow runs from Hydra's callbacks; the search itself knows nothing of MLflow.
 
 A single run is one MLflow run. A multirun is a parent run with a nested run per job; the parent gets
-the sweep summary (`phazec.report.sweep`). A job's run gets every config value as a param, the
-result's figures as metrics, and `result.json`, `explored.csv`, the plots and the resolved config
-as artifacts; it ends FINISHED or, with the job's error as the `error` tag, FAILED (KILLED when
-SIGINT or SIGTERM stopped it, `phazec.interrupt`).
+the sweep summary (`phazec.report.sweep`) and the list of jobs that ran (`sweep_jobs.json`). A job's
+run gets every config value as a param, the found design and plan as params too (`found.design.*`,
+`found.plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
+resolved config as artifacts (a `phazec-ir` job: `ir.json`); it ends FINISHED or, with the job's
+error as the `error` tag, FAILED (KILLED when SIGINT or SIGTERM stopped it,
+`phazec.interrupt`).
 
 Logging never fails a job: the first MLflow error is reported in one warning line and tracking stops
 for the rest of the process, while the results are written to the run directories as usual.
@@ -46,10 +48,15 @@ ARTIFACTS_DIR = "mlartifacts"
 """Artifacts of a SQLite store's experiments, beside the store."""
 PARAMS_PER_REQUEST = 100
 """MLflow's limit of params in one `log_batch`."""
-JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "plan.json")
-"""A job's files logged when present (common.csv: several models), beside its plots and, for
-several models, each model's own run directory."""
+JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "ir.json", "plan.json")
+"""A job's files logged when present (common.csv: several models; ir.json: `phazec-ir`; plan.json:
+`phazec-plan`), beside its plots and, for several models, each model's own run directory."""
+RESULT_PARAMS = ("design", "plan")
+"""The entries of result.json logged as params (`design.num_tc`, `plan.pp`, ...; a plan's stage list
+excepted), so runs can be sorted and filtered by the found design and plan."""
 ERROR_TAG = "error"
+JOBS_JSON = "sweep_jobs.json"
+"""The parent run's record of the jobs that ran: number, overrides and status of each."""
 LOCKED_RETRIES = 10
 """Retries of a logging step while another process holds a SQLite store's write lock."""
 
@@ -135,6 +142,13 @@ def job_metrics(result: dict[str, Any]) -> dict[str, float]:
                 "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
         metrics[key] = search[key]
     return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def result_params(result: dict[str, Any]) -> dict[str, str]:
+    """The found design and plan of a result.json as params by dotted key (`found.design.num_tc`,
+    `found.plan.pp`; for several models `found.plan.<model>.pp`), without the plans' stage lists."""
+    chosen = {"found": {key: result[key] for key in RESULT_PARAMS}}  # `plan.*` are phazec-plan's keys
+    return {k: v for k, v in flat_items(chosen) if not k.endswith(".stages")}
 
 
 def plan_metrics(plan: dict[str, Any]) -> dict[str, float]:
@@ -279,16 +293,20 @@ class MlflowCallback(SweepCallback):
         return f"job {config.hydra.job.num}: {' '.join(mine)}"
 
     def _start_job(self, config: DictConfig) -> None:
-        from mlflow.entities import Param
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
         client = self._open(config)
         tags = {} if self._parent_id is None else {MLFLOW_PARENT_RUN_ID: self._parent_id}
         run = client.create_run(self._experiment_id, run_name=self._job_name(config), tags=tags)
         self._run_id = run.info.run_id
-        params = [Param(k, v) for k, v in job_params(config).items()]
+        self._log_params(self._run_id, job_params(config))
+
+    def _log_params(self, run_id: str, values: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        params = [Param(k, v) for k, v in values.items()]
         for i in range(0, len(params), PARAMS_PER_REQUEST):
-            client.log_batch(self._run_id, params=params[i : i + PARAMS_PER_REQUEST])
+            self._client().log_batch(run_id, params=params[i : i + PARAMS_PER_REQUEST])
 
     def _log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
@@ -298,20 +316,21 @@ class MlflowCallback(SweepCallback):
 
     def _end_job(self, config: DictConfig, job_return: JobReturn) -> None:
         assert self._run_id is not None
+        start = time.perf_counter()
         client = self._client()
         out_dir = Path(config.hydra.runtime.output_dir)
         resolved = out_dir / str(config.hydra.output_subdir) / "config.yaml"
         if resolved.is_file():
             client.log_artifact(self._run_id, str(resolved), artifact_path="hydra")
         if job_return.status is JobStatus.COMPLETED:
-            plan_only = not (out_dir / "result.json").is_file()  # a phazec-plan job
-            result = json.loads((out_dir / ("plan.json" if plan_only else "result.json")).read_text())
-            self._log_metrics(self._run_id, plan_metrics(result) if plan_only else job_metrics(result))
             files = [out_dir / name for name in JOB_ARTIFACTS if (out_dir / name).is_file()]
             for path in [*files, *sorted(out_dir.glob("*.png"))]:
                 client.log_artifact(self._run_id, str(path))
-            for model in result["model"] if is_multi(result) else []:
-                client.log_artifacts(self._run_id, str(out_dir / model), artifact_path=model)
+            if (out_dir / "result.json").is_file():  # a search (phazec-ir writes ir.json alone)
+                self._log_result(self._run_id, out_dir, json.loads((out_dir / "result.json").read_text()))
+            elif (out_dir / "plan.json").is_file():  # a phazec-plan job
+                plan = json.loads((out_dir / "plan.json").read_text())
+                self._log_metrics(self._run_id, plan_metrics(plan))
             status = "FINISHED"
         else:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
@@ -320,7 +339,17 @@ class MlflowCallback(SweepCallback):
             client.log_text(self._run_id, "".join(traceback.format_exception(error)), "error.txt")
             status = "KILLED" if isinstance(error, Interrupted) else "FAILED"
         client.set_terminated(self._run_id, status)
+        log.info(
+            "tracking: %.1f s, run %s %s in %s", time.perf_counter() - start, self._run_id, status, self._uri
+        )
         self._run_id = None
+
+    def _log_result(self, run_id: str, out_dir: Path, result: dict[str, Any]) -> None:
+        """A search's figures as metrics, its design and plan as params, each model's directory."""
+        self._log_metrics(run_id, job_metrics(result))
+        self._log_params(run_id, result_params(result))
+        for model in result["model"] if is_multi(result) else []:
+            self._client().log_artifacts(run_id, str(out_dir / model), artifact_path=model)
 
     def _end_parent(self, summary: Summary, failed: bool) -> None:
         assert self._parent_id is not None
@@ -332,5 +361,9 @@ class MlflowCallback(SweepCallback):
         self._log_metrics(self._parent_id, metrics)
         for path in summary.paths:
             client.log_artifact(self._parent_id, str(path))
+        ran = [{"job": j.num, "overrides": j.overrides, "status": "ok" if j.result else "failed"}
+               for j in summary.jobs]  # fmt: skip
+        client.log_dict(self._parent_id, {"jobs": ran}, JOBS_JSON)
+        client.set_terminated(self._parent_id, "FAILED" if failed or failed_jobs else "FINISHED")
         status = "KILLED" if self.interrupted else "FAILED" if failed or failed_jobs else "FINISHED"
         client.set_terminated(self._parent_id, status)

@@ -1,0 +1,122 @@
+"""phazec from Python: each command as a function taking the command's overrides, returning plain data.
+
+    from phazec import api
+
+    ir = api.lower("model=bert_large")                  # what `phazec-ir model=bert_large` writes
+    result = api.search("model=bert_large", "hw=tpuv4")  # what `phazec model=bert_large hw=tpuv4` writes
+
+Overrides are the command line's (`group=preset`, `key=value`, `model=[a,b]`); the config tree is the
+commands' own (`conf_dir()`). Nothing is printed and no MLflow run is logged: tracking belongs to
+the commands' Hydra callbacks. A function returns the JSON file's content the command writes
+(`ir.json`, `result.json`) as dicts, lists, strings and numbers; files go to `out_dir`, or to a
+temporary directory removed afterwards. A search with several worker processes spawns them, so a
+script calling `search` needs the usual `if __name__ == "__main__":` guard.
+
+Each command is a config name in `conf/` (`config` for `phazec`, `ir` for `phazec-ir`) and a function
+from its composed config and an output directory to its data (`lower_config`, `search_config`); a
+new command adds those two and a three-line public function like `lower`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from phazec import atomic
+from phazec.config import conf_dir, model_list, register, validate_train
+from phazec.frontend import default_cache_dir, load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.summary import summarize
+from phazec.passes.training import training_rows
+from phazec.report.plots import write_plots
+from phazec.report.progress import stage
+from phazec.report.table import layer_table, training_table
+from phazec.search.run import run_multi, run_search
+
+IR_JSON = "ir.json"
+
+
+def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig:
+    """The config `command` (`config`: phazec, `ir`: phazec-ir) composes for these overrides."""
+    register()
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        return compose(command, overrides=list(overrides))
+
+
+def lower(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]:
+    """Lower a model as `phazec-ir` does; returns `ir.json`'s content: `model`, `seq_len`,
+    `parameters`, `layers` (one dict per layer: index, name, kind, class, operators, parameters,
+    forward FLOPs and activation bytes per sample), `edges` (layer graph, bytes) and `training`
+    (per-device figures at `parallel.tp`)."""
+    return _in(out_dir, lambda out: lower_config(composed("ir", overrides), out)[0])
+
+
+def search(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]:
+    """Run the co-search as `phazec` does (one model, or `model=[a,b,...]`); returns `result.json`'s
+    content: `design`, `plan` (microbatch, recompute, tp, pp, dp, stages), `time_per_batch_s`,
+    `throughput_samples_per_s`, `baselines`, `speedup_vs_tpuv4`, `search` statistics and `config`."""
+    return _in(out_dir, lambda out: search_config(composed("config", overrides), overrides, out))
+
+
+def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
+    """Lower the configured model and write `out_dir/ir.json`; returns its content and the text
+    `phazec-ir` prints (the layer table and the per-device training table)."""
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    validate_train(cfg.train)
+    with stage("lowering"):
+        model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+    rows = summarize(model)
+    tp = cfg.parallel.tp
+    training, _ = training_rows(
+        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer
+    )
+    text = "\n".join([
+        f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
+        f"{model.parameter_count:,} parameters, sequence {model.seq_len}",
+        layer_table(rows),
+        f"\nper device at tensor-parallel width {tp} ({cfg.train.optimizer}), per sample:",
+        training_table(training),
+    ])  # fmt: skip
+    report = {
+        "model": model.name,
+        "seq_len": model.seq_len,
+        "parameters": model.parameter_count,
+        "layers": [dataclasses.asdict(r) for r in rows],
+        "edges": [dataclasses.asdict(e) for e in model.edges],
+        "training": {"tp": tp, "layers": [dataclasses.asdict(r) for r in training]},
+    }
+    atomic.write_json(out_dir / IR_JSON, report)
+    return report, text
+
+
+def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_dir: Path) -> dict[str, Any]:
+    """The co-search of a composed config and the overrides it was composed from (they tell a list of
+    models, which Hydra merges into one `model` node): writes result.json, explored.csv and the plots
+    to `out_dir` (several models: also each model's to `out_dir/<name>/`) and returns the result."""
+    names, model_overrides = model_list(list(overrides))
+    if names is not None and len(names) != 1:
+        result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
+        dirs = [out_dir / name for name in names]
+    else:
+        result = run_search(cfg, out_dir, Path(conf_dir()))
+        dirs = [out_dir]
+    with stage("plots"):
+        for directory in dirs:
+            write_plots(json.loads((directory / "result.json").read_text()), directory)
+    return result
+
+
+def _in(out_dir: Path | str | None, run: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """`run` on `out_dir`, or on a temporary directory removed afterwards."""
+    if out_dir is not None:
+        return run(Path(out_dir))
+    with tempfile.TemporaryDirectory(prefix="phazec-") as tmp:
+        return run(Path(tmp))

@@ -1,0 +1,119 @@
+"""The commands as a newcomer meets them: their help, their exit status on bad input, what a terminal
+shows during a search (phazec's own lines, one per stage with its time), and the README's Python
+example run as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phazec.config import conf_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ("model=bert_large", "model.hf_config.num_hidden_layers=2", "model.baseline.pp=2",
+        "model.baseline.dp=512", "hw=tpuv4", "tracking=none", "train.microbatch=[8]",
+        "train.recompute=[false]", "system.hbm_gb=[32]")  # fmt: skip
+"""A search of a two-block BERT (its Megatron baseline in 2 stages) on one design with one knob
+setting: seconds, a cold export included."""
+STAGES = ("lowering", "training graphs", "search", "baselines", "bottleneck schedule", "plots")
+
+
+def command(
+    name: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`phazec` (name `main`) or `phazec-ir` (`ir_main`) in a fresh interpreter started in `cwd`."""
+    code = f"from phazec.cli import {name}; {name}()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env={**os.environ, **(env or {})},
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+
+
+def test_help_says_what_each_command_does_and_names_every_group_and_preset(tmp_path: Path) -> None:
+    search_help = command("main", "--help", cwd=tmp_path)
+    ir_help = command("ir_main", "--help", cwd=tmp_path)
+    assert search_help.returncode == ir_help.returncode == 0
+    assert search_help.stdout.startswith("phazec: co-search an accelerator design")
+    assert ir_help.stdout.startswith("phazec-ir: lower a model")
+    groups = sorted(p for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra")
+    assert [g.name for g in groups] == ["cost", "hw", "model", "search", "solver", "sweep", "system",
+                                        "tracking", "train"]  # fmt: skip
+    for text in (search_help.stdout, ir_help.stdout):
+        for group in groups:
+            (line,) = [line for line in text.splitlines() if line.startswith(f"{group.name}: ")]
+            assert line.removeprefix(f"{group.name}: ").split(", ") == sorted(
+                p.stem for p in group.glob("*.yaml")
+            )
+        assert text.count("\n  phazec") >= 3  # three examples
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_readme_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Your own presets: `--config-dir`\n", 1)[1].split("\n## ", 1)[0]
+    chip = section.split("# ~/chips/hw/my_chip.yaml", 1)[1].split("\n\n", 1)[0]
+    (tmp_path / "chips" / "hw").mkdir(parents=True)
+    (tmp_path / "chips" / "hw" / "my_chip.yaml").write_text(
+        "\n".join(line[4:] for line in chip.splitlines()[1:])
+    )
+    shown = command("main", "--config-dir", "chips", "hw=my_chip", "--cfg", "job", "--resolve", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "  name: my_chip\n  num_tc:\n  - 4\n" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("search.strategy_typo=phaze",), "Key 'strategy_typo' not in 'SearchConfig'"),
+        (("train.microbatch=[8",), "no viable alternative at input '[8'"),
+    ],
+)
+def test_hydra_errors_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    # An unknown preset: tests/test_frontend_onnx.py (phazec-ir) and tests/test_search_multi.py.
+    done = command("main", *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_search_shows_phazec_lines_only_one_per_stage_with_its_time(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    # No other test exports this model, so the export runs and its libraries' chatter would show.
+    done = command("main", *TINY, f"cache_dir={cache_dir}", "hydra.run.dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no bar off a terminal, no warnings
+    logged = [line for line in done.stdout.splitlines() if re.match(r"\[\d\d:\d\d:\d\d\] ", line)]
+    for name in STAGES:
+        (line,) = [line for line in logged if line[11:].startswith(f"{name}: ")]
+        assert re.fullmatch(rf"\[..:..:..\] {name}: \d+\.\d s(, .*)?", line)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    (search_line,) = [line for line in logged if line[11:].startswith("search: ")]
+    assert "1 of 1 designs evaluated" in search_line
+    assert f"{result['throughput_samples_per_s']:.4g}" in done.stdout
+    # Everything else, third-party lines included, went to the run's log file.
+    log = (tmp_path / "run" / "cli.log").read_text()
+    assert all(line[11:] in log for line in logged)
+
+
+def test_readme_python_example_runs_as_written(tmp_path: Path, cache_dir: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    (tmp_path / "example.py").write_text(example)
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env={**os.environ, "PHAZEC_CACHE_DIR": str(cache_dir)},
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "bert_large: layers 0 (embedding) to 25 (head)"
+    design, plan = lines[1].split("; ")
+    assert design.startswith("8 tensor cores, ") and plan.startswith("plan p=")
+    assert [p.name for p in tmp_path.iterdir()] == ["example.py"]  # nothing left behind, no MLflow store

@@ -1,0 +1,84 @@
+"""The wheel on its own: built from the repository, installed into a fresh venv outside it, and run.
+
+A fresh venv gets the torch CPU wheel first (as `make setup` does, from pip's cache), then the wheel
+with its dependencies from the package index; the commands run from a directory outside the
+repository, so they can only find the config tree packaged inside the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+UMASK = 0o027
+"""An unusual umask, so a directory created with a fixed mode (0700, 0777) cannot pass for one
+created with the user's."""
+
+
+def run(*command: str | Path, cwd: Path, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    """A command that must succeed; its output is shown if it does not."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(
+        [str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True, check=False,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
+    )  # fmt: skip
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_dir: Path) -> None:
+    dist = tmp_path / "dist"
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", dist, ROOT,
+        cwd=tmp_path)  # fmt: skip
+    (wheel,) = dist.glob("phazec-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {name for name in archive.namelist() if name.startswith("phazec/conf/")}
+    presets = {f"phazec/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")}
+    assert presets and packaged == presets
+
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    pip = (
+        venv / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-compile",
+        "--disable-pip-version-check",
+    )
+    run(*pip, f"torch=={torch.__version__.split('+')[0]}", cwd=tmp_path)
+    run(*pip, wheel, cwd=tmp_path)
+    where = run(
+        venv / "bin" / "python", "-c", "from phazec.config import conf_dir; print(conf_dir())", cwd=tmp_path
+    )
+    assert Path(where.stdout.strip()).is_relative_to(venv)
+
+    helped = run(venv / "bin" / "phazec-ir", "--help", cwd=tmp_path)
+    assert helped.stdout.startswith("phazec-ir: lower a model")
+
+    # A search of one design, with the session's ONNX exports and a fresh cache for everything else.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache_dir / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    command = ["model=bert_large", "hw=tpuv4", "tracking=none"]  # the README's promise, as written
+    searched = run(venv / "bin" / "phazec", *command, f"cache_dir={cache}", "hydra.run.dir=run",
+                   cwd=tmp_path, umask=UMASK)  # fmt: skip
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["search"]["designs_evaluated"] == 1
+    assert f"{result['throughput_samples_per_s']:.4g}" in searched.stdout
+    created = [p for p in cache.rglob("*") if p.is_dir() and not p.is_symlink() and p != cache / "onnx"]
+    assert {p.relative_to(cache).parts[0] for p in created} == {"schedules", "search"}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in created} == {0o777 & ~UMASK}
+    assert not (tmp_path / "phazec.db").exists()
