@@ -4,6 +4,7 @@
 
     ir = api.lower("model=bert_large")                  # what `phazec-ir model=bert_large` writes
     result = api.search("model=bert_large", "hw=tpuv4")  # what `phazec model=bert_large hw=tpuv4` writes
+    timed = api.plan("model=bert_large", "hw=a100", "system=dgx_a100", "plan.tp=2")  # `phazec-plan ...`
 
 Overrides are the command line's (`group=preset`, `key=value`, `model=[a,b]`); the config tree is the
 commands' own (`conf_dir()`). Nothing is printed and no MLflow run is logged: tracking belongs to
@@ -12,9 +13,10 @@ the commands' Hydra callbacks. A function returns the JSON file's content the co
 temporary directory removed afterwards. A search with several worker processes spawns them, so a
 script calling `search` needs the usual `if __name__ == "__main__":` guard.
 
-Each command is a config name in `conf/` (`config` for `phazec`, `ir` for `phazec-ir`) and a function
-from its composed config and an output directory to its data (`lower_config`, `search_config`); a
-new command adds those two and a three-line public function like `lower`.
+Each command is a config name in `conf/` (`config` for `phazec`, `ir` for `phazec-ir`, `plan` for
+`phazec-plan`) and a function from its composed config and an output directory to its data
+(`lower_config`, `search_config`, `plan_config`); a new command adds those two and a three-line public
+function like `lower`.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
+from phazec.plan import PlanReport, predict_plan
 from phazec.report.plots import write_plots
 from phazec.report.progress import stage
 from phazec.report.table import layer_table, training_table
 from phazec.search.run import run_multi, run_search
 
 IR_JSON = "ir.json"
+PLAN_JSON = "plan.json"
 
 
 def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig:
@@ -63,6 +67,21 @@ def search(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]
     content: `design`, `plan` (microbatch, recompute, tp, pp, dp, stages), `time_per_batch_s`,
     `throughput_samples_per_s`, `baselines`, `speedup_vs_tpuv4`, `search` statistics and `config`."""
     return _in(out_dir, lambda out: search_config(composed("config", overrides), overrides, out))
+
+
+def plan(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]:
+    """Time one training plan as `phazec-plan` does; returns `plan.json`'s content: the plan, the
+    iteration time (`time_per_batch_s`) and rates, its `breakdown` into parts, the `memory` of the
+    fullest stage, `fits`, `warning` and the `config`."""
+    return _in(out_dir, lambda out: plan_config(composed("plan", overrides), out)[0])
+
+
+def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
+    """Time the configured plan and write `out_dir/plan.json`; returns its content and the report."""
+    report = predict_plan(cfg)
+    content = {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)}
+    atomic.write_json(out_dir / PLAN_JSON, content)
+    return content, report
 
 
 def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import sys
@@ -16,14 +15,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from phazec import atomic
-from phazec.api import lower_config, search_config
+from phazec.api import lower_config, plan_config, search_config
 from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
-from phazec.plan import PlanReport, predict_plan
+from phazec.plan import PlanReport
 from phazec.report.plan import plan_table
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
@@ -86,11 +84,7 @@ def output_dir() -> Path:
 
 def run_plan(cfg: DictConfig, out_dir: Path) -> PlanReport:
     """Time the configured plan, print its table and write `plan.json` to `out_dir`."""
-    report = predict_plan(cfg)
-    atomic.write_json(
-        out_dir / "plan.json",
-        {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)},
-    )
+    _, report = plan_config(cfg, out_dir)
     print(plan_table(report))
     if report.warning is not None:
         print(f"\nwarning: {report.warning}")
@@ -166,8 +160,9 @@ def ir_main() -> None:
         _ir_app()
 
 
-@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="plan")
 def _plan_app(cfg: DictConfig) -> None:
+    _STARTED.append(True)
     try:
         run_plan(cfg, output_dir())
     except PhazecError as err:

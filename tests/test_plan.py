@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from phazec import api
 from phazec.cli import run_plan
 from phazec.configure import training_graphs
 from phazec.errors import PhazecError
@@ -203,6 +204,9 @@ def test_phazec_plan_and_phazec_give_the_same_time(cache_dir: Path, tmp_path: Pa
     result = run_search(search, tmp_path / "search", Path(__file__).parents[1] / "conf")
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
+    assert timed["time_per_batch_s"] == report.time_per_batch_s
+    assert timed["breakdown"]["bubble_s"] == report.breakdown.bubble_s
 
 
 BAD_PLANS = [
