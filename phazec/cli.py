@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,17 @@ def bad_command_line_exits_2() -> Iterator[None]:
         raise
 
 
+def _entry(app: Callable[[], None]) -> None:
+    """Run a Hydra app as a command: Python warnings go to the run's log file, not the terminal, and a
+    command line Hydra cannot compose exits 2."""
+    logging.captureWarnings(True)
+    with bad_command_line_exits_2():
+        app()
+
+
 def main() -> None:
     """`phazec`: search the accelerator and training plan with the highest throughput."""
-    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
-    with bad_command_line_exits_2():
-        _search_app()
+    _entry(_search_app)
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="ir")
@@ -155,21 +161,19 @@ def _ir_app(cfg: DictConfig) -> None:
 
 def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
-    logging.captureWarnings(True)  # Python warnings go to the run's log file, not the terminal
-    with bad_command_line_exits_2():
-        _ir_app()
+    _entry(_ir_app)
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="plan")
 def _plan_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
-        run_plan(cfg, output_dir())
+        with interruptible():
+            run_plan(cfg, output_dir())
     except PhazecError as err:
         raise JobError(str(err)) from err
 
 
 def plan_main() -> None:
     """`phazec-plan`: time one training plan as Megatron-LM runs it, with its breakdown and memory."""
-    with bad_command_line_exits_2():
-        _plan_app()
+    _entry(_plan_app)
