@@ -106,7 +106,7 @@ def layer_work(evaluator: Evaluator, design: Designs, microbatch: int, t: int) -
         for direction, graph, op_costs in graphs:
             problem = evaluator.schedule_problem(graph, op_costs, design, 0)
             tc_s[direction, c], vc_s[direction, c] = busy_core_s(
-                problem, schedule(problem, evaluator.solver, evaluator.cache)
+                problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
             )
             parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1), design)
             for part in ENERGY_PARTS:

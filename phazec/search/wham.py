@@ -213,7 +213,7 @@ class LocalSearch:
         for cls_index, forward_runs, backward_runs in stage.runs:
             for costs, graph, runs in self._graphs(cls_index, picked, forward_runs, backward_runs):
                 problem = self.evaluator.schedule_problem(graph, costs, self.designs.take(picked), 0)
-                found = schedule(problem, self.evaluator.solver, self.evaluator.cache)
+                found = schedule(problem, self.evaluator.solver, self.evaluator.cache, self.evaluator.lp_dir)
                 names = {op.name: k for k, op in enumerate(graph.ops)}
                 for i in critical_ops(problem, found):
                     k = names[problem.ops[i].name]
