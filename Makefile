@@ -26,7 +26,7 @@ run: setup  ## Install, then run the default search (Llama2-7B over PHAZE's tpu_
 	$(BIN)/phazec
 
 test: setup  ## Install, then run the test suite
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 test-quick: setup  ## The suite without the `slow` tests (full-depth exports, the wheel install)
 	$(BIN)/python -m pytest -m "not slow"
