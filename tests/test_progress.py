@@ -1,6 +1,10 @@
-"""The progress display counts only what a strategy will evaluate: an ETA only when that is known."""
+"""The progress display counts only what a strategy will evaluate: an ETA only when that is known;
+and a worker's first HiGHS solve prints no banner."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 from tqdm import tqdm
@@ -28,3 +32,15 @@ def test_only_strategies_that_evaluate_every_batch_get_an_eta() -> None:
     counter = tqdm.format_meter(n=3, total=None, elapsed=2.0, prefix="phaze", unit="design",
                                 bar_format=COUNTER_FORMAT, postfix="best 12 samples/s")  # fmt: skip
     assert counter == "phaze: 3 designs done [00:02,  1.50design/s, best 12 samples/s]"
+
+
+def test_a_new_process_solves_with_highs_without_its_banner() -> None:
+    code = (
+        "import highspy\n"
+        "from phazec.solvers.schedule_backends import _silence_highs_banner\n"
+        "_silence_highs_banner()\n"
+        "highspy.Highs()\n"
+        "print('done')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "done\n"  # without the call, HiGHS's two banner lines come first

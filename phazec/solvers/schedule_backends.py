@@ -6,9 +6,12 @@ licence (errno 10010). Both backends run single-threaded with a fixed seed unles
 otherwise, so a solve is repeatable bit for bit.
 """
 
+import functools
 import logging
 import math
+import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,10 +219,26 @@ def _run_gurobi(
     )
 
 
+@functools.cache
+def _silence_highs_banner() -> None:
+    """HiGHS prints its banner to file descriptor 1 when a process makes its first Highs object, before
+    any option can silence it: make that first one with descriptor 1 pointed at /dev/null."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with Path(os.devnull).open("w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve_highs(
     mip: Mip, config: SolverConfig, model_path: Path | None, start: tuple[float, ...] | None
 ) -> MipResult:
     status_type = highspy.HighsModelStatus
+    _silence_highs_banner()
     h = highspy.Highs()  # type: ignore[no-untyped-call]
     for name, value in (
         ("output_flag", False),
