@@ -35,9 +35,8 @@ from phazec.cli import conf_dir
 from phazec.configure import setup, training_graphs
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
-from phazec.plan import plan_knobs, plan_stages
+from phazec.plan import plan_knobs, time_plan
 from phazec.search.evaluate import Evaluator
-from phazec.solvers.placement import explain_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -186,7 +185,6 @@ def run_config(run: Run) -> DictConfig:
         cfg.model.hf_config.update(dims)
     cfg.system.devices = run.gpus
     cfg.system.global_batch = run.global_batch
-    cfg.system.hbm_gb = [80]
     cfg.system.tiers[-1].group_size = max(run.gpus, cfg.system.tiers[0].group_size + 1)
     return cfg
 
@@ -214,17 +212,12 @@ def prepare(run: Run) -> Prepared:
 
 def predict_s(prepared: Prepared, utilisation: float | None = None) -> tuple[float, bool]:
     """Predicted seconds per iteration (and whether the plan fits HBM), at the preset's utilisation or
-    another one: the row's plan timed as `phazec.plan.predict_plan` times it (Megatron's stages, the
-    plan's variant, `explain_plan`)."""
+    another one: the row's plan timed by `phazec.plan.time_plan`, as `phazec-plan` times it."""
     designs = prepared.designs
     if utilisation is not None:
         designs = replace(designs, device=replace(designs.device, gemm_utilisation=utilisation))
-    run, evaluator = prepared.run, prepared.evaluator
-    stages = plan_stages(evaluator.graphs[run.tp], prepared.cfg.plan)
-    latencies = evaluator.layer_latencies_s(designs, run.microbatch)
-    problem = evaluator.problem(latencies, 0, run.microbatch, designs, run.sequence_parallel)
-    figures = explain_plan(evaluator.variants()[0].applied(problem), stages, run.tp, run.dp)
-    return figures.placement.time_per_batch_s, figures.placement.fits_hbm
+    report = time_plan(prepared.cfg, prepared.evaluator, designs)
+    return report.time_per_batch_s, report.fits
 
 
 def fit_utilisation(prepared: list[Prepared]) -> float:
@@ -273,7 +266,7 @@ def main() -> None:
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = predicted / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))
-        note = "" if fits else "  (over 80 GB in phazec's memory model)"
+        note = "" if fits else "  (over HBM in phazec's memory model)"
         print(f"{p.run.row_id:30s} {p.run.chip:5s} {split:12s} {p.run.measured_s:11.3f} {predicted:12.3f} "
               f"{error:+8.1%}{note}")  # fmt: skip
     print("\nmean and max absolute error per chip and split:")
