@@ -8,8 +8,9 @@ Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README)
 with phazec's one model of time as `phazec-plan` times a plan (`predict_s`; the model exported with
 two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
 seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
-too), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the
-chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
+too; selective for the Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes
+them in the backward pass), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its
+optimizer step, on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
 `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The measured seconds per iteration
 are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP count its source used (see
 `measured_s`). Rows phazec cannot express are listed with the reason.
@@ -75,12 +76,15 @@ class Run:
     sequence_parallel: bool
     megatron_core: bool
     """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction, sequence
-    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts)."""
+    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts), and
+    attention through Transformer Engine's fused (flash) attention, which keeps no s x s scores and
+    recomputes them in the backward pass: selective recompute's memory and work."""
     tp: int
     pp: int
     dp: int
     gpus: int
-    recompute: bool
+    recompute: str
+    """none, selective or full (`phazec.solvers.placement.RECOMPUTE_MODES`)."""
     measured_s: float
 
 
@@ -145,7 +149,7 @@ def expressible(row: dict[str, str]) -> Run | str:
         pp=int(row["pp"]),
         dp=int(row["dp"]),
         gpus=int(row["gpus"]),
-        recompute=not h100_default and row["recompute"] not in ("none", "no"),
+        recompute="selective" if h100_default else "none" if row["recompute"] in ("none", "no") else "full",
         measured_s=measured_s(row),
     )
 
@@ -166,7 +170,7 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.pp={run.pp}",
                 f"plan.dp={run.dp}",
                 f"plan.microbatch={run.microbatch}",
-                f"plan.recompute={'full' if run.recompute else 'none'}",
+                f"plan.recompute={run.recompute}",
                 f"plan.interleave={run.interleave}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.distributed_optimizer={str(run.megatron_core).lower()}",

@@ -5,13 +5,15 @@ Rows: Megatron-LM's own runs (NAR21-T1-*, NAR21-T2-PTD-*, MEG20-*, MEG24-*; the 
 DeepSpeed). Each row's plan is timed by `phazec.plan.time_plan`, the function `phazec-plan` runs after
 lowering, on the row's model exported with two blocks and repeated to its depth
 (`bench_fidelity.prepare`: the row's chip, system and HBM, mixed-precision Adam, Megatron's stages,
-full recompute in every stage, the last included, where the row recomputes). Prints per row: the
-plan, whether it fits, the fullest stage's bytes per device, its activation bytes (stash of the
-microbatches in flight plus the recompute working set) beside section 4's bytes for the same stage
-and mode (`section4_bytes`) and their difference, and the predicted seconds per iteration beside the
-measured ones. The difference is what phazec's lowered graph keeps beyond section 4's tensors: the
-2-byte attention scale each block stashes (once per layer kept or rebuilt) and, on the last stage,
-the int64 labels the loss reads (8sb per microbatch), which section 4 leaves out.
+full recompute in every stage, the last included, for the Megatron-LM rows; selective for the
+Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes them in the backward
+pass: selective recompute's bytes and work). Prints per row: the plan, whether it fits, the fullest
+stage's bytes per device, its activation bytes (stash of the microbatches in flight plus the
+recompute working set) beside section 4's bytes for the same stage and mode (`section4_bytes`) and
+their difference, and the predicted seconds per iteration beside the measured ones. The difference
+is what phazec's lowered graph keeps beyond section 4's tensors: the 2-byte attention scale each
+block stashes (per layer kept or rebuilt) and the int64 labels the loss reads (8sb per microbatch,
+where the head's stash is counted), which section 4 leaves out.
 
     .venv/bin/python bench/megatron_rows.py
 """
