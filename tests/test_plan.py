@@ -4,6 +4,7 @@ GPT block; `phazec-plan` against `phazec` on the same fixed plan; bad plans."""
 from __future__ import annotations
 
 import csv
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -229,9 +230,13 @@ PLAN = (
 )
 
 
-def test_phazec_plan_and_phazec_give_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
+def test_phazec_plan_and_phazec_give_the_same_time(
+    cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = compose_config(*PLAN, f"cache_dir={cache_dir}")
-    report = run_plan(cfg, tmp_path)
+    with caplog.at_level(logging.WARNING):
+        report = run_plan(cfg, tmp_path)
+    assert "baseline" not in caplog.text  # gpt2_xl's baseline (1024 devices) is the search's, not the plan's
     assert (tmp_path / "plan.json").is_file()
     parts = report.breakdown.total_s
     assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)

@@ -221,6 +221,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     `out_dir`; returns the job, what the search found and the result."""
     start = time.perf_counter()
     validate.writable_dir(out_dir, "the run directory")
+    validate.baseline_plan(cfg.model, int(cfg.system.devices))
     job = setup(cfg)
     searched = time.perf_counter()
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
