@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import pickle
 import signal
 import sqlite3
 import subprocess
@@ -42,6 +43,21 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def workers_of(pid: int, started: bool) -> set[int]:
+    """The worker processes `pid` spawned (not multiprocessing's resource tracker); if `started`,
+    only those past their start-up (they ignore SIGINT once the pool's initializer ran)."""
+    found = set()
+    for child in children(pid):
+        with contextlib.suppress(OSError):
+            if b"spawn_main" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                continue
+            status = Path(f"/proc/{child}/status").read_text()
+            ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+            if not started or ignored & (1 << (signal.SIGINT - 1)):
+                found.add(child)
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie nobody reaped yet counts as ended)."""
     try:
@@ -71,31 +87,46 @@ def cold_cache(tmp_path: Path, cache_dir: Path) -> Path:
 
 
 def start_and_stop(
-    tmp_path: Path, cache: Path, signum: int, *extra: str, flags: tuple[str, ...] = (), saved: bool = True
+    tmp_path: Path,
+    cache: Path,
+    signum: int,
+    *extra: str,
+    flags: tuple[str, ...] = (),
+    saved: bool = True,
+    starting: float | None = None,
 ) -> tuple[int, str, float]:
-    """Start a search (`flags`: "-m" for a multirun), send `signum` once both workers run (and, if
-    `saved`, a batch is saved); returns the exit status, stderr and the seconds from the signal until
-    every child process of the search ended."""
+    """Start a search (`flags`: "-m" for a multirun) and send `signum` once both workers have started
+    and, if `saved`, a batch is saved; or, if `starting` is given, that many seconds after the second
+    worker is spawned, while it starts up.
+    SIGINT goes to the whole process group, as a terminal's Ctrl-C does, another signal to the
+    search's process. Returns the exit status, stderr and the seconds from the signal until every
+    worker ended."""
     command = [sys.executable, "-c", "from phazec.cli import main; main()", *flags, *QUICK, *OVERRIDES]
     process = subprocess.Popen(
         [*command, f"cache_dir={cache}", f"hydra.run.dir={tmp_path / 'stopped'}", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     batches = cache / "search"
-    while (saved and not list(batches.glob("*/batch_*.json"))) or len(children(process.pid)) < 3:
+    while True:
         assert process.poll() is None, f"the search ended before it could be stopped: {process.stderr}"
-        time.sleep(0.02)
-    spawned = children(process.pid)  # the two workers and multiprocessing's resource tracker
-    workers = {pid for pid in spawned if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()}
-    assert len(workers) == 2
+        workers = workers_of(process.pid, started=starting is None)
+        if len(workers) == 2 and (not saved or starting is not None or list(batches.glob("*/batch_*.json"))):
+            break
+        time.sleep(0.002)
+    time.sleep(starting or 0.0)
     start = time.perf_counter()
-    process.send_signal(signum)
-    assert gone(workers, 5.0)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    assert gone(workers_of(process.pid, started=False) | workers, 5.0)
     seconds = time.perf_counter() - start
+    spawned = children(process.pid)  # multiprocessing's resource tracker
     _, stderr = process.communicate(timeout=120)
-    assert gone(spawned, 1.0)  # the tracker too, once the search has ended
+    assert gone(spawned, 1.0)  # it ends with the search
     return process.returncode, stderr, seconds
 
 
@@ -150,6 +181,19 @@ def test_sigterm_stops_workers_and_ends_the_run_killed_with_143(tmp_path: Path, 
     assert seconds < 1.0
 
 
+@pytest.mark.parametrize(
+    ("signum", "after_s"), [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.2)], ids=["TERM", "INT"]
+)
+def test_a_signal_while_workers_start(tmp_path: Path, cache_dir: Path, signum: int, after_s: float) -> None:
+    """SIGTERM as the second worker is spawned (the search would cut the handing over of the worker's
+    start-up data: the worker printed a traceback), and Ctrl-C to the group while it starts up (it
+    reached the worker before it ignored SIGINT: a KeyboardInterrupt traceback): both stop the search
+    as usual, without a traceback."""
+    cache = cold_cache(tmp_path, cache_dir)
+    status, stderr, _ = start_and_stop(tmp_path, cache, signum, starting=after_s)
+    assert_interrupted(status, stderr, 128 + signum)
+
+
 def test_ctrl_c_stops_a_sweep(tmp_path: Path, cache_dir: Path) -> None:
     """SIGINT during the first job of a two-job multirun: the sweep stops there, exit 130."""
     sweep = tmp_path / "sweep"
@@ -179,6 +223,7 @@ def test_sigterm_is_interrupted_with_status_143() -> None:
         time.sleep(5)
     assert stopped.value.exit_status == 143
     assert Interrupted(signal.SIGINT).exit_status == 130
+    assert pickle.loads(pickle.dumps(stopped.value)).exit_status == 143  # as a worker's result
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the old handler is back
 
 
