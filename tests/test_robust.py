@@ -355,20 +355,28 @@ def test_a_run_directory_below_a_file_is_one_paragraph(
     assert "(Not a directory); start phazec from" in err
 
 
+@pytest.mark.parametrize(("kind", "base"), [("run", "outputs"), ("sweep", "multirun")])
 def test_hydra_run_directories_of_two_runs_in_one_second(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, base: str
 ) -> None:
+    """Runs and sweeps alike: the default directory is claimed by `phazec.unique`, and two runs
+    naming one directory in one second get two."""
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     monkeypatch.chdir(tmp_path)
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        default = compose("config", return_hydra_config=True)
+    unresolved = OmegaConf.to_container(default.hydra[kind], resolve=False)
+    assert isinstance(unresolved, dict) and unresolved["dir"].startswith(f"${{phazec.unique:{base}/${{now:")
+    override = f"hydra.{kind}.dir=${{phazec.unique:{base}/same-second}}"
     dirs = []
     for _ in range(2):
         with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-            cfg = compose("config", overrides=["hydra.run.dir=${phazec.unique:outputs/same-second}"],
-                          return_hydra_config=True)  # fmt: skip
-        dirs.append(cfg.hydra.run.dir)
-        assert cfg.hydra.run.dir == dirs[-1]  # resolved once, then cached
-    assert dirs == ["outputs/same-second", "outputs/same-second-1"]
+            cfg = compose("config", overrides=[override], return_hydra_config=True)
+        dirs.append(cfg.hydra[kind].dir)
+        assert cfg.hydra[kind].dir == dirs[-1]  # resolved once, then cached
+    assert dirs == [f"{base}/same-second", f"{base}/same-second-1"]
     assert all((tmp_path / d).is_dir() for d in dirs)
 
 
