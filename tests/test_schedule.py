@@ -146,18 +146,18 @@ def test_exact_search_proves_what_the_core_time_bound_cannot() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_node_limit_stops_repeatably_and_is_cached(backend: str, tmp_path: Path) -> None:
-    # Independent TC ops of 5, 7, 9, 11 and 13 s on 3 TCs, each 2.5 times faster spread: 45 s of
-    # core-time, so every schedule takes at least 15 s. One node of the ILP and of the exact search
+    # Independent TC ops of 5, 7, 9, 11, 13 and 17 s on 3 TCs, each 2.5 times faster spread: 62 s of
+    # core-time, so every schedule takes at least 62/3 s. One node of the ILP and of the exact search
     # does not prove any schedule optimal, so both stop at their node limits with a feasible
     # schedule, a valid bound, and the same answer every time; being repeatable, it is stored on
     # disk. With the default limits the exact search proves the optimum.
-    ops = tuple(op(f"g{k}", TC, float(k), k / 2.5) for k in (5, 7, 9, 11, 13))
+    ops = tuple(op(f"g{k}", TC, float(k), k / 2.5) for k in (5, 7, 9, 11, 13, 17))
     problem = ScheduleProblem(ops, (), num_tc=3, num_vc=1)
     config = SolverConfig(backend=backend, node_limit=1, search_node_limit=1)
     first = schedule(problem, config, ScheduleCache(tmp_path))
     second = schedule(problem, config)
     assert first.status == "node_limit"
-    assert 15.0 <= first.bound_s < first.makespan_s
+    assert 62 / 3 <= first.bound_s < first.makespan_s
     assert (first.makespan_s, first.start_s, first.bound_s) == (
         second.makespan_s,
         second.start_s,
