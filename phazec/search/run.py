@@ -185,9 +185,16 @@ def speedup(throughput: float, reference: float) -> float | None:
 
 def search_summary(found: Found, timings: Timings) -> str:
     """How much a search evaluated and where its processes spent their time, in one phrase."""
-    return (
+    summary = (
         f"{len(found.evaluated)} of {len(found.designs)} designs evaluated; costing {timings.cost_s:.1f} s, "
         f"schedules {timings.ilp_s:.1f} s, placement {timings.dp_s:.1f} s (summed over processes)"
+    )
+    if not timings.unproven:
+        return summary
+    gap = max(1.0 - bound_s / makespan_s for makespan_s, bound_s in timings.unproven.values())
+    return (
+        f"{summary}; {len(timings.unproven)} schedules stopped at their node limit unproven, each within "
+        f"{gap:.1%} of its optimum (search.schedules_unproven in result.json)"
     )
 
 

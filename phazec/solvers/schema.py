@@ -9,10 +9,10 @@ class SolverConfig:
 
     backend: str = "auto"
     """`auto` (Gurobi when its licence accepts the model, else HiGHS), `gurobi` or `highs`."""
-    node_limit: int = 2000
+    node_limit: int = 1000
     """Branch-and-bound nodes per solve; the best schedule found by then is returned with its gap.
     Unlike a time limit it stops every machine at the same point, so results stay reproducible."""
-    search_node_limit: int = 2_000_000
+    search_node_limit: int = 500_000
     """Nodes of the exact schedule search that closes what the ILP leaves open (a C++ branch and
     bound, about a microsecond per node); 0 uses the ILP alone."""
     time_limit_s: float = 600.0
