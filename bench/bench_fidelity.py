@@ -8,8 +8,9 @@ Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README)
 with phazec's one model of time as `phazec-plan` times a plan (`predict_s`; the model exported with
 two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
 seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
-too), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the
-chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
+too; selective for the Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes
+them in the backward pass), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its
+optimizer step, on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
 `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The measured seconds per iteration
 are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP count its source used (see
 `measured_s`). Rows phazec cannot express are listed with the reason.
@@ -35,9 +36,8 @@ from phazec.cli import conf_dir
 from phazec.configure import setup, training_graphs
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
-from phazec.plan import plan_knobs, plan_stages
+from phazec.plan import plan_knobs, time_plan
 from phazec.search.evaluate import Evaluator
-from phazec.solvers.placement import explain_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -76,12 +76,15 @@ class Run:
     sequence_parallel: bool
     megatron_core: bool
     """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction, sequence
-    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts)."""
+    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts), and
+    attention through Transformer Engine's fused (flash) attention, which keeps no s x s scores and
+    recomputes them in the backward pass: selective recompute's memory and work."""
     tp: int
     pp: int
     dp: int
     gpus: int
-    recompute: bool
+    recompute: str
+    """none, selective or full (`phazec.solvers.placement.RECOMPUTE_MODES`)."""
     measured_s: float
 
 
@@ -146,7 +149,7 @@ def expressible(row: dict[str, str]) -> Run | str:
         pp=int(row["pp"]),
         dp=int(row["dp"]),
         gpus=int(row["gpus"]),
-        recompute=not h100_default and row["recompute"] not in ("none", "no"),
+        recompute="selective" if h100_default else "none" if row["recompute"] in ("none", "no") else "full",
         measured_s=measured_s(row),
     )
 
@@ -167,7 +170,7 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.pp={run.pp}",
                 f"plan.dp={run.dp}",
                 f"plan.microbatch={run.microbatch}",
-                f"plan.recompute={'full' if run.recompute else 'none'}",
+                f"plan.recompute={run.recompute}",
                 f"plan.interleave={run.interleave}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.distributed_optimizer={str(run.megatron_core).lower()}",
@@ -186,7 +189,6 @@ def run_config(run: Run) -> DictConfig:
         cfg.model.hf_config.update(dims)
     cfg.system.devices = run.gpus
     cfg.system.global_batch = run.global_batch
-    cfg.system.hbm_gb = [80]
     cfg.system.tiers[-1].group_size = max(run.gpus, cfg.system.tiers[0].group_size + 1)
     return cfg
 
@@ -214,17 +216,12 @@ def prepare(run: Run) -> Prepared:
 
 def predict_s(prepared: Prepared, utilisation: float | None = None) -> tuple[float, bool]:
     """Predicted seconds per iteration (and whether the plan fits HBM), at the preset's utilisation or
-    another one: the row's plan timed as `phazec.plan.predict_plan` times it (Megatron's stages, the
-    plan's variant, `explain_plan`)."""
+    another one: the row's plan timed by `phazec.plan.time_plan`, as `phazec-plan` times it."""
     designs = prepared.designs
     if utilisation is not None:
         designs = replace(designs, device=replace(designs.device, gemm_utilisation=utilisation))
-    run, evaluator = prepared.run, prepared.evaluator
-    stages = plan_stages(evaluator.graphs[run.tp], prepared.cfg.plan)
-    latencies = evaluator.layer_latencies_s(designs, run.microbatch)
-    problem = evaluator.problem(latencies, 0, run.microbatch, designs, run.sequence_parallel)
-    figures = explain_plan(evaluator.variants()[0].applied(problem), stages, run.tp, run.dp)
-    return figures.placement.time_per_batch_s, figures.placement.fits_hbm
+    report = time_plan(prepared.cfg, prepared.evaluator, designs)
+    return report.time_per_batch_s, report.fits
 
 
 def fit_utilisation(prepared: list[Prepared]) -> float:
@@ -273,7 +270,7 @@ def main() -> None:
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = predicted / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))
-        note = "" if fits else "  (over 80 GB in phazec's memory model)"
+        note = "" if fits else "  (over HBM in phazec's memory model)"
         print(f"{p.run.row_id:30s} {p.run.chip:5s} {split:12s} {p.run.measured_s:11.3f} {predicted:12.3f} "
               f"{error:+8.1%}{note}")  # fmt: skip
     print("\nmean and max absolute error per chip and split:")

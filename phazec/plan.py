@@ -230,27 +230,31 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
     plan = cfg.plan
     system = system_from_config(cfg.system)
     check_plan(plan, system.devices, system.global_batch)
-    knobs = plan_knobs(cfg)
-    job = setup(cfg, knobs, widths=[int(plan.tp)])
+    job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
     if len(job.designs) != 1:
         raise PhazecError(
             f"hw={cfg.hw.name} spans {len(job.designs)} designs; phazec-plan times one: use a preset with "
             "one value per knob (hw=a100, hw=h100, hw=tpuv4) or pin each knob, e.g. hw.num_tc=[8]."
         )
-    evaluator = job.evaluator
-    model = evaluator.graphs[int(plan.tp)]
-    stages = plan_stages(model, plan)
-    microbatch = int(plan.microbatch)
-    latencies = evaluator.layer_latencies_s(job.designs, microbatch)
-    problem = evaluator.problem(latencies, 0, microbatch, job.designs, bool(plan.sequence_parallel))
-    variant = evaluator.variants()[0]
-    figures = explain_plan(variant.applied(problem), stages, int(plan.tp), int(plan.dp))
-    report = plan_report(cfg, evaluator, job.designs, stages, figures)
+    report = time_plan(cfg, job.evaluator, job.designs)
     if report.warning is not None:
         if plan.require_fit:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")
         log.warning("%s", report.warning)
     return report
+
+
+def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanReport:
+    """The report of `cfg.plan` on the first design, with an evaluator already built for the plan's
+    knobs (`predict_plan` builds it from the config; benches pass one whose model they built)."""
+    plan = cfg.plan
+    stages = plan_stages(evaluator.graphs[int(plan.tp)], plan)
+    microbatch = int(plan.microbatch)
+    latencies = evaluator.layer_latencies_s(designs, microbatch)
+    problem = evaluator.problem(latencies, 0, microbatch, designs, bool(plan.sequence_parallel))
+    variant = evaluator.variants()[0]
+    figures = explain_plan(variant.applied(problem), stages, int(plan.tp), int(plan.dp))
+    return plan_report(cfg, evaluator, designs, stages, figures)
 
 
 def plan_report(

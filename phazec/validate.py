@@ -111,9 +111,9 @@ def baseline_plan(model: DictConfig, devices: int) -> None:
 
 
 def before_search(cfg: DictConfig, cache_dir: Path) -> None:
-    """Every cross-group check of a search's config, before anything is lowered or evaluated."""
+    """Every cross-group check of a config (a search's or a plan's), before anything is lowered or
+    evaluated; the search warns about its baseline plan itself (`baseline_plan`)."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     finite_numbers(plain)
     model_dims(cfg.model)
     writable_dir(cache_dir, "cache_dir")
-    baseline_plan(cfg.model, int(cfg.system.devices))

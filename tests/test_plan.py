@@ -3,6 +3,8 @@ GPT block; `phazec-plan` against `phazec` on the same fixed plan; bad plans."""
 
 from __future__ import annotations
 
+import csv
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.system import NetworkTier
+from phazec.ir.core import LayerMemory
 from phazec.passes.memory import megatron_bytes
 from phazec.plan import predict_plan
 from phazec.search.run import run_search
@@ -26,24 +29,38 @@ from phazec.solvers.placement import PlacementProblem, Variant, explain_plan
 from tests.conftest import compose_config
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
-# Layers 0 -> 1, one per stage, t = 1: forward 1 s, backward 2 s, attention core 0.25 s each;
-# 1000 B of weights; per microbatch a stash of 100 B (60 B without the attention core, 20 B of
-# input); edge 0 -> 1 carries 50 B; one tier of 4 devices at 100 B/s: a transfer takes 0.5 s.
+# Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each; 1000 B of
+# weights per device. Per sample (microbatch 1) a layer stashes 100 B: 40 B of attention core, 40 B
+# not split by tensor parallelism (LayerNorm and dropout), and 20 B of input. Its bytes per recompute
+# mode come from `megatron_bytes`, as the Evaluator builds them: without sequence parallelism stash
+# 100, selective 60, input 20; with it (t = 2) the 40 B and the input split 2 ways: 80, 40, 10. The
+# edge 0 -> 1 carries 50 B; one tier of 4 devices at 100 B/s: a transfer takes 0.5 s.
 # m = 2 microbatches, s = 2 stages; stage 0 keeps 2 microbatches in flight, stage 1 one.
+LAYER = LayerMemory(
+    parameter_count=0, parameter_bytes=0, gradient_bytes=0, optimizer="sgd", optimizer_state_bytes=0,
+    stash_fixed_bytes=0, stash_per_sample_bytes=100, input_fixed_bytes=0, input_per_sample_bytes=20,
+    core_per_sample_bytes=40, replicated_per_sample_bytes=40, checkpoint_per_sample_bytes=20,
+)  # fmt: skip
 
 
-def toy(**overrides: Any) -> PlacementProblem:
+def toy(t: int = 1, sequence_parallel: bool = False, **overrides: Any) -> PlacementProblem:
+    """The toy with its layers split over t devices (t = 2: 2 stages x 2 devices, d = 1)."""
+    layer = megatron_bytes(LAYER, 1, t if sequence_parallel else 1)
+
+    def both(value: int) -> np.ndarray:
+        return np.array([[value, value]])
+
     fields: dict[str, Any] = {
-        "t_values": np.array([1]),
+        "t_values": np.array([t]),
         "forward_latency_s": np.array([[1.0, 1.0]]),
         "backward_latency_s": np.array([[2.0, 2.0]]),
-        "param_bytes": np.array([[1000, 1000]]),
-        "activation_bytes": np.array([[100, 100]]),
-        "stash_bytes": np.array([[100, 100]]),
-        "input_bytes": np.array([[20, 20]]),
-        "selective_stash_bytes": np.array([[60, 60]]),
+        "param_bytes": both(1000),
+        "activation_bytes": both(layer.stash_bytes),
+        "stash_bytes": both(layer.stash_bytes),
+        "input_bytes": both(layer.checkpoint_bytes),
+        "selective_stash_bytes": both(layer.selective_bytes),
         "selective_recompute_s": np.array([[0.25, 0.25]]),
-        "tensor_parallel": np.zeros((1, 2), dtype=bool),
+        "tensor_parallel": np.full((1, 2), t > 1),
         "edges": np.array([(0, 1)]),
         "edge_bytes": np.array([50]),
         "device_count": 4,
@@ -52,47 +69,76 @@ def toy(**overrides: Any) -> PlacementProblem:
         "tiers": (NetworkTier(4, 100.0, 0.0),),
         "hbm_bytes": 10**6,
         "last_stage_recomputes": True,
+        "sequence_parallel": sequence_parallel,
     }
     return PlacementProblem(**{**fields, **overrides})
 
 
-TOY_CASES: dict[str, tuple[dict[str, Any], list[float], float, list[int]]] = {
-    # none: loads 1 + 2 + 2 * 0.5 = 4 and 3; time 4 * (2 + 1) = 12.
-    # Memory 2 * 1000 + 2 * 100 = 2200 and 2000 + 100 = 2100.
-    "none": ({}, [4.0, 3.0], 12.0, [2200, 2100]),
-    # selective: + 0.25 each: 4.25 * 3 = 12.75. Memory: 60 B per microbatch in flight plus the
-    # working set 100 - 60 = 40: 2000 + 120 + 40, 2000 + 60 + 40.
-    "selective": ({"recompute": "selective"}, [4.25, 3.25], 12.75, [2160, 2100]),
-    # full: + the forward again: 5 * 3 = 15. Memory: 20 B per microbatch in flight plus one layer's
-    # activations 100: 2000 + 40 + 100, 2000 + 20 + 100.
-    "full": ({"recompute": "full"}, [5.0, 4.0], 15.0, [2140, 2120]),
-    # PHAZE's rule: the last stage does not recompute (3 s, 2000 + 100); the time is still 15.
-    "full, PHAZE's rule": (
-        {"recompute": "full", "last_stage_recomputes": False},
-        [5.0, 3.0],
-        15.0,
-        [2140, 2100],
-    ),
-    # Interleave 2: each stage sends and receives for 2 chunks: 3 + 2 * 2 * 0.5 = 5; bubble
-    # (2 - 1) / 2: 5 * 2.5 = 12.5. Chunk-microbatches in flight 2 (2 - 1) + (2 - 1) 2 + 1 = 5 and
-    # 0 + 2 + 1 = 3, each half a stage: 2000 + 100 * 5 / 2, 2000 + 100 * 3 / 2.
-    "none, interleave 2": ({"interleave": 2}, [5.0, 3.0], 12.5, [2250, 2150]),
-    # Full recompute, interleave 2: 6 * 2.5 = 15; 2000 + ceil(20 * 5 / 2) + 100, 2000 + 30 + 100.
-    "full, interleave 2": ({"recompute": "full", "interleave": 2}, [6.0, 4.0], 15.0, [2150, 2130]),
+# Time. Load per microbatch = forward 1 + backward 2 + recompute (selective 0.25, full the forward
+# 1) + 2 v transfers of 0.5 s on stage 0 (each of its v chunks sends and receives; stage 1 has no
+# cut after it); time = max load * (m + (s - 1) / v) = max load * (2 + 1 / v). Sequence parallelism
+# moves the same bytes (reduce-scatter + all-gather for all-reduce): the time does not change.
+#   v = 1: none [4, 3] -> 12; selective [4.25, 3.25] -> 12.75; full [5, 4] -> 15.
+#   v = 2: none [5, 3] -> 12.5; selective [5.25, 3.25] -> 13.125; full [6, 4] -> 15.
+# Memory per device = weights + gradients 2 x 1000 + ceil(kept x u / v) + working, with u the
+# (chunk-)microbatches in flight: v = 1: u = 2 and 1; v = 2: 2 (q - 1) + (v - 1) s + 1 = 5 and 3.
+# kept: none the stash, selective the selective stash, full the input; working: none 0, selective one
+# attention core 40, full one layer's stash.
+#   no SP (100, 60, 20): v = 1: none 2000 + 200, 2000 + 100; selective 2000 + 120 + 40,
+#     2000 + 60 + 40; full 2000 + 40 + 100, 2000 + 20 + 100. v = 2: none 2000 + 250, 2000 + 150;
+#     selective 2000 + 150 + 40, 2000 + 90 + 40; full 2000 + 50 + 100, 2000 + 30 + 100.
+#   SP (80, 40, 10): v = 1: none 2000 + 160, 2000 + 80; selective 2000 + 80 + 40, 2000 + 40 + 40;
+#     full 2000 + 20 + 80, 2000 + 10 + 80. v = 2: none 2000 + 200, 2000 + 120; selective
+#     2000 + 100 + 40, 2000 + 60 + 40; full 2000 + 25 + 80, 2000 + 15 + 80.
+TIMES: dict[tuple[str, int], tuple[list[float], float]] = {
+    ("none", 1): ([4.0, 3.0], 12.0),
+    ("selective", 1): ([4.25, 3.25], 12.75),
+    ("full", 1): ([5.0, 4.0], 15.0),
+    ("none", 2): ([5.0, 3.0], 12.5),
+    ("selective", 2): ([5.25, 3.25], 13.125),
+    ("full", 2): ([6.0, 4.0], 15.0),
+}
+MEMORY: dict[tuple[str, bool, int], list[int]] = {
+    ("none", False, 1): [2200, 2100],
+    ("selective", False, 1): [2160, 2100],
+    ("full", False, 1): [2140, 2120],
+    ("none", False, 2): [2250, 2150],
+    ("selective", False, 2): [2190, 2130],
+    ("full", False, 2): [2150, 2130],
+    ("none", True, 1): [2160, 2080],
+    ("selective", True, 1): [2120, 2080],
+    ("full", True, 1): [2100, 2090],
+    ("none", True, 2): [2200, 2120],
+    ("selective", True, 2): [2140, 2100],
+    ("full", True, 2): [2105, 2095],
 }
 
 
-@pytest.mark.parametrize("case", sorted(TOY_CASES))
-def test_toy_iteration_and_memory_by_hand(case: str) -> None:
-    overrides, loads, time_s, memory = TOY_CASES[case]
-    figures = explain_plan(toy(**overrides), [[0], [1]], t=1, d=1)
+@pytest.mark.parametrize("interleave", [1, 2])
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, interleave: int) -> None:
+    problem = toy(2, sequence_parallel, recompute=mode, interleave=interleave)
+    figures = explain_plan(problem, [[0], [1]], t=2, d=1)
     placement = figures.placement
+    loads, time_s = TIMES[mode, interleave]
     assert [s.load_s for s in placement.stages] == loads
     assert placement.time_per_batch_s == time_s
-    assert [s.memory_bytes for s in placement.stages] == memory
+    assert [s.memory_bytes for s in placement.stages] == MEMORY[mode, sequence_parallel, interleave]
+    assert placement.sequence_parallel is sequence_parallel
     it = figures.iteration
     parts = it.forward_s + it.backward_s + it.recompute_s + it.p2p_s + it.bubble_s + it.dp_sync_s
     assert parts == pytest.approx(time_s, rel=1e-12)
+
+
+def test_toy_phazes_rule_and_one_device_per_stage() -> None:
+    # PHAZE's rule: the last stage does not recompute (load 3 s, memory 2000 + 100 as under none);
+    # the time is still stage 0's 5 s x 3 = 15. The same toy on one device per stage (t = 1).
+    problem = toy(recompute="full", last_stage_recomputes=False)
+    placement = explain_plan(problem, [[0], [1]], t=1, d=1).placement
+    assert [s.load_s for s in placement.stages] == [5.0, 3.0]
+    assert placement.time_per_batch_s == 15.0
+    assert [s.memory_bytes for s in placement.stages] == [2140, 2100]
 
 
 def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None:
@@ -111,8 +157,6 @@ def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None
 def test_sequence_parallel_and_recompute_bytes_of_a_layer_by_hand() -> None:
     # A layer at t = 2 with a per-sample stash of 100 B: 40 B not split by tensor parallelism, 30 B of
     # attention core, 16 B of floating-point input; 2 fixed bytes. Microbatch 3.
-    from phazec.ir.core import LayerMemory
-
     memory = LayerMemory(
         parameter_count=0, parameter_bytes=0, gradient_bytes=0, optimizer="sgd", optimizer_state_bytes=0,
         stash_fixed_bytes=2, stash_per_sample_bytes=100, input_fixed_bytes=0, input_per_sample_bytes=20,
@@ -186,9 +230,13 @@ PLAN = (
 )
 
 
-def test_phazec_plan_and_phazec_give_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
+def test_phazec_plan_and_phazec_give_the_same_time(
+    cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = compose_config(*PLAN, f"cache_dir={cache_dir}")
-    report = run_plan(cfg, tmp_path)
+    with caplog.at_level(logging.WARNING):
+        report = run_plan(cfg, tmp_path)
+    assert "baseline" not in caplog.text  # gpt2_xl's baseline (1024 devices) is the search's, not the plan's
     assert (tmp_path / "plan.json").is_file()
     parts = report.breakdown.total_s
     assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)
@@ -218,13 +266,25 @@ BAD_PLANS = [
     ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
     ("plan.dp=8", r"2 \* 2 \* 8 = 32 does not divide"),
     ("plan.interleave=0", r"plan.interleave=0 is not valid: it must be a positive integer"),
+    ("plan.tp=-1", r"plan.tp=-1 is not valid: it must be a positive integer"),
+    ("plan.microbatch=0", r"plan.microbatch=0 is not valid: it must be a positive integer"),
+    (
+        "system.devices=32 plan.microbatch=4 plan.dp=8",
+        r"plan.dp=8 is more than the 4 microbatches of a batch \(global batch 16 / microbatch 4\)",
+    ),
+    (
+        "system.hbm_gb=[nan]",
+        r"system.hbm_gb\[0\] = nan is not valid: it must be a finite number greater than 0",
+    ),
+    ("system.devices=-8", r"system.devices = -8 is not valid: it must be a positive integer"),
+    ("system.global_batch=0", r"system.global_batch = 0 is not valid: it must be a positive integer"),
 ]
 
 
 @pytest.mark.parametrize(("override", "message"), BAD_PLANS)
 def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> None:
     with pytest.raises(PhazecError, match=message):
-        predict_plan(compose_config(*PLAN, override, f"cache_dir={tmp_path}"))
+        predict_plan(compose_config(*PLAN, *override.split(), f"cache_dir={tmp_path}"))
 
 
 @pytest.mark.parametrize(
@@ -233,6 +293,7 @@ def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> Non
         ("plan.interleave=2", r"plan.interleave=2 does not divide the blocks per stage \[1, 1\]"),
         ("plan.layers=[2,1]", r"plan.layers=\[2, 1\] is not valid: give 2 positive block counts"),
         ("plan.tp=8", r"tensor-parallel width 8 does not divide"),
+        ("plan.pp=3", r"plan.pp=3 does not divide the model's 2 transformer blocks; choose a divisor of 2"),
         ("hw=tpu_small", r"hw=tpu_small spans \d+ designs; phazec-plan times one"),
     ],
 )
@@ -240,6 +301,8 @@ def test_bad_plans_needing_the_model_are_named(override: str, message: str, cach
     overrides = [*PLAN, override, f"cache_dir={cache_dir}"]
     if override == "plan.tp=8":
         overrides += ["plan.dp=1", "plan.pp=1"]
+    if override == "plan.pp=3":
+        overrides += ["system.devices=12"]
     with pytest.raises(PhazecError, match=message):
         predict_plan(compose_config(*overrides))
 
@@ -256,12 +319,52 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
         predict_plan(strict)
 
 
-def test_the_command_answers_bad_input_with_one_paragraph(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("plan.recompute=some", "phazec: error: plan.recompute='some' is not a recompute mode"),
+        # Hydra's own paragraph for a value its typed config cannot hold.
+        (
+            "plan.dp=nan",
+            "Value 'nan' of type 'float' could not be converted to Integer\n    full_key: plan.dp",
+        ),
+    ],
+)
+def test_the_command_answers_bad_input_with_one_paragraph(
+    override: str, message: str, tmp_path: Path
+) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from phazec.cli import plan_main; plan_main()", *PLAN, "plan.recompute=some",
+        [sys.executable, "-c", "from phazec.cli import plan_main; plan_main()", *PLAN, override,
          f"cache_dir={tmp_path}", f"hydra.run.dir={tmp_path}/run"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "phazec: error: plan.recompute='some' is not a recompute mode" in done.stderr
+    assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) -> None:
+    # Every (sequence parallelism, interleave, distributed optimizer) setting gets its own row (one
+    # design, microbatch, t, recompute and HBM here); the fastest feasible row is result.json's plan.
+    cfg = compose_config(
+        *TINY, "hw=tpuv4", "system.devices=4", "system.global_batch=8", f"cache_dir={cache_dir}",
+        "model.tp_widths=[2]", "train.microbatch=[2]", "train.recompute=[full]", "system.hbm_gb=[80]",
+        "train.sequence_parallel=[false,true]", "train.interleave=[1,2]",
+        "train.distributed_optimizer=[false,true]", "search.workers=1",
+    )  # fmt: skip
+    result = run_search(cfg, tmp_path, Path(__file__).parents[1] / "conf")
+    rows = list(csv.DictReader((tmp_path / "explored.csv").open()))
+    settings = {(r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
+                for r in rows}  # fmt: skip
+    assert len(rows) == len(settings) == 2 * 2 * 2
+    feasible = [r for r in rows if r["feasible"] == "True"]
+    time_s = min(float(r["time_per_batch_s"]) for r in feasible)
+    assert time_s == result["time_per_batch_s"]
+    fastest = {
+        (r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
+        for r in feasible
+        if float(r["time_per_batch_s"]) == time_s
+    }
+    plan = result["plan"]
+    knobs = ("tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer")
+    assert tuple(str(plan[k]) for k in knobs) in fastest

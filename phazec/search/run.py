@@ -115,14 +115,15 @@ def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> Ph
 
 
 def explored_csv(found: Found, usage: Usage) -> str:
-    """One row per evaluated (design, microbatch, t, recompute, HBM), with a plan's power, utilisation
-    and energy (`phazec.search.usage`)."""
+    """One row per evaluated (design, microbatch, t, recompute, sequence parallelism, interleave,
+    distributed optimizer, HBM), with a plan's power, utilisation and energy (`phazec.search.usage`)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([
         "design", "num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2",
-        "microbatch", "tp", "recompute", "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s",
-        "throughput_samples_per_s", "min_memory_bytes", *USAGE_COLUMNS,
+        "microbatch", "tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer",
+        "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s", "throughput_samples_per_s",
+        "min_memory_bytes", *USAGE_COLUMNS,
     ])  # fmt: skip
     d = found.designs
     for c in found.candidates:
@@ -130,7 +131,7 @@ def explored_csv(found: Found, usage: Usage) -> str:
         knobs = [int(d.num_tc[c.design]), int(d.tc_width[c.design]), int(d.tc_depth[c.design]),
                  int(d.num_vc[c.design]), int(d.vc_width[c.design]), int(d.glb_bytes[c.design])]  # fmt: skip
         row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute]
-        row.append(r.hbm_bytes)
+        row += [r.sequence_parallel, r.interleave, r.distributed_optimizer, r.hbm_bytes]
         if isinstance(r, Placement):
             row += [True, r.stage_count, r.d, repr(r.time_per_batch_s), repr(r.throughput_samples_per_s), ""]
             row += usage_cells(outcome(d, c, usage))
@@ -220,6 +221,7 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     `out_dir`; returns the job, what the search found and the result."""
     start = time.perf_counter()
     validate.writable_dir(out_dir, "the run directory")
+    validate.baseline_plan(cfg.model, int(cfg.system.devices))
     job = setup(cfg)
     searched = time.perf_counter()
     found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
