@@ -1,4 +1,5 @@
-"""The training-graph pipeline (tensor parallel -> autodiff -> fuse -> memory) and its per-layer rows."""
+"""The training-graph pipeline (tensor parallel -> attention -> autodiff -> fuse -> memory) and its
+per-layer rows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from phazec.errors import PhazecError
 from phazec.ir.core import Graph, LayerMemory, Model, OpKind
 from phazec.ir.ops import collective_bytes, flops, gemm_dims
+from phazec.passes.attention import Attention
 from phazec.passes.autodiff import Autodiff
 from phazec.passes.base import PassTiming, Pipeline
 from phazec.passes.fuse import Fuse
@@ -21,6 +23,8 @@ def training_pipeline(
     fuse: bool = True,
     optimizer: str = "sgd",
     update: bool = False,
+    attention: str = "unfused",
+    causal: bool = False,
 ) -> Pipeline:
     """The passes that turn a lowered model into per-device training graphs with memory figures.
 
@@ -30,10 +34,13 @@ def training_pipeline(
         fuse: fuse each GEMM with its single elementwise consumer.
         optimizer: `sgd` or `adam`, for the optimizer state (and the update op).
         update: attach each layer's once-per-batch optimizer update graph.
+        attention: the attention kernel (`unfused`, `fused_softmax`, `flash`; `phazec.passes.attention`).
+        causal: the model's attention is causal (the kernel masks by position and skips masked tiles).
     """
     return Pipeline(
         (
             TensorParallel(width, vocab_parallel),
+            Attention(attention, causal),
             Autodiff(optimizer if update else None),
             Fuse(fuse),
             Memory(optimizer),
