@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from phazec.api import lower_config
 from phazec.cli import conf_dir
 from phazec.configure import setup
 from phazec.cost.model import MODELS, op_costs
@@ -153,3 +154,19 @@ def test_setup_builds_each_presets_kernel(hw: str, kernel_op: str, cache_dir: Pa
     model = job.evaluator.graphs[1]
     blocks = [model.classes[layer.cls].graph for layer in model.layers if layer.kind is LayerKind.BLOCK]
     assert blocks and all(sum(op.op_type == kernel_op for op in graph.ops) == 1 for graph in blocks)
+
+
+def test_phazec_ir_prices_the_presets_kernel(cache_dir: Path, tmp_path: Path) -> None:
+    # phazec-ir's per-device table of a GPT-2 block on a100 (flash) keeps per sample what selective
+    # recompute keeps of the same block unfused (tpuv4); the kernel scales the scores itself, so the
+    # exporter's 2-byte scale (sqrt of 1/sqrt(d), applied to Q and K) is not kept either.
+    blocks = {}
+    for hw in ("tpuv4", "a100"):
+        report, _ = lower_config(compose_config(*TINY, f"hw={hw}", f"cache_dir={cache_dir}"), tmp_path / hw)
+        blocks[hw] = next(row for row in report["training"]["layers"] if row["kind"] == "block")
+    unfused, flash = blocks["tpuv4"], blocks["a100"]
+    unfused_memory, flash_memory = unfused["memory"], flash["memory"]
+    core = unfused_memory["core_per_sample_bytes"]
+    assert core > 0 == flash_memory["core_per_sample_bytes"]
+    assert flash_memory["stash_per_sample_bytes"] == unfused_memory["stash_per_sample_bytes"] - core
+    assert flash_memory["stash_fixed_bytes"] == unfused_memory["stash_fixed_bytes"] - 2

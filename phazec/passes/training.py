@@ -129,11 +129,20 @@ def training_rows(
     vocab_parallel: bool = False,
     fuse: bool = True,
     optimizer: str = "sgd",
+    attention: str = "unfused",
+    causal: bool = False,
 ) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
     The input model is not changed (it can be shared across widths).
     """
-    pipeline = training_pipeline(width, vocab_parallel=vocab_parallel, fuse=fuse, optimizer=optimizer)
+    pipeline = training_pipeline(
+        width,
+        vocab_parallel=vocab_parallel,
+        fuse=fuse,
+        optimizer=optimizer,
+        attention=attention,
+        causal=causal,
+    )
     trained, timings = pipeline.run(model)
     return rows_at(trained, microbatch), timings
