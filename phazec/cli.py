@@ -25,6 +25,7 @@ from phazec.plan import PlanReport
 from phazec.report.plan import plan_table
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
+from phazec.rundir import make_dir
 
 __all__ = [
     "JobError",
@@ -61,8 +62,17 @@ class UserErrorExit(Callback):
     """Ends a single run whose job raised a PhazecError as `user_errors` does: one paragraph, exit 2.
 
     Registered in `conf/config.yaml`. Runs after every callback's `on_job_end`, so tracking has already
-    recorded the failed job; without it Hydra would print a traceback and exit 1.
+    recorded the failed job; without it Hydra would print a traceback and exit 1. It also creates the
+    run (sweep) directory before Hydra does, so one that cannot be created is one paragraph too.
     """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Create the run directory, or end with one paragraph and exit 2 if it cannot be."""
+        make_dir(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Create the sweep directory, or end with one paragraph and exit 2 if it cannot be."""
+        make_dir(config.hydra.sweep.dir)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Exit 2 with the job's message if it failed with a PhazecError; exit 130 or 143 with the

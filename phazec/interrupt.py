@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import NoReturn
@@ -26,6 +27,11 @@ class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
     def __init__(self, signum: int) -> None:
         super().__init__(f"{MESSAGE} (signal {signal.Signals(signum).name})")
         self.signum = signum
+
+    def __reduce__(self) -> tuple[type[Interrupted], tuple[int]]:
+        """Pickled by its signal, so a worker's interrupt (Gurobi catches a terminal's Ctrl-C in a
+        worker too) reaches the parent whole."""
+        return Interrupted, (self.signum,)
 
     @property
     def exit_status(self) -> int:
@@ -48,6 +54,32 @@ def interruptible() -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block, for work a signal must not cut midway: handing a new
+    worker process its start-up data (cut, the worker prints a traceback). Within `interruptible`, a
+    signal received in the block raises `Interrupted` when the block ends. A process started in the
+    block begins with SIGINT blocked, so a terminal's Ctrl-C, which reaches the whole process group,
+    cannot end it with a traceback before it ignores SIGINT itself."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    hold = threading.current_thread() is threading.main_thread() and all(
+        signal.getsignal(s) is _raise for s in SIGNALS
+    )
+    held: list[int] = []
+    if hold:
+        for s in SIGNALS:
+            signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        if hold:
+            for s in SIGNALS:
+                signal.signal(s, _raise)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if held:
+        raise Interrupted(held[0])
 
 
 def exit_interrupted(error: Interrupted) -> NoReturn:

@@ -1,11 +1,14 @@
 """Processes: SIGINT, SIGTERM and kill -9 of a `search.workers=2` search leave no process behind and
-the rerun resumes to the uninterrupted answer; two processes share one SQLite MLflow store."""
+the rerun resumes to the uninterrupted answer; Ctrl-C stops a sweep, and a Gurobi or HiGHS solve, as
+an interrupt; two searches share one new SQLite MLflow store and one cache."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import pickle
 import signal
 import sqlite3
 import subprocess
@@ -40,6 +43,21 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def workers_of(pid: int, started: bool) -> set[int]:
+    """The worker processes `pid` spawned (not multiprocessing's resource tracker); if `started`,
+    only those past their start-up (they ignore SIGINT once the pool's initializer ran)."""
+    found = set()
+    for child in children(pid):
+        with contextlib.suppress(OSError):
+            if b"spawn_main" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                continue
+            status = Path(f"/proc/{child}/status").read_text()
+            ignored = int(status.split("SigIgn:")[1].split()[0], 16)
+            if not started or ignored & (1 << (signal.SIGINT - 1)):
+                found.add(child)
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie nobody reaped yet counts as ended)."""
     try:
@@ -68,29 +86,47 @@ def cold_cache(tmp_path: Path, cache_dir: Path) -> Path:
     return cache
 
 
-def start_and_stop(tmp_path: Path, cache: Path, signum: int, *extra: str) -> tuple[int, str, float]:
-    """Start a search, send `signum` once a batch is saved and both workers run; returns the exit
-    status, stderr and the seconds from the signal until every child process of the search ended."""
-    command = [sys.executable, "-c", "from phazec.cli import main; main()", *QUICK, *OVERRIDES]
+def start_and_stop(
+    tmp_path: Path,
+    cache: Path,
+    signum: int,
+    *extra: str,
+    flags: tuple[str, ...] = (),
+    saved: bool = True,
+    starting: float | None = None,
+) -> tuple[int, str, float]:
+    """Start a search (`flags`: "-m" for a multirun) and send `signum` once both workers have started
+    and, if `saved`, a batch is saved; or, if `starting` is given, that many seconds after the second
+    worker is spawned, while it starts up.
+    SIGINT goes to the whole process group, as a terminal's Ctrl-C does, another signal to the
+    search's process. Returns the exit status, stderr and the seconds from the signal until every
+    worker ended."""
+    command = [sys.executable, "-c", "from phazec.cli import main; main()", *flags, *QUICK, *OVERRIDES]
     process = subprocess.Popen(
         [*command, f"cache_dir={cache}", f"hydra.run.dir={tmp_path / 'stopped'}", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
-    saved = cache / "search"
-    while not list(saved.glob("*/batch_*.json")) or len(children(process.pid)) < 3:
+    batches = cache / "search"
+    while True:
         assert process.poll() is None, f"the search ended before it could be stopped: {process.stderr}"
-        time.sleep(0.02)
-    spawned = children(process.pid)  # the two workers and multiprocessing's resource tracker
-    workers = {pid for pid in spawned if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()}
-    assert len(workers) == 2
+        workers = workers_of(process.pid, started=starting is None)
+        if len(workers) == 2 and (not saved or starting is not None or list(batches.glob("*/batch_*.json"))):
+            break
+        time.sleep(0.002)
+    time.sleep(starting or 0.0)
     start = time.perf_counter()
-    process.send_signal(signum)
-    assert gone(workers, 5.0)
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    assert gone(workers_of(process.pid, started=False) | workers, 5.0)
     seconds = time.perf_counter() - start
+    spawned = children(process.pid)  # multiprocessing's resource tracker
     _, stderr = process.communicate(timeout=120)
-    assert gone(spawned, 1.0)  # the tracker too, once the search has ended
+    assert gone(spawned, 1.0)  # it ends with the search
     return process.returncode, stderr, seconds
 
 
@@ -106,22 +142,69 @@ def assert_resumes(tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
     ).read_bytes()
 
 
+INTERRUPTED = "phazec: interrupted; rerun the same command to resume"
+
+
+def assert_interrupted(status: int, stderr: str, expected_status: int) -> None:
+    """The command ended with `expected_status` and the one interrupt line, without a traceback."""
+    assert status == expected_status, stderr
+    assert stderr.rstrip().endswith(INTERRUPTED)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+def stop_tracked_search(tmp_path: Path, cache: Path, signum: int, saved: bool) -> tuple[int, str, float]:
+    """`start_and_stop` tracking into a new SQLite store: its one run ends KILLED."""
+    store = tmp_path / "mlflow.db"
+    uri = f"tracking.uri=sqlite:///{store}"
+    stopped = start_and_stop(tmp_path, cache, signum, "tracking=mlflow", uri, saved=saved)
+    with sqlite3.connect(store) as db:
+        assert db.execute("select status from runs").fetchall() == [("KILLED",)]
+    assert not (tmp_path / "stopped" / "result.json").exists()
+    return stopped
+
+
 def test_sigint_stops_workers_ends_the_run_killed_and_resumes(
     tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache = cold_cache(tmp_path, cache_dir)
-    store = tmp_path / "mlflow.db"
-    status, stderr, seconds = start_and_stop(
-        tmp_path, cache, signal.SIGINT, "tracking=mlflow", f"tracking.uri=sqlite:///{store}"
-    )
-    assert status == 130, stderr
-    assert stderr.rstrip().endswith("phazec: interrupted; rerun the same command to resume")
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    status, stderr, seconds = stop_tracked_search(tmp_path, cache, signal.SIGINT, saved=True)
+    assert_interrupted(status, stderr, 130)
     assert seconds < 1.0
-    with sqlite3.connect(store) as db:
-        assert db.execute("select status from runs").fetchall() == [("KILLED",)]
-    assert not (tmp_path / "stopped" / "result.json").exists()
     assert_resumes(tmp_path, cache, caplog)
+
+
+def test_sigterm_stops_workers_and_ends_the_run_killed_with_143(tmp_path: Path, cache_dir: Path) -> None:
+    status, stderr, seconds = stop_tracked_search(
+        tmp_path, cold_cache(tmp_path, cache_dir), signal.SIGTERM, saved=False
+    )
+    assert_interrupted(status, stderr, 143)
+    assert seconds < 1.0
+
+
+@pytest.mark.parametrize(
+    ("signum", "after_s"), [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.2)], ids=["TERM", "INT"]
+)
+def test_a_signal_while_workers_start(tmp_path: Path, cache_dir: Path, signum: int, after_s: float) -> None:
+    """SIGTERM as the second worker is spawned (the search would cut the handing over of the worker's
+    start-up data: the worker printed a traceback), and Ctrl-C to the group while it starts up (it
+    reached the worker before it ignored SIGINT: a KeyboardInterrupt traceback): both stop the search
+    as usual, without a traceback."""
+    cache = cold_cache(tmp_path, cache_dir)
+    status, stderr, _ = start_and_stop(tmp_path, cache, signum, starting=after_s)
+    assert_interrupted(status, stderr, 128 + signum)
+
+
+def test_ctrl_c_stops_a_sweep(tmp_path: Path, cache_dir: Path) -> None:
+    """SIGINT during the first job of a two-job multirun: the sweep stops there, exit 130."""
+    sweep = tmp_path / "sweep"
+    status, stderr, seconds = start_and_stop(
+        tmp_path, cold_cache(tmp_path, cache_dir), signal.SIGINT, f"hydra.sweep.dir={sweep}",
+        "solver.seed=0,1", flags=("-m",), saved=False,
+    )  # fmt: skip
+    assert_interrupted(status, stderr, 130)
+    assert seconds < 1.0
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"]  # job 1 never started
+    assert not (sweep / "0" / "result.json").exists()
 
 
 def test_kill_9_leaves_no_worker_behind_and_resumes(
@@ -140,39 +223,35 @@ def test_sigterm_is_interrupted_with_status_143() -> None:
         time.sleep(5)
     assert stopped.value.exit_status == 143
     assert Interrupted(signal.SIGINT).exit_status == 130
+    assert pickle.loads(pickle.dumps(stopped.value)).exit_status == 143  # as a worker's result
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the old handler is back
 
 
-STORE_SCRIPT = """
-import sys
-from omegaconf import OmegaConf
-from phazec.track.mlflow_runs import MlflowCallback
-callback = MlflowCallback()
-cfg = OmegaConf.create({"tracking": {"uri": sys.argv[1], "experiment": "shared", "artifacts": "",
-                        "http_retries": 2, "http_timeout_s": 10}, "hydra": {"runtime": {"cwd": sys.argv[2]}}})
-callback._guard(".", callback._open, cfg)
-client = callback._client()
-run = client.create_run(callback._experiment_id)
-client.set_terminated(run.info.run_id, "FINISHED")
-assert not callback._broken
-"""
-
-
-def test_two_processes_create_one_sqlite_store(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'new.db'}"
+def test_two_searches_share_one_new_store_and_cache(tmp_path: Path, cache_dir: Path) -> None:
+    """Two `phazec` processes started at once on one new SQLite store and one cold cache: both finish,
+    both runs are recorded (the store is created once), and both give the same answer."""
+    cache = cold_cache(tmp_path, cache_dir)
+    store = tmp_path / "new.db"
+    command = [sys.executable, "-c", "from phazec.cli import main; main()", *QUICK, "model=bert_large"]
+    command += ["hw=tpuv4", "tracking=mlflow", f"tracking.uri=sqlite:///{store}", f"cache_dir={cache}"]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", STORE_SCRIPT, uri, str(tmp_path)], stderr=subprocess.PIPE, text=True
+            [*command, f"hydra.run.dir={tmp_path / f'run{n}'}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        for _ in range(2)
+        for n in range(2)
     ]
     for process in processes:
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr
         assert "MLflow logging failed" not in stderr
-    with sqlite3.connect(tmp_path / "new.db") as db:
+    with sqlite3.connect(store) as db:
         assert db.execute("select status from runs").fetchall() == [("FINISHED",), ("FINISHED",)]
-        assert db.execute("select count(*) from experiments where name = 'shared'").fetchone() == (1,)
+        assert db.execute("select count(*) from experiments where name = 'phazec'").fetchone() == (1,)
+    results = [json.loads((tmp_path / f"run{n}" / "result.json").read_text()) for n in range(2)]
+    assert answer(results[0]) == answer(results[1])
 
 
 def test_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
@@ -202,3 +281,57 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     assert gone({worker}, 1.0)
+
+
+SOLVE_SCRIPT = """
+import math, random, sys
+from phazec.cli import user_errors
+from phazec.interrupt import Interrupted, exit_interrupted, interruptible
+from phazec.solvers.schedule_backends import Mip, solve
+from phazec.solvers.schema import SolverConfig
+# A market-split instance (Cornuejols and Dawande): 5 rows of 40 random binaries, each row's target half
+# its sum, slack priced 1. Proving the optimum takes branch and bound tens of seconds.
+rows, n = 5, 40
+rng = random.Random(0)
+a = [[rng.randrange(100) for _ in range(n)] for _ in range(rows)]
+target = tuple(float(sum(r) // 2) for r in a)
+cols = n + 2 * rows
+mip = Mip(
+    tuple(f"x{j}" for j in range(cols)), (0.0,) * cols, (1.0,) * n + (math.inf,) * (2 * rows),
+    (0.0,) * n + (1.0,) * (2 * rows), (True,) * n + (False,) * (2 * rows),
+    tuple(f"r{i}" for i in range(rows)), target, target,
+    tuple(tuple([(j, float(a[i][j])) for j in range(n)] + [(n + i, 1.0), (n + rows + i, -1.0)])
+          for i in range(rows)),
+)
+config = SolverConfig(backend=sys.argv[1], node_limit=10**9, time_limit_s=float(sys.argv[2]), mip_gap=0.0)
+try:
+    with user_errors(), interruptible():
+        print("solving", flush=True)
+        solve(mip, config)
+except Interrupted as err:
+    exit_interrupted(err)
+"""
+
+
+@pytest.mark.parametrize(
+    ("backend", "time_limit_s"),
+    [("gurobi", 60.0), ("highs", 2.0)],
+)
+def test_ctrl_c_during_a_solve_is_an_interrupt(backend: str, time_limit_s: float) -> None:
+    """Gurobi catches Ctrl-C itself and stops with status 11 (INTERRUPTED): reported as the interrupt,
+    at once. HiGHS runs its solve without returning to Python, so the signal takes effect when the
+    solve ends (here at its 2 s time limit): the interrupt still, not a result or another error."""
+    if backend == "gurobi":
+        pytest.importorskip("gurobipy")
+    command = [sys.executable, "-c", SOLVE_SCRIPT, backend, str(time_limit_s)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline() == "solving\n"
+    time.sleep(0.5)  # inside the solve
+    start = time.perf_counter()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    seconds = time.perf_counter() - start
+    assert_interrupted(process.returncode, stderr, 130)
+    assert "status" not in stderr
+    assert seconds < (1.0 if backend == "gurobi" else time_limit_s + 1.0)

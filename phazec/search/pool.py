@@ -20,6 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TypeVar
 
 from phazec.hw.designs import Designs
+from phazec.interrupt import deferred
 from phazec.search.evaluate import Evaluator, Timings
 
 T = TypeVar("T")
@@ -34,8 +35,9 @@ _WORKER: dict[str, Evaluator] = {}
 
 
 def _start_worker(evaluator: Evaluator) -> None:
-    """Keep the evaluator; leave Ctrl-C to the parent (it stops the workers); exit when the parent
-    is gone, however it died."""
+    """Keep the evaluator; leave Ctrl-C to the parent (it stops the workers; SIGINT is blocked from
+    the worker's start, `phazec.interrupt.deferred`, and now ignored); exit when the parent is gone,
+    however it died."""
     _WORKER["evaluator"] = evaluator
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
@@ -85,7 +87,8 @@ class Workers:
             finally:
                 self.evaluator.timings = own
             return done
-        return self._pool.submit(_run_in_worker, task, designs)
+        with deferred():  # a submit may start a worker: a signal waits until it has its data
+            return self._pool.submit(_run_in_worker, task, designs)
 
     def result(self, future: Future[tuple[T, Timings]]) -> T:
         """A task's result; the seconds it took are added to the evaluator's timings."""
