@@ -9,11 +9,11 @@ with phazec's one model of time as `phazec-plan` times a plan (`predict_s`; the 
 two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
 seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
 too; selective for the Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes
-them in the backward pass), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision Adam and its
-optimizer step, on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
-`dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The measured seconds per iteration
-are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP count its source used (see
-`measured_s`). Rows phazec cannot express are listed with the reason.
+them in the backward pass), the attention kernel the run used (`Run.attention`), sequence parallelism,
+`tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the chip's hw preset (`a100`, `h100`,
+`v100`) and system (`dgx_a100`, `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The
+measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP
+count its source used (see `measured_s`). Rows phazec cannot express are listed with the reason.
 
 Split, written down before fitting: CALIBRATION below; every other expressible row is held out.
 Fit: one parameter per chip, `hw.device.gemm_utilisation`, the value in 0.30 .. 1.00 (steps of 0.01)
@@ -36,6 +36,7 @@ from phazec.cli import conf_dir
 from phazec.configure import setup, training_graphs
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
+from phazec.passes.attention import is_causal
 from phazec.plan import plan_knobs, time_plan
 from phazec.search.evaluate import Evaluator
 
@@ -85,6 +86,10 @@ class Run:
     gpus: int
     recompute: str
     """none, selective or full (`phazec.solvers.placement.RECOMPUTE_MODES`)."""
+    attention: str
+    """The attention kernel the run used (`hw.device.attention`): `flash` for Megatron-Core (Transformer
+    Engine's fused attention), `fused_softmax` for Megatron-LM 2020-2021 (its scale-mask-softmax kernel,
+    `--masked-softmax-fusion`, on by default)."""
     measured_s: float
 
 
@@ -150,6 +155,7 @@ def expressible(row: dict[str, str]) -> Run | str:
         dp=int(row["dp"]),
         gpus=int(row["gpus"]),
         recompute="selective" if h100_default else "none" if row["recompute"] in ("none", "no") else "full",
+        attention="flash" if h100_default else "fused_softmax",
         measured_s=measured_s(row),
     )
 
@@ -175,6 +181,7 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.distributed_optimizer={str(run.megatron_core).lower()}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
+                f"hw.device.attention={run.attention}",
                 "solver.node_limit=200",
                 "solver.search_node_limit=100000",
             ],
@@ -210,7 +217,10 @@ def prepare(run: Run) -> Prepared:
     knobs = plan_knobs(cfg)
     job = setup(cfg, knobs, widths=[run.tp])
     model = fidelity_models.deepen(load_model(job.model_cfg, default_cache_dir(cfg.cache_dir)), run.layers)
-    graphs = training_graphs(model, [run.tp], knobs.optimizer, cfg.parallel.vocab_parallel)
+    graphs = training_graphs(
+        model, [run.tp], knobs.optimizer, cfg.parallel.vocab_parallel,
+        attention=job.designs.device.attention, causal=is_causal(job.model_cfg.arch),
+    )  # fmt: skip
     return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
 
 

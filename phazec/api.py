@@ -36,6 +36,7 @@ from phazec.config import conf_dir, model_list, register, validate_train
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
+from phazec.passes.attention import is_causal
 from phazec.passes.training import training_rows
 from phazec.plan import PlanReport, predict_plan
 from phazec.report.plots import write_plots
@@ -95,8 +96,9 @@ def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
     rows = summarize(model)
     tp = cfg.parallel.tp
     training, _ = training_rows(
-        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer
-    )
+        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer,
+        attention=cfg.hw.device.attention, causal=is_causal(model_cfg.arch),
+    )  # fmt: skip
     text = "\n".join([
         f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
         f"{model.parameter_count:,} parameters, sequence {model.seq_len}",

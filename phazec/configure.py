@@ -20,6 +20,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
+from phazec.passes.attention import is_causal
 from phazec.passes.training import training_pipeline
 from phazec.report.progress import stage
 from phazec.search.evaluate import Evaluator, Knobs
@@ -68,11 +69,20 @@ def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
 
 
 def training_graphs(
-    model: Model, widths: list[int], optimizer: str, vocab_parallel: bool
+    model: Model,
+    widths: list[int],
+    optimizer: str,
+    vocab_parallel: bool,
+    *,
+    attention: str = "unfused",
+    causal: bool = False,
 ) -> dict[int, Model]:
-    """The per-device training graph of the model at each allowed tensor-parallel width."""
+    """The per-device training graph of the model at each allowed tensor-parallel width, its attention
+    core priced as the kernel `attention` (`phazec.passes.attention`)."""
     return {
-        t: training_pipeline(t, optimizer=optimizer, vocab_parallel=vocab_parallel).run(model)[0]
+        t: training_pipeline(
+            t, optimizer=optimizer, vocab_parallel=vocab_parallel, attention=attention, causal=causal
+        ).run(model)[0]
         for t in sorted(set(widths))
     }
 
@@ -100,7 +110,8 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
     with stage("training graphs"):
         graphs = training_graphs(
             model, list(model_cfg.tp_widths if widths is None else widths), knobs.optimizer,
-            cfg.parallel.vocab_parallel,
+            cfg.parallel.vocab_parallel, attention=designs.device.attention,
+            causal=is_causal(model_cfg.arch),
         )  # fmt: skip
     evaluator = Evaluator(
         graphs=graphs,

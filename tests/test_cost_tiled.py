@@ -112,7 +112,7 @@ op_strategy = st.one_of(
         dims,
         dims,
         st.integers(0, 1 << 20),
-        st.sampled_from([OpKind.GEMM, OpKind.FUSED]),
+        st.sampled_from([OpKind.GEMM, OpKind.FUSED, OpKind.ATTENTION]),
         st.sampled_from(list(VectorClass)[1:]),
         st.booleans(),
         st.integers(1, 1 << 24),

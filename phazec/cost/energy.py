@@ -36,7 +36,7 @@ def op_energy_parts_j(ops: OpTable, designs: Designs) -> dict[str, F64]:
         "hbm": np.broadcast_to(vector_bytes * HBM_BYTE_J, shape).copy(),
         "network": np.broadcast_to((sent_bytes(ops) * LINK_BYTE_J)[:, None], shape).copy(),
     }
-    rows = np.flatnonzero((ops.kind == OpKind.GEMM) | (ops.kind == OpKind.FUSED))
+    rows = np.flatnonzero(np.isin(ops.kind, (OpKind.GEMM, OpKind.FUSED, OpKind.ATTENTION)))
     if rows.size:
         gemms = ops.take(rows)
         traffic = gemm_traffic(gemms, designs)

@@ -29,6 +29,9 @@ class OpKind(IntEnum):
     """Ring all-reduce of `collective_bytes` among `group_size` devices."""
     P2P = 5
     """Point-to-point transfer of `collective_bytes` to one other device."""
+    ATTENTION = 6
+    """A fused attention kernel (flash attention) on the tensor cores: `batch` products of m x k by k x n
+    whose operands and results never leave the chip; it moves only `bytes_read` and `bytes_written`."""
 
 
 class VectorClass(IntEnum):
@@ -104,7 +107,7 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
         (OpKind.VECTOR, VectorClass.ARITHMETIC),
     ),
     **dict.fromkeys(("Div", "Reciprocal", "AdamUpdate"), (OpKind.VECTOR, VectorClass.DIVIDE)),
-    "Softmax": (OpKind.VECTOR, VectorClass.SOFTMAX),
+    **dict.fromkeys(("Softmax", "ScaleMaskSoftmax"), (OpKind.VECTOR, VectorClass.SOFTMAX)),
     **dict.fromkeys(("LogSoftmax", "SoftmaxCrossEntropyLoss"), (OpKind.VECTOR, VectorClass.LOG_SOFTMAX)),
     "Tanh": (OpKind.VECTOR, VectorClass.TANH),
     **dict.fromkeys(("Sigmoid", "Silu", "HardSigmoid"), (OpKind.VECTOR, VectorClass.SIGMOID)),
@@ -235,7 +238,7 @@ def _validate_row(i: int, row: OpWork) -> None:
     for name in _COUNTS:
         if getattr(row, name) < 0:
             raise PhazecError(f"Operator {i} has {name} = {getattr(row, name)}: counts must be >= 0.")
-    if row.kind in (OpKind.GEMM, OpKind.FUSED) and min(row.batch, row.m, row.k, row.n) < 1:
+    if row.kind in (OpKind.GEMM, OpKind.FUSED, OpKind.ATTENTION) and min(row.batch, row.m, row.k, row.n) < 1:
         raise PhazecError(
             f"GEMM operator {i} has batch={row.batch}, m={row.m}, k={row.k}, n={row.n}: "
             f"a GEMM needs every dimension >= 1."

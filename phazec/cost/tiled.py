@@ -146,6 +146,17 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
     return _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs)
 
 
+def attention_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
+    """Latency in seconds of each fused attention kernel (flash attention) on one tensor core or all of
+    them, [ops, designs]: its MACs at the cores' peak times the device's `gemm_utilisation`, or its own
+    operand and result bytes over HBM (no s x s tensor leaves the chip), the longer, plus the kernel
+    latency."""
+    cores = (designs.num_tc if all_cores else np.ones(len(designs)))[None, :].astype(np.float64)
+    peak = cores * (designs.tc_width * designs.tc_depth)[None, :] * designs.device.gemm_utilisation
+    cycles = (ops.batch * ops.m * ops.k * ops.n)[:, None] / peak
+    return _with_memory_s(cycles / designs.clock_hz, (ops.bytes_read + ops.bytes_written)[:, None], designs)
+
+
 def _with_memory_s(compute_s: F64, hbm_bytes: F64, designs: Designs) -> F64:
     """The longer of compute and HBM traffic at the device's memory utilisation, plus the kernel latency."""
     device = designs.device

@@ -17,6 +17,8 @@ says where it comes from, and `phazec.cost.tiled` applies it:
 - `kernel_latency_s`: a fixed cost per on-chip operator (launch and ramp), whatever the design.
 - `shared_cores`: tensor and vector work run on the same cores (a GPU's SMs), so the scheduling
   problem gets one kind of core for both; False for the template's separate MXUs and VPUs.
+- `attention`: the attention kernel the chip's software runs (`unfused`, `fused_softmax`, `flash`;
+  `phazec.passes.attention`): it shapes the training graph, not the per-op prices.
 
 Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
 bound, and no value makes an operator slower on a design with more or larger cores, more bandwidth or
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.passes.attention import check_kernel
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class DeviceModel:
     """Share of HBM bandwidth reached by an operator's memory traffic, in (0, 1]."""
     kernel_latency_s: float = 0.0
     """Fixed latency of each on-chip operator, >= 0."""
+    attention: str = "unfused"
+    """The attention kernel (`phazec.passes.attention.ATTENTION_KERNELS`)."""
 
 
 IDEAL = DeviceModel()
@@ -101,4 +106,5 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         ),
         memory_utilisation=_share("memory_utilisation", values["memory_utilisation"]),
         kernel_latency_s=_non_negative("kernel_latency_s", values["kernel_latency_s"]),
+        attention=check_kernel(str(values["attention"])),
     )

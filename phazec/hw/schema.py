@@ -32,6 +32,9 @@ class DeviceConfig:
     """Share of HBM bandwidth an operator's memory traffic reaches, in (0, 1]."""
     kernel_latency_s: float = 0.0
     """Fixed latency of every on-chip operator (launch, ramp), in seconds."""
+    attention: str = "unfused"
+    """The attention kernel: `unfused` (op by op), `fused_softmax` (Megatron's scale-mask-softmax) or
+    `flash` (FlashAttention-2; `phazec.passes.attention`)."""
 
 
 @dataclass

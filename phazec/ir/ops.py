@@ -26,6 +26,7 @@ VECTOR_FLOPS: dict[str, int] = {
     "Dropout": 2,  # draw the mask, scale
     "Softmax": 5,  # max, subtract, exp, sum, divide
     "LogSoftmax": 5,
+    "ScaleMaskSoftmax": 7,  # scale, mask and softmax in one kernel (phazec.passes.attention)
     "LayerNormalization": 8,  # mean, centre, square, mean, rsqrt, normalise, scale, shift
     "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
     "NegativeLogLikelihoodLoss": 1,
@@ -94,8 +95,30 @@ class GemmDims:
         return 2 * self.batch * self.m * self.k * self.n
 
 
+FLASH_PRODUCTS: dict[str, int] = {"FlashAttention": 2, "FlashAttentionGrad": 5}
+"""Products of s x d by d x s (or s x s by s x d) per head of a flash-attention kernel: QK^T and AV
+forward; the backward recomputes QK^T and forms dV, dP, dQ and dK (FlashAttention-2's 2.5x)."""
+
+FLASH_BLOCK = 128
+"""Query and key rows per tile of a flash-attention kernel (FlashAttention-2's 128 x 128 blocks)."""
+
+
+def flash_dims(op: Op, microbatch: int = 1) -> GemmDims:
+    """A flash-attention op's work as tiles: per head and product, T x T tiles of b x d by d x b with
+    b = min(seq, FLASH_BLOCK) and T = ceil(seq / b); a causal kernel skips those above the diagonal,
+    T (T + 1) / 2 are left. Attrs `heads` (per sample), `seq`, `head_dim`, `causal`."""
+    heads, seq, head_dim, causal = (op.attrs[k] for k in ("heads", "seq", "head_dim", "causal"))
+    assert isinstance(heads, int) and isinstance(seq, int) and isinstance(head_dim, int)
+    block = min(seq, FLASH_BLOCK)
+    t = -(-seq // block)
+    tiles = t * (t + 1) // 2 if causal else t * t
+    return GemmDims(FLASH_PRODUCTS[op.op_type] * microbatch * heads * tiles, block, head_dim, block)
+
+
 def gemm_dims(op: Op, graph: Graph, microbatch: int = 1) -> GemmDims:
-    """The product dimensions of a MatMul, Gemm or fused op at a microbatch size."""
+    """The product dimensions of a MatMul, Gemm, fused or flash-attention op at a microbatch size."""
+    if op.op_type in FLASH_PRODUCTS:
+        return flash_dims(op, microbatch)
     a = graph.tensors[op.inputs[0]].shape_at(microbatch)
     b = graph.tensors[op.inputs[1]].shape_at(microbatch)
     if op.attrs.get("gemm_type", op.op_type) == "Gemm":

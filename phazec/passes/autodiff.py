@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import FLOAT_DTYPES, AttrValue, Graph, LayerClass, Model, Op, OpKind, Tensor
-from phazec.ir.ops import ELEMENTWISE_TYPES
+from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import fresh_name, weight_of
 
@@ -40,6 +40,8 @@ class GradRule:
     """Forward values it reads: `x<i>` is input i, `y<i>` output i (absent ones are skipped)."""
     pass_through: bool = False
     """The gradient is the output gradient itself (a ReduceSum over broadcast axes if shapes differ)."""
+    op_type: str | None = None
+    """The backward op's type (None: the forward op's)."""
 
 
 PASS = GradRule((0,), pass_through=True)
@@ -57,7 +59,8 @@ GRAD_RULES: dict[str, tuple[GradRule, ...]] = {
     **dict.fromkeys(("Max", "Min"), (GradRule((0, 1), ("x0", "x1")),)),
     **dict.fromkeys(("ReduceMax", "ReduceMin"), (GradRule((0,), ("x0", "y0")),)),
     "Where": (GradRule((1, 2), ("x0",)),),
-    **dict.fromkeys(("Softmax", "LogSoftmax"), (GradRule((0,), ("y0",)),)),
+    **dict.fromkeys(("Softmax", "LogSoftmax", "ScaleMaskSoftmax"), (GradRule((0,), ("y0",)),)),
+    "FlashAttention": (GradRule((0, 1, 2), ("x0", "x1", "x2", "y0"), op_type="FlashAttentionGrad"),),
     "LayerNormalization": (GradRule((0, 1, 2), ("x0", "x1", "y1", "y2")),),
     "Dropout": (GradRule((0,), ("y1",)),),
     "SoftmaxCrossEntropyLoss": (GradRule((0,), ("x0", "x1", "y1")),),
@@ -270,7 +273,7 @@ class Backward:
 
     def differentiate(self, op: Op, grads: dict[str, str], needs: set[str]) -> None:
         """Emit the backward ops of one forward op."""
-        if op.kind is OpKind.GEMM:
+        if op.kind is OpKind.GEMM and op.op_type in GEMM_TYPES:
             self.gemm(op, grads[op.outputs[0]], needs)
             return
         rules = GRAD_RULES.get(op.op_type)
@@ -291,7 +294,8 @@ class Backward:
             reads = self.reading(self.rule_reads(op, rule))
             outs = tuple(self.grad_tensor(t) for t in targets)
             attrs = inverse_perm(op.attrs) if op.op_type == "Transpose" else op.attrs
-            self.emit(f"{op.name}.grad{k}", op.op_type, op.kind, (*d_outs, *reads), outs, attrs=attrs)
+            op_type = rule.op_type or op.op_type
+            self.emit(f"{op.name}.grad{k}", op_type, op.kind, (*d_outs, *reads), outs, attrs=attrs)
             tag = "slice" if op.op_type in SLICING_TYPES else ""
             for target, out in zip(targets, outs, strict=True):
                 self.contribute(target, out, tag)

@@ -17,12 +17,13 @@ from phazec.cost.ops import OpTable, OpWork, vector_class
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, LayerClass, Op, OpKind
-from phazec.ir.ops import collective_bytes, elements, fused_vector_elements, gemm_dims
+from phazec.ir.ops import FLASH_PRODUCTS, collective_bytes, elements, fused_vector_elements, gemm_dims
 
 
 def _gemm_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
     dims = gemm_dims(op, graph, microbatch)
-    return OpWork(CostKind.GEMM, backward=backward, batch=dims.batch, m=dims.m, k=dims.k, n=dims.n)
+    kind = CostKind.ATTENTION if op.op_type in FLASH_PRODUCTS else CostKind.GEMM
+    return OpWork(kind, backward=backward, batch=dims.batch, m=dims.m, k=dims.k, n=dims.n)
 
 
 def _vector_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind
-from phazec.ir.ops import ELEMENTWISE_TYPES, VIEW_TYPES
+from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
 
 RELABEL_TYPES = VIEW_TYPES - {"Transpose"}
@@ -65,7 +65,7 @@ def fuse_graph(graph: Graph, keep: set[str]) -> Graph:
     replaced: dict[str, Op] = {}
     dropped: set[str] = set()
     for op in graph.ops:
-        if op.kind is not OpKind.GEMM:
+        if op.kind is not OpKind.GEMM or op.op_type not in GEMM_TYPES:
             continue
         chain = fusion_chain(graph, op, keep, consumers)
         if chain is None or chain[-1].name in replaced:  # a vector op absorbs one GEMM

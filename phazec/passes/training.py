@@ -1,4 +1,5 @@
-"""The training-graph pipeline (tensor parallel -> autodiff -> fuse -> memory) and its per-layer rows."""
+"""The training-graph pipeline (tensor parallel -> attention -> autodiff -> fuse -> memory) and its
+per-layer rows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from phazec.errors import PhazecError
 from phazec.ir.core import Graph, LayerMemory, Model, OpKind
 from phazec.ir.ops import collective_bytes, flops, gemm_dims
+from phazec.passes.attention import Attention
 from phazec.passes.autodiff import Autodiff
 from phazec.passes.base import PassTiming, Pipeline
 from phazec.passes.fuse import Fuse
@@ -21,6 +23,8 @@ def training_pipeline(
     fuse: bool = True,
     optimizer: str = "sgd",
     update: bool = False,
+    attention: str = "unfused",
+    causal: bool = False,
 ) -> Pipeline:
     """The passes that turn a lowered model into per-device training graphs with memory figures.
 
@@ -30,10 +34,13 @@ def training_pipeline(
         fuse: fuse each GEMM with its single elementwise consumer.
         optimizer: `sgd` or `adam`, for the optimizer state (and the update op).
         update: attach each layer's once-per-batch optimizer update graph.
+        attention: the attention kernel (`unfused`, `fused_softmax`, `flash`; `phazec.passes.attention`).
+        causal: the model's attention is causal (the kernel masks by position and skips masked tiles).
     """
     return Pipeline(
         (
             TensorParallel(width, vocab_parallel),
+            Attention(attention, causal),
             Autodiff(optimizer if update else None),
             Fuse(fuse),
             Memory(optimizer),
@@ -122,11 +129,20 @@ def training_rows(
     vocab_parallel: bool = False,
     fuse: bool = True,
     optimizer: str = "sgd",
+    attention: str = "unfused",
+    causal: bool = False,
 ) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
     The input model is not changed (it can be shared across widths).
     """
-    pipeline = training_pipeline(width, vocab_parallel=vocab_parallel, fuse=fuse, optimizer=optimizer)
+    pipeline = training_pipeline(
+        width,
+        vocab_parallel=vocab_parallel,
+        fuse=fuse,
+        optimizer=optimizer,
+        attention=attention,
+        causal=causal,
+    )
     trained, timings = pipeline.run(model)
     return rows_at(trained, microbatch), timings

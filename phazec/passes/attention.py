@@ -1,0 +1,232 @@
+"""Attention kernels: the attention core as the kernel a run uses (`hw.device.attention`).
+
+The core is the chain from the scores product QK^T to the product with V: every op between them writes
+a tensor of score shape [b, a, s, s] (scale, mask, softmax, its NaN guard, dropout). Lowered, each is
+its own operator and every s x s tensor goes through HBM (`unfused`, the template's, unchanged).
+
+- `fused_softmax` (Megatron-LM's scale-mask-softmax kernel): the core's vector ops other than dropout
+  (and a scale of Q or K by a scalar) become one `ScaleMaskSoftmax` op that reads the scores once and
+  writes the probabilities once; its backward is one op reading the probabilities and their gradient.
+  QK^T, dropout and AV stay as they are.
+- `flash` (FlashAttention-2, Dao 2023): QK^T through AV become one `FlashAttention` op reading Q, K and
+  V and writing O, and no s x s tensor reaches HBM. O is written in the layout its consumer reads (the
+  head transpose and reshapes that follow are absorbed). It counts the two products' MACs in tiles of
+  FLASH_BLOCK x FLASH_BLOCK (`phazec.ir.ops.flash_dims`); its backward (`FlashAttentionGrad`, from the
+  autodiff pass) recomputes the scores: five products, 2.5x the forward FLOPs as FlashAttention-2
+  counts them. Its backward reads Q, K, V, O and dO: the stash of selective recompute, no s^2 bytes.
+  The softmax statistics (4 bytes per row, 2/d of O) are not counted.
+
+A causal model (`causal`) has its mask applied by position inside the kernel: the mask tensor is not
+read, and a causal flash kernel skips the tiles above the diagonal. Otherwise the kernel reads the
+mask as the graph gives it. Ops left without a reader (the mask's construction) are removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from phazec.errors import PhazecError
+from phazec.ir.core import AttrValue, Graph, Model, Op, OpKind
+from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, VIEW_TYPES
+from phazec.passes.base import PassResult
+from phazec.passes.memory import score_shaped
+
+ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
+"""Values of `hw.device.attention`."""
+
+CAUSAL_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+"""Hugging Face architectures whose attention is causal (GPT-2's `GPT2LMHeadModel`, `*ForCausalLM`)."""
+
+
+def is_causal(arch: str) -> bool:
+    """Whether a Hugging Face architecture name is a causal (decoder) language model."""
+    return arch.endswith(CAUSAL_ARCH_SUFFIXES)
+
+
+def check_kernel(kernel: str) -> str:
+    """`kernel` if it is an attention kernel; raises PhazecError naming the valid ones."""
+    if kernel not in ATTENTION_KERNELS:
+        raise PhazecError(
+            f"hw.device.attention = {kernel!r} is not an attention kernel; valid kernels are "
+            f"{', '.join(ATTENTION_KERNELS)}."
+        )
+    return kernel
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Price every class's attention core as `kernel` (run before autodiff)."""
+
+    name: ClassVar[str] = "attention"
+    kernel: str = "unfused"
+    causal: bool = False
+
+    def __call__(self, model: Model) -> PassResult:
+        """Rewrite each forward graph's attention cores; `unfused` leaves the model unchanged."""
+        check_kernel(self.kernel)
+        if self.kernel == "unfused":
+            return PassResult(model, False)
+        classes = [
+            replace(cls, graph=attention_graph(cls.graph, model.seq_len, self.kernel, self.causal))
+            for cls in model.classes
+        ]
+        modified = any(new != old for new, old in zip(classes, model.classes, strict=True))
+        return PassResult(replace(model, classes=classes), modified)
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """One attention core of a forward graph."""
+
+    qk: Op
+    """The scores product QK^T."""
+    vector: list[Op]
+    """The ops between the two products, in graph order."""
+    av: Op
+    """The product of the probabilities with V."""
+    scales: list[Op]
+    """Scalings of Q or K by a scalar, absorbed into the kernel."""
+    q: str
+    k: str
+    v: str
+
+
+def is_score(graph: Graph, name: str, seq_len: int) -> bool:
+    """Whether a tensor has the scores' shape [b, a, seq, seq] (`phazec.passes.memory.score_shaped`)."""
+    return score_shaped(graph.tensors[name].shape, seq_len)
+
+
+def unscaled(graph: Graph, name: str, consumers: dict[str, list[Op]], producers: dict[str, Op]) -> Op | None:
+    """The elementwise op that scales `name` by a scalar for the scores product alone, or None."""
+    op = producers.get(name)
+    if op is None or op.kind is not OpKind.VECTOR or op.op_type not in ELEMENTWISE_TYPES:
+        return None
+    others = [i for i in op.inputs if i and graph.tensors[i].numel() != 1]
+    return op if len(others) == 1 and len(consumers.get(name, [])) == 1 else None
+
+
+def find_core(graph: Graph, qk: Op, seq_len: int) -> Core | None:
+    """The attention core that starts at the product `qk`, or None if `qk` does not start one."""
+    if (
+        qk.kind is not OpKind.GEMM
+        or qk.op_type not in GEMM_TYPES
+        or not is_score(graph, qk.outputs[0], seq_len)
+    ):
+        return None
+    consumers, producers = graph.consumers(), graph.producers()
+    region: dict[str, Op] = {}
+    products: set[str] = set()
+    frontier = [qk.outputs[0]]
+    while frontier:
+        for reader in consumers.get(frontier.pop(), []):
+            if reader.kind is OpKind.GEMM:
+                products.add(reader.name)
+            elif reader.kind is OpKind.VECTOR and all(
+                is_score(graph, o, seq_len) for o in reader.outputs if o
+            ):
+                if reader.name not in region:
+                    region[reader.name] = reader
+                    frontier.extend(o for o in reader.outputs if o)
+            else:
+                return None
+    scores = {qk.outputs[0], *(o for op in region.values() for o in op.outputs)}
+    if (
+        len(products) != 1
+        or scores & set(graph.outputs)
+        or all(op.op_type != "Softmax" for op in region.values())
+    ):
+        return None
+    av = next(op for op in graph.ops if op.name in products)
+    if av.inputs[1] in scores:
+        return None
+    scales: list[Op] = []
+    operands: list[str] = []
+    for operand in qk.inputs[:2]:
+        scale = unscaled(graph, operand, consumers, producers)
+        if scale is not None:
+            scales.append(scale)
+        source = operand if scale is None else next(i for i in scale.inputs if graph.tensors[i].numel() != 1)
+        operands.append(source)
+    vector = [op for op in graph.ops if op.name in region]
+    return Core(qk, vector, av, scales, operands[0], operands[1], av.inputs[1])
+
+
+def external_inputs(graph: Graph, ops: list[Op], skip: set[str]) -> tuple[str, ...]:
+    """The non-scalar tensors `ops` read that none of them writes (and not in `skip`), in order."""
+    written = {o for op in ops for o in op.outputs}
+    names = (i for op in ops for i in op.inputs if i and i not in written and i not in skip)
+    return tuple(dict.fromkeys(n for n in names if graph.tensors[n].numel() != 1))
+
+
+def flash_op(graph: Graph, core: Core, causal: bool) -> tuple[Op, list[Op]]:
+    """The FlashAttention op of a core, and the ops it replaces (the views after AV included)."""
+    consumers = graph.consumers()
+    views: list[Op] = []
+    out = core.av.outputs[0]
+    while (
+        out not in graph.outputs
+        and len(consumers.get(out, [])) == 1
+        and consumers[out][0].op_type in VIEW_TYPES
+    ):
+        views.append(consumers[out][0])
+        out = views[-1].outputs[0]
+    mask = () if causal else external_inputs(graph, core.vector, {core.qk.outputs[0]})
+    q = graph.tensors[core.q].shape
+    attrs: dict[str, AttrValue] = {
+        "heads": math.prod(q[:-2]), "seq": q[-2], "head_dim": q[-1], "causal": int(causal)
+    }  # fmt: skip
+    inputs = (core.q, core.k, core.v, *mask)
+    op = Op(f"{core.av.name}.flash", "FlashAttention", OpKind.GEMM, inputs, (out,), attrs)
+    return op, [*core.scales, core.qk, *core.vector, core.av, *views]
+
+
+def softmax_op(graph: Graph, core: Core, causal: bool) -> tuple[Op, list[Op]] | None:
+    """The ScaleMaskSoftmax op of a core and the ops it replaces, or None if dropout comes first."""
+    fused = [op for op in core.vector if op.op_type != "Dropout"]
+    written = {o for op in fused for o in op.outputs}
+    read_after = {i for op in (*core.vector, core.av) if op not in fused for i in op.inputs} & written
+    if len(read_after) != 1:
+        return None
+    scores = core.qk.outputs[0]
+    mask = () if causal else external_inputs(graph, fused, {scores})
+    op = Op(f"{fused[-1].name}.fused", "ScaleMaskSoftmax", OpKind.VECTOR, (scores, *mask), tuple(read_after))
+    return op, fused
+
+
+def attention_graph(graph: Graph, seq_len: int, kernel: str, causal: bool) -> Graph:
+    """`graph` with every attention core as `kernel` (`fused_softmax` or `flash`)."""
+    replaced: dict[str, Op] = {}
+    dropped: set[str] = set()
+    for qk in graph.ops:
+        core = find_core(graph, qk, seq_len)
+        if core is None:
+            continue
+        found = flash_op(graph, core, causal) if kernel == "flash" else softmax_op(graph, core, causal)
+        if found is None:
+            continue
+        op, old = found
+        if kernel == "fused_softmax":
+            replaced[qk.name] = replace(qk, inputs=(core.q, core.k, *qk.inputs[2:]))
+            old = [*core.scales, *old]
+        replaced[old[-1].name] = op
+        dropped.update(o.name for o in old[:-1])
+    if not replaced:
+        return graph
+    ops = [replaced.get(op.name, op) for op in graph.ops if op.name not in dropped]
+    return live(replace(graph, ops=ops))
+
+
+def live(graph: Graph) -> Graph:
+    """`graph` without the ops whose results nothing reads, and without unused tensors."""
+    needed = set(graph.outputs)
+    kept: list[Op] = []
+    for op in reversed(graph.ops):
+        if needed.intersection(op.outputs):
+            kept.append(op)
+            needed.update(i for i in op.inputs if i)
+    ops = kept[::-1]
+    used = {n for op in ops for n in (*op.inputs, *op.outputs) if n}
+    used.update(graph.inputs, graph.weights, graph.constants, graph.outputs)
+    return replace(graph, tensors={n: t for n, t in graph.tensors.items() if n in used}, ops=ops)
