@@ -313,3 +313,30 @@ def test_gantt_chart_is_a_png(tmp_path: Path) -> None:
     found = schedule(problem, SolverConfig(backend="highs"))
     path = plot_schedule(problem, found, tmp_path / "gantt.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_highs_answers_with_its_optimum_not_the_start_it_was_offered() -> None:
+    # A BERT-large block's forward graph on a 1-TC, 64-VC design (latencies in ms, from the bench):
+    # HiGHS 1.16 proves the optimum here but hands back the list schedule it was started from; the
+    # schedule must be the optimum all the same (it is solved again without the start).
+    rows = [
+        ("fused", 32.0, 32.0), ("fused", 32.0, 32.0), ("fused", 32.0, 32.0), ("vc", 1.429e-05, 1.429e-05),
+        ("vc", 0.1248, 0.00195), ("vc", 1.429e-05, 1.429e-05), ("vc", 0.1248, 0.00195),
+        ("vc", 0.06242, 0.0009752), ("fused", 15.98, 15.98), ("vc", 9.986, 0.156), ("vc", 0.9986, 0.0156),
+        ("vc", 0.9986, 0.01748), ("vc", 1.997, 0.03121), ("tc", 15.98, 15.98), ("fused", 32.0, 32.0),
+        ("vc", 0.2497, 0.003901), ("vc", 0.1248, 0.002621), ("vc", 0.1248, 0.00195), ("tc", 128.0, 128.0),
+        ("vc", 0.4993, 0.007802), ("vc", 0.4993, 0.007802), ("fused", 128.1, 128.1),
+        ("vc", 0.2497, 0.003901), ("vc", 0.1248, 0.002621), ("vc", 0.1248, 0.00195),
+    ]  # fmt: skip
+    deps = (
+        (0, 3), (0, 4), (0, 5), (1, 6), (2, 13), (3, 4), (4, 8), (5, 6), (6, 8), (7, 8), (8, 9), (9, 10),
+        (9, 11), (10, 11), (11, 12), (12, 13), (13, 14), (14, 15), (15, 16), (16, 17), (17, 18), (17, 23),
+        (18, 19), (19, 20), (20, 21), (21, 22), (22, 23), (23, 24),
+    )  # fmt: skip
+    ops = tuple(op(f"op{i}", OpKind(kind), a * 1e-3, b * 1e-3) for i, (kind, a, b) in enumerate(rows))
+    problem = ScheduleProblem(ops, deps, num_tc=1, num_vc=64)
+    highs = schedule(problem, SolverConfig(backend="highs", search_node_limit=0, mip_gap=1e-9))
+    gurobi = schedule(problem, SolverConfig(backend="gurobi", search_node_limit=0, mip_gap=1e-9))
+    assert highs.optimal and gurobi.optimal
+    assert highs.makespan_s == pytest.approx(gurobi.makespan_s, rel=1e-9)
+    assert highs.makespan_s < 0.41614  # the list schedule it was started from

@@ -237,6 +237,22 @@ def _silence_highs_banner() -> None:
 def _solve_highs(
     mip: Mip, config: SolverConfig, model_path: Path | None, start: tuple[float, ...] | None
 ) -> MipResult:
+    result = _run_highs(mip, config, model_path, start)
+    if start is None or _objective_of(mip, result.values) <= result.objective * (1 + 1e-12) + 1e-12:
+        return result
+    # HiGHS (1.16) can report the optimum it proved while handing back the first solution it was
+    # offered; its answer is then solved again without one.
+    logger.debug("HiGHS returned its start instead of its optimum; solving again without the start")
+    return _run_highs(mip, config, None, None)
+
+
+def _objective_of(mip: Mip, values: tuple[float, ...]) -> float:
+    return sum(cost * value for cost, value in zip(mip.col_cost, values, strict=True))
+
+
+def _run_highs(
+    mip: Mip, config: SolverConfig, model_path: Path | None, start: tuple[float, ...] | None
+) -> MipResult:
     status_type = highspy.HighsModelStatus
     _silence_highs_banner()
     h = highspy.Highs()  # type: ignore[no-untyped-call]
