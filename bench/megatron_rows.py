@@ -9,8 +9,9 @@ full recompute in every stage, the last included, for the Megatron-LM rows; sele
 Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes them in the backward
 pass: selective recompute's bytes and work). Prints per row: the plan, whether it fits, the fullest
 stage's bytes per device, its activation bytes (stash of the microbatches in flight plus the
-recompute working set) beside section 4's bytes for the same stage and mode (`section4_bytes`) and
-their difference, and the predicted seconds per iteration beside the measured ones. The difference
+recompute working set) with the row's attention kernel and with the unfused core section 4 describes,
+section 4's bytes for the same stage and mode (`section4_bytes`) and their difference from the
+unfused bytes, and the predicted seconds per iteration beside the measured ones. The difference
 is what phazec's lowered graph keeps beyond section 4's tensors: the 2-byte attention scale each
 block stashes (per layer kept or rebuilt) and the int64 labels the loss reads (8sb per microbatch,
 where the head's stash is counted), which section 4 leaves out.
@@ -21,6 +22,7 @@ where the head's stash is counted), which section 4 leaves out.
 import csv
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,7 +70,8 @@ def main(path: Path) -> None:
     """One line per Megatron-LM row; the rows phazec cannot express are listed with the reason."""
     start = time.perf_counter()
     print(f"{'row':24s} {'plan':34s} {'fits':5s} {'stage GB':>9s} {'activations B':>14s} "
-          f"{'section 4 B':>14s} {'diff B':>7s} {'pred s':>8s} {'meas s':>8s}")  # fmt: skip
+          f"{'unfused B':>14s} {'section 4 B':>14s} {'diff B':>7s} "
+          f"{'pred s':>8s} {'meas s':>8s}")  # fmt: skip
     with path.open() as f:
         rows = [row for row in csv.DictReader(f) if row["source_id"].startswith(MEGATRON)]
     for row in rows:
@@ -76,17 +79,24 @@ def main(path: Path) -> None:
         if isinstance(run, str):
             print(f"{row['source_id']:24s} skipped: {run}")
             continue
-        prepared = bench_fidelity.prepare(run)
-        report = time_plan(prepared.cfg, prepared.evaluator, prepared.designs)
-        memory = report.memory
-        formula = section4_bytes(run, report)
+        report = timed(run)
+        unfused = report if run.attention == "unfused" else timed(replace(run, attention="unfused"))
+        memory = unfused.memory
+        formula = section4_bytes(run, unfused)
         plan = (f"t{report.tp} p{report.pp} d{report.dp} mb{report.microbatch} v{report.interleave} "
                 f"{report.recompute}{' sp' if report.sequence_parallel else ''}"
                 f"{' dopt' if report.distributed_optimizer else ''}")  # fmt: skip
-        print(f"{run.row_id:24s} {plan:34s} {report.fits!s:5s} {memory.total_bytes / 1e9:9.2f} "
-              f"{memory.activation_bytes:14d} {formula:14d} {memory.activation_bytes - formula:7d} "
-              f"{report.time_per_batch_s:8.3f} {run.measured_s:8.3f}", flush=True)  # fmt: skip
+        print(f"{run.row_id:24s} {plan:34s} {report.fits!s:5s} {report.memory.total_bytes / 1e9:9.2f} "
+              f"{report.memory.activation_bytes:14d} {memory.activation_bytes:14d} {formula:14d} "
+              f"{memory.activation_bytes - formula:7d} {report.time_per_batch_s:8.3f} "
+              f"{run.measured_s:8.3f}", flush=True)  # fmt: skip
     print(f"total: {time.perf_counter() - start:.0f} s")
+
+
+def timed(run: bench_fidelity.Run) -> PlanReport:
+    """The row's plan as `phazec-plan` times it."""
+    prepared = bench_fidelity.prepare(run)
+    return time_plan(prepared.cfg, prepared.evaluator, prepared.designs)
 
 
 if __name__ == "__main__":
