@@ -339,10 +339,12 @@ def explore(
             lambda i: strategy.wanted(i, tally.best_s),
         ):
             taken = _global(batch, found) if fresh else found
+            unproven = workers.evaluator.timings.unproven
             if fresh:
-                state.put_candidates(i, batch, taken)
+                state.put_candidates(i, batch, taken, unproven)
             else:
                 tally.resumed += len(batch)
+                unproven.update(state.unproven(i, batch))
             strategy.record(tally.take(batch, taken))
             bar.set_postfix_str(", ".join(filter(None, [strategy.status(), tally.summary])), refresh=False)
             bar.update(len(batch))

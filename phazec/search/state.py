@@ -26,7 +26,7 @@ from phazec import _placement, sealed
 from phazec.search.evaluate import Candidate
 from phazec.solvers.placement import NoFeasiblePlacement, Placement, PlacementResult, Stage
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """Bumped whenever the files change layout."""
 IGNORED = (
     ("search", "workers"),
@@ -96,10 +96,28 @@ class SearchState:
         data = self._read(f"batch_{index:06d}.json", designs)
         return None if data is None else [candidate_from_json(c) for c in data["candidates"]]
 
-    def put_candidates(self, index: int, designs: NDArray[np.int64], candidates: list[Candidate]) -> None:
-        """Save the candidates (global design indices) of evaluated batch `index`."""
+    def unproven(self, index: int, designs: NDArray[np.int64]) -> dict[str, tuple[float, float]]:
+        """The unproven schedules saved with evaluated batch `index` (key: makespan, bound)."""
+        data = self._read(f"batch_{index:06d}.json", designs)
+        return {} if data is None else {k: (m, b) for k, (m, b) in data["unproven"].items()}
+
+    def put_candidates(
+        self,
+        index: int,
+        designs: NDArray[np.int64],
+        candidates: list[Candidate],
+        unproven: dict[str, tuple[float, float]],
+    ) -> None:
+        """Save the candidates (global design indices) of evaluated batch `index`, with the unproven
+        schedules the search has met so far (those of this batch among them), so that a resumed
+        search still lists them."""
         self._write(
-            f"batch_{index:06d}.json", designs, {"candidates": [candidate_json(c) for c in candidates]}
+            f"batch_{index:06d}.json",
+            designs,
+            {
+                "candidates": [candidate_json(c) for c in candidates],
+                "unproven": {k: list(v) for k, v in sorted(unproven.items())},
+            },
         )
 
     def _read(self, name: str, designs: NDArray[np.int64]) -> dict[str, Any] | None:

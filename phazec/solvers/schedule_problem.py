@@ -227,7 +227,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 3,
+        "version": 4,
         "ops": [
             [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex()] for op in problem.ops
         ],
