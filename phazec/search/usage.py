@@ -37,7 +37,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
 from phazec.passes.cost import class_costs, op_table
 from phazec.search.evaluate import Candidate, Evaluator
-from phazec.solvers.placement import Placement, stage_costs
+from phazec.solvers.placement import Placement, mode_of_stage, stage_costs
 from phazec.solvers.schedule import Schedule, schedule
 from phazec.solvers.schedule_problem import TC, VC, ScheduleProblem
 
@@ -74,10 +74,10 @@ class PlanWork:
 
 def forward_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
     """Per stage of a plan, the forward passes per microbatch (see `PlanWork.forward_runs`)."""
-    last = placement.stage_count - 1
+    s = placement.stage_count
     return tuple(
-        2.0 if placement.recompute == "full" and (i < last or last_stage_recomputes) else 1.0
-        for i in range(placement.stage_count)
+        2.0 if mode_of_stage(placement.recompute, last_stage_recomputes, i, s) == "full" else 1.0
+        for i in range(s)
     )
 
 

@@ -474,7 +474,12 @@ class StageMemory:
 
 def stage_mode(problem: PlacementProblem, i: int, s: int) -> Recompute:
     """The recompute mode of stage i (from 0) of s: none for the last under PHAZE's rule."""
-    return problem.mode if i < s - 1 or problem.last_stage_recomputes else "none"
+    return mode_of_stage(problem.mode, problem.last_stage_recomputes, i, s)
+
+
+def mode_of_stage(mode: Recompute, last_stage_recomputes: bool, i: int, s: int) -> Recompute:
+    """`mode` for stage i (from 0) of s, or none for the last stage under PHAZE's rule."""
+    return mode if i < s - 1 or last_stage_recomputes else "none"
 
 
 def stage_time(problem: PlacementProblem, c: StageCost, mode: Recompute, tier: NetworkTier) -> StageTime:
