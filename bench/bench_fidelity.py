@@ -16,10 +16,12 @@ measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per
 count its source used (see `measured_s`). Rows phazec cannot express are listed with the reason.
 
 Split, written down before fitting: CALIBRATION below; every other expressible row is held out.
-Fit: one parameter per chip, `hw.device.gemm_utilisation`, the value in 0.30 .. 1.00 (steps of 0.01)
-with the least mean absolute error on the chip's calibration rows (`fit_utilisation`). Every
-other device constant comes from NeuSight's kernels (`fidelity_kernels.py`) or a datasheet; network
-tiers from the system presets. The fitted values are written into conf/hw/<chip>.yaml by hand.
+Fit (`fit_chips`): `hw.device.gemm_utilisation` per chip and one `hw.device.kernel_latency_s`, on a
+grid (`UTILISATIONS`, `KERNEL_LATENCIES_S`), with the least mean absolute error on the calibration
+rows: the A100's pair together on its four rows, the H100's utilisation on its two at the A100's
+kernel latency (`fit_device`). Every other device constant comes from NeuSight's kernels
+(`fidelity_kernels.py`) or a datasheet; network tiers from the system presets. The fitted values are
+written into conf/hw/<chip>.yaml by hand.
 """
 
 import csv
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
+from numpy.typing import NDArray
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
@@ -181,7 +184,9 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.distributed_optimizer={str(run.megatron_core).lower()}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
+                f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
                 f"hw.device.attention={run.attention}",
+                f"hw.device.tp_comm_overlap={str(run.megatron_core).lower()}",
                 "solver.node_limit=200",
                 "solver.search_node_limit=100000",
             ],
@@ -224,30 +229,88 @@ def prepare(run: Run) -> Prepared:
     return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
 
 
-def predict_s(prepared: Prepared, utilisation: float | None = None) -> tuple[float, bool]:
-    """Predicted seconds per iteration (and whether the plan fits HBM), at the preset's utilisation or
-    another one: the row's plan timed by `phazec.plan.time_plan`, as `phazec-plan` times it."""
+@dataclass(frozen=True)
+class Fit:
+    """The two device constants fitted per chip."""
+
+    utilisation: float
+    """`hw.device.gemm_utilisation`."""
+    kernel_s: float
+    """`hw.device.kernel_latency_s`."""
+
+
+def predict_s(prepared: Prepared, device: Fit | None = None) -> tuple[float, bool]:
+    """Predicted seconds per iteration (and whether the plan fits HBM), with the preset's device model
+    or a fitted utilisation and kernel latency: the row's plan timed by `phazec.plan.time_plan`, as
+    `phazec-plan` times it."""
     designs = prepared.designs
-    if utilisation is not None:
-        designs = replace(designs, device=replace(designs.device, gemm_utilisation=utilisation))
+    if device is not None:
+        fitted = replace(
+            designs.device, gemm_utilisation=device.utilisation, kernel_latency_s=device.kernel_s
+        )
+        designs = replace(designs, device=fitted)
     report = time_plan(prepared.cfg, prepared.evaluator, designs)
     return report.time_per_batch_s, report.fits
 
 
-def fit_utilisation(prepared: list[Prepared]) -> float:
-    """The utilisation in 0.30 .. 1.00 (steps of 0.01) with the least mean absolute error on `prepared`.
+UTILISATIONS = np.round(np.arange(0.30, 1.001, 0.01), 2)
+KERNEL_LATENCIES_S: NDArray[np.float64] = np.arange(0.0, 21.0) * 1e-6
+"""The grid searched: utilisation 0.30 .. 1.00 in steps of 0.01, kernel latency 0 .. 20 us in steps
+of 1 us (a GPU kernel's launch-to-launch gap is a few microseconds when the host keeps ahead)."""
 
-    Only GEMM compute time depends on the utilisation, so each row's time is taken as a / u + b through
-    its predictions at u = 1 and u = 0.5 (two evaluations per row instead of one per grid point); the
-    reported figures are then evaluated exactly at the fitted value.
+
+def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]) -> Fit:
+    """The utilisation (on `UTILISATIONS`) and kernel latency (on `kernel_latencies_s`) with the least
+    mean absolute error on `prepared`.
+
+    GEMM compute time scales about with 1 / utilisation and every operator carries the kernel latency
+    once, so each row's time is first taken as a / u + b + c k through its predictions at
+    (u, k) = (0.9, 0), (0.6, 0) and (0.75, 10 us), three evaluations per row instead of one per grid
+    point; the grid points within 3 utilisation steps and 2 latency steps of that model's best are
+    then evaluated exactly, and the best of those is the fit.
     """
-    full = np.array([predict_s(p, 1.0)[0] for p in prepared])
-    half = np.array([predict_s(p, 0.5)[0] for p in prepared])
     measured = np.array([p.run.measured_s for p in prepared])
-    a, b = half - full, 2.0 * full - half
-    grid = np.round(np.arange(0.30, 1.001, 0.01), 2)
-    errors = [float(np.mean(np.abs((a / u + b) / measured - 1.0))) for u in grid]
-    return float(grid[int(np.argmin(errors))])
+
+    def times(fit: Fit) -> NDArray[np.float64]:
+        return np.array([predict_s(p, fit)[0] for p in prepared])
+
+    def error(predicted: NDArray[np.float64]) -> float:
+        return float(np.mean(np.abs(predicted / measured - 1.0)))
+
+    high, low = times(Fit(0.9, 0.0)), times(Fit(0.6, 0.0))
+    a = (low - high) / (1 / 0.6 - 1 / 0.9)
+    b = high - a / 0.9
+    c = (times(Fit(0.75, 10e-6)) - (a / 0.75 + b)) / 10e-6
+    model = {
+        (i, j): error(a / u + b + c * k)
+        for i, u in enumerate(UTILISATIONS)
+        for j, k in enumerate(kernel_latencies_s)
+    }
+    i0, j0 = min(model, key=lambda ij: (model[ij], ij))
+    near = [
+        (i, j)
+        for i in range(max(0, i0 - 3), min(len(UTILISATIONS), i0 + 4))
+        for j in range(max(0, j0 - 2), min(len(kernel_latencies_s), j0 + 3))
+    ]
+    exact = {(i, j): error(times(Fit(float(UTILISATIONS[i]), float(kernel_latencies_s[j])))) for i, j in near}
+    i, j = min(exact, key=lambda ij: (exact[ij], ij))
+    return Fit(float(UTILISATIONS[i]), float(kernel_latencies_s[j]))
+
+
+def fit_chips(prepared: list[Prepared]) -> dict[str, Fit]:
+    """Each calibrated chip's fit: the A100's utilisation and kernel latency together on its
+    calibration rows; the others' utilisation on theirs, at the A100's kernel latency (a property of
+    the host and driver's launch path more than of the chip, and the H100 has only two rows)."""
+    fits: dict[str, Fit] = {}
+    for chip, names in CALIBRATION.items():
+        calibration = [p for p in prepared if p.run.row_id in names]
+        if not calibration:
+            continue
+        grid = KERNEL_LATENCIES_S if chip == "a100" else np.array([fits["a100"].kernel_s])
+        fits[chip] = fit_device(calibration, grid)
+        print(f"{chip}: fitted gemm_utilisation {fits[chip].utilisation:.2f}, kernel_latency_s "
+              f"{fits[chip].kernel_s * 1e6:.0f}e-6 on {', '.join(names)}")  # fmt: skip
+    return fits
 
 
 def main() -> None:
@@ -267,16 +330,11 @@ def main() -> None:
         prepared.append(prepare(run))
         print(f"lowered {run.row_id}: {time.perf_counter() - start:.0f} s", flush=True)
     print(f"lowered {len(prepared)} runs: {time.perf_counter() - start:.0f} s")
-    fitted: dict[str, float | None] = {}
-    for chip, names in CALIBRATION.items():
-        calibration = [p for p in prepared if p.run.row_id in names]
-        fitted[chip] = fit_utilisation(calibration) if "--fit" in sys.argv and calibration else None
-        if fitted[chip] is not None:
-            print(f"{chip}: fitted gemm_utilisation {fitted[chip]:.2f} on {', '.join(names)}")
+    fitted = fit_chips(prepared) if "--fit" in sys.argv else {}
     errors: dict[tuple[str, str], list[float]] = {}
     print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}")
     for p in prepared:
-        predicted, fits = predict_s(p, fitted[p.run.chip])
+        predicted, fits = predict_s(p, fitted.get(p.run.chip))
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = predicted / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))

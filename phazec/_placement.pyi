@@ -97,6 +97,7 @@ def solve_placements(
     optimizer_factor: int,
     last_stage_recomputes: bool,
     overlap_grad_reduce: bool,
+    overlap_param_gather: bool,
     hbm_bytes_per_s: float,
     variants: Sequence[tuple[int, int, int, int, bool]],
 ) -> list[PlanResult]:

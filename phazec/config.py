@@ -41,6 +41,9 @@ class TrainConfig:
     """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
     overlap_grad_reduce: bool = False
     """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
+    overlap_param_gather: bool = False
+    """With a distributed optimizer, gather the updated weights during the first stage's next forward
+    pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
     optimizer_step: bool = False
     """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
 
@@ -81,6 +84,9 @@ class PlanConfig:
     """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
     overlap_grad_reduce: bool = False
     """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
+    overlap_param_gather: bool = False
+    """With a distributed optimizer, gather the updated weights during the first stage's next forward
+    pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
     optimizer_step: bool = True
     """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
     require_fit: bool = False

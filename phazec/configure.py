@@ -64,6 +64,7 @@ def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
         sequence_parallel=tuple(bool(x) for x in train.sequence_parallel),
         last_stage_recomputes=bool(train.last_stage_recomputes),
         overlap_grad_reduce=bool(train.overlap_grad_reduce),
+        overlap_param_gather=bool(train.overlap_param_gather),
         optimizer_step=bool(train.optimizer_step),
     )
 

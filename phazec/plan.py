@@ -216,6 +216,7 @@ def plan_knobs(cfg: DictConfig) -> Knobs:
         sequence_parallel=(bool(plan.sequence_parallel),),
         last_stage_recomputes=bool(plan.last_stage_recomputes),
         overlap_grad_reduce=bool(plan.overlap_grad_reduce),
+        overlap_param_gather=bool(plan.overlap_param_gather),
         optimizer_step=bool(plan.optimizer_step),
     )
 
@@ -250,7 +251,7 @@ def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanRe
     plan = cfg.plan
     stages = plan_stages(evaluator.graphs[int(plan.tp)], plan)
     microbatch = int(plan.microbatch)
-    latencies = evaluator.layer_latencies_s(designs, microbatch)
+    latencies = evaluator.layer_latencies_s(designs, microbatch, bool(plan.sequence_parallel))
     problem = evaluator.problem(latencies, 0, microbatch, designs, bool(plan.sequence_parallel))
     variant = evaluator.variants()[0]
     figures = explain_plan(variant.applied(problem), stages, int(plan.tp), int(plan.dp))
@@ -267,7 +268,7 @@ def plan_report(
     samples = evaluator.system.global_batch
     time_s = placement.time_per_batch_s
     devices = tp * int(plan.pp) * int(plan.dp)
-    layers = layer_figures(evaluator, designs, model, microbatch)
+    layers = layer_figures(evaluator, designs, model, microbatch, bool(plan.sequence_parallel))
     model_flops = 0.0
     recompute_flops = 0.0
     for stage, mode in zip(stages, figures.modes, strict=True):
@@ -321,12 +322,19 @@ class LayerFigures:
 
 
 def layer_figures(
-    evaluator: Evaluator, designs: Designs, model: Model, microbatch: int
+    evaluator: Evaluator, designs: Designs, model: Model, microbatch: int, sequence_parallel: bool
 ) -> list[LayerFigures]:
     """Per layer: TP all-reduce latency on the design, FLOPs, attention-core FLOPs."""
     per_class = []
     for cls in model.classes:
-        costs = class_costs(cls, designs, evaluator.system, evaluator.latency_model, microbatch)
+        costs = class_costs(
+            cls,
+            designs,
+            evaluator.system,
+            evaluator.latency_model,
+            microbatch,
+            sequence_parallel=sequence_parallel,
+        )
         comm_s = 0.0
         totals = [0, 0]
         for direction, (graph, op_costs) in enumerate(

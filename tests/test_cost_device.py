@@ -129,6 +129,7 @@ device_strategy = st.builds(
     st.floats(0.0, 10000.0),
     st.floats(0.05, 1.0),
     st.floats(0.0, 1e-4),
+    attention_utilisation=st.floats(0.05, 1.0),
 )
 
 
@@ -155,7 +156,8 @@ def test_never_above_the_peak(op: OpWork, design: dict[str, float], device: Devi
     # a better utilisation never makes it slower.
     designs = _designs(device, design)
     costs = _costs(op, designs)
-    ideal = _costs(op, replace(designs, device=replace(device, gemm_utilisation=1.0, memory_utilisation=1.0)))
+    perfect = replace(device, gemm_utilisation=1.0, memory_utilisation=1.0, attention_utilisation=1.0)
+    ideal = _costs(op, replace(designs, device=perfect))
     clock = design["clock_hz"]
     hbm_s = (op.bytes_read + op.bytes_written) / design["hbm_bytes_per_s"]
     macs = op.batch * op.m * op.k * op.n
@@ -184,6 +186,7 @@ def test_cost_phaze_is_refused_on_gpu_presets() -> None:
         ("memory_utilisation", 0, r"hw.device.memory_utilisation = 0.0 is not valid"),
         ("gemm_tiles", [[128]], r"hw.device.gemm_tiles = \[\[128\]\] is not valid: give a non-empty list"),
         ("kernel_latency_s", -1.0, r"hw.device.kernel_latency_s = -1.0 is not valid: .* >= 0"),
+        ("attention_utilisation", 0.0, r"hw.device.attention_utilisation = 0.0 is not valid: .*\(0, 1\]"),
     ],
 )
 def test_bad_device_values_are_named(key: str, value: object, message: str) -> None:

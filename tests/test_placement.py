@@ -62,7 +62,9 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
     # The four plans, each with every d <= min(4 microbatches, 4 devices // k):
     # [012], k = 1: load 4 + 8 = 12 s, no cut.
     #   d=1: 12 * 4 = 48.  d=2 (m=2): 24 + all-reduce of 3000 B over devices 0..1 (tier 0):
-    #   2*1/2*3000/100 = 30 -> 54.  d=3 (m=2): 24 + 2*2/3*3000/10 = 424.  d=4: 12 + 2*3/4*3000/10 = 462.
+    #   2*1/2*3000/100 = 30 -> 54.  d=3 (m=2): 24 + 2*2/3*3000/10 = 424 (devices {0,1} and {2}:
+    #   the pair {2,3} holds one member, so one link).  d=4: both pairs hold two members, two links
+    #   at 10 B/s each: 12 + 2*3/4*3000/20 = 237.
     # [0][12], k = 2, replicas on {0,1}, {2,3}: tier 0 (100 B/s), the cut carries edge 0->1 (50 B).
     #   stage 0: 1 + 2 + 2 * 50/100 = 4; stage 1: (2 + 1) + (4 + 2) = 9.
     #   d=1: 9 * (4 + 2 - 1) = 45.  d=2 (m=2): 9 * 3 + all-reduce of 1000 B over devices {0, 2}
@@ -86,6 +88,7 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
     assert solve_placement(CHAIN) == best
     assert evaluate_plan(CHAIN, [[0], [1, 2]], t=1, d=1) == best
     assert evaluate_plan(CHAIN, [[0, 1, 2]], t=1, d=3).time_per_batch_s == pytest.approx(424.0, rel=1e-15)
+    assert evaluate_plan(CHAIN, [[0, 1, 2]], t=1, d=4).time_per_batch_s == pytest.approx(237.0, rel=1e-15)
 
 
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:

@@ -7,6 +7,7 @@ import csv
 import logging
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,14 @@ from omegaconf import OmegaConf
 from phazec import api
 from phazec.cli import run_plan
 from phazec.configure import training_graphs
+from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
-from phazec.hw.system import NetworkTier
-from phazec.ir.core import LayerMemory
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import NetworkTier, system_from_config
+from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
+from phazec.passes.cost import class_costs, neighbour_gemms, op_table, overlap_collectives, sequence_split
 from phazec.passes.memory import megatron_bytes
 from phazec.plan import predict_plan
 from phazec.search.run import run_search
@@ -77,7 +81,8 @@ def toy(t: int = 1, sequence_parallel: bool = False, **overrides: Any) -> Placem
 # Time. Load per microbatch = forward 1 + backward 2 + recompute (selective 0.25, full the forward
 # 1) + 2 v transfers of 0.5 s on stage 0 (each of its v chunks sends and receives; stage 1 has no
 # cut after it); time = max load * (m + (s - 1) / v) = max load * (2 + 1 / v). Sequence parallelism
-# moves the same bytes (reduce-scatter + all-gather for all-reduce): the time does not change.
+# moves the same bytes (reduce-scatter + all-gather for all-reduce), and the layers' latencies are
+# given here (the cost pass is what splits their replicated vector work): the time does not change.
 #   v = 1: none [4, 3] -> 12; selective [4.25, 3.25] -> 12.75; full [5, 4] -> 15.
 #   v = 2: none [5, 3] -> 12.5; selective [5.25, 3.25] -> 13.125; full [6, 4] -> 15.
 # Memory per device = weights + gradients 2 x 1000 + ceil(kept x u / v) + working, with u the
@@ -143,15 +148,26 @@ def test_toy_phazes_rule_and_one_device_per_stage() -> None:
 
 def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None:
     # d = 2 (m = 1), mixed-precision Adam: 12 B of state per parameter = 6 x 1000 B, sharded over 2
-    # replicas: 3000. Stage 0: 1000 + 1000 + 3000 + 2 * 100 = 5200. Its gradient all-reduce over the
-    # 2 replicas: 2 * (1/2) * 1000 / 100 = 10 s, 2 of them hidden behind its backward: 8 exposed.
+    # replicas: 3000. Stage 0: 1000 + 1000 + 3000 + 2 * 100 = 5200. Its gradient sync over the 2
+    # replicas: 2 * (1/2) * 1000 / 100 = 10 s, half a reduce-scatter, half an all-gather. The
+    # reduce-scatter's 5 s hide behind its backward (2 s): 3 exposed; the all-gather's 5 s follow the
+    # step: 8 exposed; overlapped with the next forward pass (1 s, overlap_param_gather): 4, so 7.
     # Optimizer step: weights, gradients and state read and written once: 2 * 5000 B at 1000 B/s =
-    # 10 s. Time 4 * (1 + 1) + 8 + 10 = 26.
+    # 10 s. Time 4 * (1 + 1) + 8 + 10 = 26, or 25 with the gather overlapped.
     problem = toy(optimizer="adam", overlap_grad_reduce=True, hbm_bytes_per_s=1000.0)
     figures = explain_plan(Variant(1, "none", 10**6, 1, True).applied(problem), [[0], [1]], t=1, d=2)
     assert figures.placement.time_per_batch_s == 26.0
     assert [s.memory_bytes for s in figures.placement.stages] == [5200, 5100]
     assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (8.0, 10.0)
+    gathered = toy(
+        optimizer="adam", overlap_grad_reduce=True, overlap_param_gather=True, hbm_bytes_per_s=1000.0
+    )
+    figures = explain_plan(Variant(1, "none", 10**6, 1, True).applied(gathered), [[0], [1]], t=1, d=2)
+    assert (figures.placement.time_per_batch_s, figures.iteration.dp_sync_s) == (25.0, 7.0)
+    # Without a distributed optimizer there is no all-gather: the all-reduce's 10 s hide behind the
+    # backward: 8 exposed, whatever overlap_param_gather says; 6000 B of Adam state unsharded.
+    plain = explain_plan(Variant(1, "none", 10**6, 1, False).applied(gathered), [[0], [1]], t=1, d=2)
+    assert plain.iteration.dp_sync_s == 8.0
 
 
 def test_sequence_parallel_and_recompute_bytes_of_a_layer_by_hand() -> None:
@@ -212,6 +228,66 @@ def test_block_activation_bytes_are_korthikantis(tiny_graphs: dict[int, Any], t:
     assert figures.stash_bytes == none + 2
     assert figures.selective_bytes == none - 5 * a * s * s * b // t + 2
     assert figures.checkpoint_bytes == 2 * s * b * h // (t if sp else 1)
+
+
+def test_sequence_parallelism_splits_the_replicated_vector_work(tiny_graphs: dict[int, Any]) -> None:
+    # At t = 2 the layer norms, dropouts and residual adds (and the causal mask's Where) act on
+    # per-sample tensors tensor parallelism leaves whole; sequence parallelism gives each device 1/2
+    # of the sequence. The first layer norm at microbatch 3: 3 x 32 x 64 = 6144 bf16 elements in and
+    # out (12288 B each) plus 2 x 64 x 2 = 256 B of weights: 6144 -> 3072 elements, 12544 -> 6400 B
+    # read, 12288 -> 6144 B written. GEMMs, the softmax on split scores and collectives keep theirs.
+    block = tiny_graphs[2].classes[tiny_graphs[2].layers[1].cls]
+    graph = block.graph
+    whole, split = op_table(graph, 3, False), op_table(graph, 3, False, 2)
+    ln = next(i for i, op in enumerate(graph.ops) if op.op_type == "LayerNormalization")
+    assert (whole.vector_elements[ln], whole.bytes_read[ln], whole.bytes_written[ln]) == (6144, 12544, 12288)
+    assert (split.vector_elements[ln], split.bytes_read[ln], split.bytes_written[ln]) == (3072, 6400, 6144)
+    halved = [op.op_type for op in graph.ops if sequence_split(op, graph)]
+    assert halved == ["LayerNormalization", "Where", "Dropout", "Add", "LayerNormalization", "Dropout", "Add"]
+    for i, op in enumerate(graph.ops):
+        if not sequence_split(op, graph):
+            assert (split.vector_elements[i], split.bytes_read[i]) == (
+                whole.vector_elements[i],
+                whole.bytes_read[i],
+            )
+    backward = [op.op_type for op in block.backward.ops if sequence_split(op, block.backward)]
+    assert sorted(set(backward)) == ["Add", "Dropout", "LayerNormalization", "ReduceSum"]
+    # At t = 1 there is nothing to split: the same costs with or without sequence parallelism.
+    one = tiny_graphs[1].classes[tiny_graphs[1].layers[1].cls]
+    cfg = compose_config("hw=a100", "system=dgx_a100")
+    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    system = system_from_config(cfg.system)
+    model = latency_model_from_config(cfg.cost)
+    plain = class_costs(one, designs, system, model, 3)
+    sp = class_costs(one, designs, system, model, 3, sequence_parallel=True)
+    assert np.array_equal(plain.forward.all_cores_s, sp.forward.all_cores_s)
+
+
+def test_overlapped_collectives_by_hand() -> None:
+    # GEMM g1 (4 s) -> all-reduce r1 over 2 devices (10 s) -> add -> GEMM g2 (2 s) -> all-reduce r2
+    # over 4 devices (8 s) -> add. Overlapped, each half h of a collective hides behind the GEMM next
+    # to it (g): max(h - g, 0) + min(h, g) / t is exposed, all of h without a GEMM.
+    #   r1: h = 5; behind g1: 1 + 4/2 = 3; behind g2 (its first GEMM after the add): 3 + 2/2 = 4 -> 7.
+    #   r2: h = 4; behind g2: 2 + 2/4 = 2.5; no GEMM after it: 4 -> 6.5.
+    x = Tensor("x", (1, 8), "bfloat16", 0)
+    names = ["w", "y", "z", "u", "o", "p", "q"]
+    tensors = {"x": x} | {n: replace(x, name=n) for n in names}
+    ops = [
+        Op("g1", "Gemm", OpKind.GEMM, ("x", "w"), ("y",)),
+        Op("r1", "AllReduce", OpKind.COLLECTIVE, ("y",), ("z",), {"group": 2}),
+        Op("a1", "Add", OpKind.VECTOR, ("z", "x"), ("u",)),
+        Op("g2", "Gemm", OpKind.GEMM, ("u", "w"), ("o",)),
+        Op("r2", "AllReduce", OpKind.COLLECTIVE, ("o",), ("p",), {"group": 4}),
+        Op("a2", "Add", OpKind.VECTOR, ("p", "x"), ("q",)),
+    ]
+    graph = Graph(tensors, ops, ["x"], ["w"], [], ["q"])
+    assert neighbour_gemms(graph, 1) == (0, 3)
+    assert neighbour_gemms(graph, 4) == (3, None)
+    seconds = np.array([[4.0], [10.0], [1.0], [2.0], [8.0], [1.0]])
+    costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds))
+    overlapped = overlap_collectives(graph, costs)
+    assert overlapped.all_cores_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 6.5, 1.0]
+    assert overlapped.single_core_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 6.5, 1.0]
 
 
 # --- phazec-plan ------------------------------------------------------------------------------------

@@ -162,6 +162,21 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
+/// The exposed part of the first stage's DP sync of `sync_s`: a distributed optimizer's
+/// reduce-scatter (half) hides behind its last backward pass B under overlap_grad_reduce, its
+/// all-gather (the other half) behind its forward pass F under overlap_param_gather; a plain
+/// all-reduce hides behind B under overlap_grad_reduce.
+double exposed_sync_s(const PlacementInput& in, bool distributed, double sync_s, double forward_s,
+                      double backward_s) {
+  if (distributed) {
+    double reduce_s = sync_s / 2.0, gather_s = sync_s / 2.0;
+    if (in.overlap_grad_reduce) reduce_s = std::max(0.0, reduce_s - backward_s);
+    if (in.overlap_param_gather) gather_s = std::max(0.0, gather_s - forward_s);
+    return reduce_s + gather_s;
+  }
+  return in.overlap_grad_reduce ? std::max(0.0, sync_s - backward_s) : sync_s;
+}
+
 /// The parts of a stage's memory per device.
 struct MemoryParts {
   int64_t parameter_bytes = 0;  // weights, gradients, optimizer state
@@ -378,9 +393,10 @@ PlanResult solve_variant(const VariantModel& model) {
             bottleneck = std::max(bottleneck, rest);
           }
           const int64_t m = (in.microbatches + d - 1) / d;
-          const NetworkTier& sync_tier = in.tiers[span_tier(in.tiers, 0, (d - 1) * k + model.width(p) - 1)];
-          double sync_s = allreduce_s(model.tab.param_bytes[p], d, sync_tier);
-          if (in.overlap_grad_reduce) sync_s = std::max(0.0, sync_s - model.tab.backward_s[p]);
+          const NetworkTier sync_tier = dp_sync_tier(in.tiers, d, k, model.width(p));
+          const double sync_s = exposed_sync_s(in, model.variant.distributed_optimizer,
+                                               allreduce_s(model.tab.param_bytes[p], d, sync_tier),
+                                               model.tab.forward_s[p], model.tab.backward_s[p]);
           double step_s = 0.0;
           if (in.hbm_bytes_per_s > 0.0) {
             step_s = 2.0 * static_cast<double>(first.parameter_bytes) / in.hbm_bytes_per_s;
@@ -469,6 +485,17 @@ std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int6
     if (first / tiers[i].group_size == last / tiers[i].group_size) return i;
   }
   return tiers.size() - 1;
+}
+
+NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width) {
+  const std::size_t i = span_tier(tiers, 0, (d - 1) * k + width - 1);
+  if (i == 0) return tiers[0];
+  const int64_t per_group = std::max<int64_t>(1, tiers[i - 1].group_size / k);
+  const int64_t rails = d % per_group == 0 ? per_group : d % per_group;
+  NetworkTier out = tiers[i];
+  out.bandwidth_bytes_per_s =
+      std::min(static_cast<double>(rails) * tiers[i].bandwidth_bytes_per_s, tiers[i - 1].bandwidth_bytes_per_s);
+  return out;
 }
 
 std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants) {

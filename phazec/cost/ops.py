@@ -160,11 +160,12 @@ class OpWork:
     """GEMM reduction length."""
     n: int = 0
     """GEMM columns."""
-    vector_elements: int = 0
-    """Elements of vector work (for a fused op: of its vector epilogue)."""
-    bytes_read: int = 0
+    vector_elements: float = 0
+    """Elements of vector work (for a fused op: of its vector epilogue); a share of a tensor's when
+    sequence parallelism splits the op."""
+    bytes_read: float = 0
     """Bytes of every operand, weights included."""
-    bytes_written: int = 0
+    bytes_written: float = 0
     """Bytes of every result."""
     collective_bytes: int = 0
     """Bytes each device contributes to an all-reduce, or sends point to point."""

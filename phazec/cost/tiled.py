@@ -148,11 +148,11 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
 
 def attention_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
     """Latency in seconds of each fused attention kernel (flash attention) on one tensor core or all of
-    them, [ops, designs]: its MACs at the cores' peak times the device's `gemm_utilisation`, or its own
-    operand and result bytes over HBM (no s x s tensor leaves the chip), the longer, plus the kernel
+    them, [ops, designs]: its MACs at the cores' peak times the device's `attention_utilisation`, or its
+    own operand and result bytes over HBM (no s x s tensor leaves the chip), the longer, plus the kernel
     latency."""
     cores = (designs.num_tc if all_cores else np.ones(len(designs)))[None, :].astype(np.float64)
-    peak = cores * (designs.tc_width * designs.tc_depth)[None, :] * designs.device.gemm_utilisation
+    peak = cores * (designs.tc_width * designs.tc_depth)[None, :] * designs.device.attention_utilisation
     cycles = (ops.batch * ops.m * ops.k * ops.n)[:, None] / peak
     return _with_memory_s(cycles / designs.clock_hz, (ops.bytes_read + ops.bytes_written)[:, None], designs)
 

@@ -11,6 +11,8 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   heuristics, the fastest tile and split is taken. None keeps the template's weight-stationary systolic
   tiling (`phazec.cost.tiled`).
 - `gemm_utilisation`: the share of a core's peak a tile's main loop reaches (fitted per chip).
+- `attention_utilisation`: the share of the cores' peak a fused attention kernel (flash attention)
+  reaches over its work: its softmax, rescaling and causal blocks keep it below a GEMM's.
 - `gemm_tile_overhead_cycles`: cycles each tile spends outside its main loop (prologue, epilogue), so
   small tiles and short reductions reach less of the peak than large ones.
 - `memory_utilisation`: the share of HBM bandwidth streaming operators reach.
@@ -19,6 +21,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   problem gets one kind of core for both; False for the template's separate MXUs and VPUs.
 - `attention`: the attention kernel the chip's software runs (`unfused`, `fused_softmax`, `flash`;
   `phazec.passes.attention`): it shapes the training graph, not the per-op prices.
+- `tp_comm_overlap`: the software splits each tensor-parallel collective into chunks that overlap
+  the GEMM producing its input and the first GEMM using its result (Megatron-Core's
+  `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
+  (`phazec.passes.cost.overlap_collectives`).
 
 Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
 bound, and no value makes an operator slower on a design with more or larger cores, more bandwidth or
@@ -51,6 +57,10 @@ class DeviceModel:
     """Fixed latency of each on-chip operator, >= 0."""
     attention: str = "unfused"
     """The attention kernel (`phazec.passes.attention.ATTENTION_KERNELS`)."""
+    tp_comm_overlap: bool = False
+    """Tensor-parallel collectives overlap the GEMMs next to them."""
+    attention_utilisation: float = 1.0
+    """Share of the cores' peak a fused attention kernel reaches, in (0, 1]."""
 
 
 IDEAL = DeviceModel()
@@ -104,7 +114,9 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         gemm_tile_overhead_cycles=_non_negative(
             "gemm_tile_overhead_cycles", values["gemm_tile_overhead_cycles"]
         ),
+        attention_utilisation=_share("attention_utilisation", values["attention_utilisation"]),
         memory_utilisation=_share("memory_utilisation", values["memory_utilisation"]),
         kernel_latency_s=_non_negative("kernel_latency_s", values["kernel_latency_s"]),
         attention=check_kernel(str(values["attention"])),
+        tp_comm_overlap=bool(values["tp_comm_overlap"]),
     )

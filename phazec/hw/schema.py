@@ -28,6 +28,8 @@ class DeviceConfig:
     """Share of a core's peak reached in a tile's main loop, in (0, 1]."""
     gemm_tile_overhead_cycles: float = 0.0
     """Cycles each output tile spends outside its main loop (prologue, epilogue), >= 0."""
+    attention_utilisation: float = 1.0
+    """Share of the tensor cores' peak a fused attention kernel (flash) reaches, in (0, 1]."""
     memory_utilisation: float = 1.0
     """Share of HBM bandwidth an operator's memory traffic reaches, in (0, 1]."""
     kernel_latency_s: float = 0.0
@@ -35,6 +37,9 @@ class DeviceConfig:
     attention: str = "unfused"
     """The attention kernel: `unfused` (op by op), `fused_softmax` (Megatron's scale-mask-softmax) or
     `flash` (FlashAttention-2; `phazec.passes.attention`)."""
+    tp_comm_overlap: bool = False
+    """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
+    (Megatron-Core's `--tp-comm-overlap`; `phazec.passes.cost.overlap_collectives`)."""
 
 
 @dataclass

@@ -9,7 +9,9 @@ frozen records, never written into the IR, so one training graph serves every de
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from phazec.cost.model import LatencyModel, OpCosts, op_costs
 from phazec.cost.ops import OpKind as CostKind
@@ -74,17 +76,81 @@ WORK_RULES: dict[OpKind, Callable[[Op, Graph, int, bool], OpWork]] = {
 """How each kind of IR operator becomes a cost-model row."""
 
 
-def op_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
-    """The cost-model row of one operator at a microbatch size, with the bytes it reads and writes."""
+def sequence_split(op: Op, graph: Graph) -> bool:
+    """Whether sequence parallelism splits an operator's work: a vector operator on per-sample
+    tensors that tensor parallelism left whole (layer norms, dropouts, residual adds and their
+    gradients), which Megatron's sequence parallelism runs on 1/t of the sequence per device."""
+    per_sample = [
+        graph.tensors[t] for t in (*op.inputs, *op.outputs) if t and graph.tensors[t].batch_axis is not None
+    ]
+    return op.kind is OpKind.VECTOR and bool(per_sample) and not any(t.tp_split for t in per_sample)
+
+
+def op_work(op: Op, graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1) -> OpWork:
+    """The cost-model row of one operator at a microbatch size, with the bytes it reads and writes;
+    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work."""
     work = WORK_RULES[op.kind](op, graph, microbatch, backward)
-    read = sum(graph.tensors[t].nbytes(microbatch) for t in op.inputs if t)
-    written = sum(graph.tensors[t].nbytes(microbatch) for t in op.outputs if t)
-    return OpWork(**{**work.__dict__, "bytes_read": read, "bytes_written": written})
+    share = 1.0 / sequence_parallel if sequence_split(op, graph) else 1.0
+
+    def nbytes(name: str) -> float:
+        tensor = graph.tensors[name]
+        return tensor.nbytes(microbatch) * (share if tensor.batch_axis is not None else 1.0)
+
+    read = sum(nbytes(t) for t in op.inputs if t)
+    written = sum(nbytes(t) for t in op.outputs if t)
+    elements = work.vector_elements * share
+    return OpWork(
+        **{**work.__dict__, "vector_elements": elements, "bytes_read": read, "bytes_written": written}
+    )
 
 
-def op_table(graph: Graph, microbatch: int, backward: bool) -> OpTable:
-    """The cost-model table of a graph's operators, in graph order."""
-    return OpTable.from_rows([op_work(op, graph, microbatch, backward) for op in graph.ops])
+def op_table(graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1) -> OpTable:
+    """The cost-model table of a graph's operators, in graph order (`op_work`)."""
+    return OpTable.from_rows(
+        [op_work(op, graph, microbatch, backward, sequence_parallel) for op in graph.ops]
+    )
+
+
+def _is_gemm(op: Op) -> bool:
+    return op.kind in (OpKind.GEMM, OpKind.FUSED)
+
+
+def neighbour_gemms(graph: Graph, i: int) -> tuple[int | None, int | None]:
+    """The GEMM that produces operator i's input, and the first GEMM (in graph order) that depends
+    on its result; None where there is none in the graph."""
+    producer = next((j for j in range(i) if graph.ops[i].inputs[0] in graph.ops[j].outputs), None)
+    reached = {t for t in graph.ops[i].outputs if t}
+    for j in range(i + 1, len(graph.ops)):
+        op = graph.ops[j]
+        if reached.intersection(op.inputs):
+            if _is_gemm(op):
+                return (producer if producer is not None and _is_gemm(graph.ops[producer]) else None), j
+            reached.update(t for t in op.outputs if t)
+    return (producer if producer is not None and _is_gemm(graph.ops[producer]) else None), None
+
+
+def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
+    """Costs with each collective reduced to the part the GEMMs next to it cannot hide.
+
+    Megatron-Core's `--tp-comm-overlap` splits a tensor-parallel collective (a reduce-scatter and an
+    all-gather, each half of the all-reduce's time c) into t chunks that run while the GEMM
+    producing its input (the reduce-scatter) and the first GEMM using its result (the all-gather)
+    compute. A half of time h next to a GEMM of time g ends max(h - g, 0) + min(h, g) / t after the
+    GEMM would have (its first chunk cannot overlap); without a GEMM it is all exposed.
+    """
+    single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
+    for i, op in enumerate(graph.ops):
+        if op.kind is not OpKind.COLLECTIVE:
+            continue
+        group = op.attrs["group"]
+        assert isinstance(group, int)
+        half = spread[i] / 2.0
+        exposed = np.zeros_like(half)
+        for j in neighbour_gemms(graph, i):
+            gemm = costs.all_cores_s[j] if j is not None else np.zeros_like(half)
+            exposed += np.maximum(half - gemm, 0.0) + np.minimum(half, gemm) / group
+        single[i], spread[i] = exposed, exposed
+    return replace(costs, single_core_s=single, all_cores_s=spread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +163,22 @@ class ClassCosts:
 
 
 def class_costs(
-    cls: LayerClass, designs: Designs, system: System, model: LatencyModel, microbatch: int
+    cls: LayerClass,
+    designs: Designs,
+    system: System,
+    model: LatencyModel,
+    microbatch: int,
+    *,
+    sequence_parallel: bool = False,
 ) -> ClassCosts:
-    """Price the forward and backward operators of one class on every design (vectorised)."""
-    forward = op_costs(op_table(cls.graph, microbatch, False), designs, system, model)
+    """Price the forward and backward operators of one class on every design (vectorised); with
+    sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work."""
+    split = cls.tp_width if sequence_parallel else 1
+    overlap = designs.device.tp_comm_overlap
+    forward = op_costs(op_table(cls.graph, microbatch, False, split), designs, system, model)
+    forward = overlap_collectives(cls.graph, forward) if overlap else forward
     if cls.backward is None:
         return ClassCosts(forward, None)
-    backward = op_costs(op_table(cls.backward, microbatch, True), designs, system, model)
+    backward = op_costs(op_table(cls.backward, microbatch, True, split), designs, system, model)
+    backward = overlap_collectives(cls.backward, backward) if overlap else backward
     return ClassCosts(forward, backward)

@@ -66,6 +66,8 @@ class Knobs:
     """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
     overlap_grad_reduce: bool = False
     """Overlap the DP gradient all-reduce with the backward pass."""
+    overlap_param_gather: bool = False
+    """With a distributed optimizer, overlap the weights' all-gather with the next forward pass."""
     optimizer_step: bool = False
     """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
 
@@ -124,20 +126,25 @@ class Evaluator:
     """Where each ILP is written as an LP file when `solver.write_lp` is set."""
     timings: Timings = field(default_factory=Timings)
 
-    def layer_latencies_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
+    def layer_latencies_s(
+        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
+    ) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
         the latency of its attention core's forward ops run one after another on all cores (what
-        selective recompute repeats; `attention_core_s`)."""
-        return self._per_layer_s(designs, microbatch, self.schedules_s)
+        selective recompute repeats; `attention_core_s`), with or without sequence parallelism."""
+        return self._per_layer_s(designs, microbatch, sequence_parallel, self.schedules_s)
 
-    def layer_lower_bounds_s(self, designs: Designs, microbatch: int) -> dict[int, NDArray[np.float64]]:
+    def layer_lower_bounds_s(
+        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
+    ) -> dict[int, NDArray[np.float64]]:
         """Like `layer_latencies_s`, but proven lower bounds on those latencies, without the ILP."""
-        return self._per_layer_s(designs, microbatch, self.lower_s)
+        return self._per_layer_s(designs, microbatch, sequence_parallel, self.lower_s)
 
     def _per_layer_s(
         self,
         designs: Designs,
         microbatch: int,
+        sequence_parallel: bool,
         latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
     ) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
@@ -147,7 +154,14 @@ class Evaluator:
             per_class = np.zeros((len(designs), 3, len(model.classes)))
             for c, cls in enumerate(model.classes):
                 start = time.perf_counter()
-                costs = class_costs(cls, designs, self.system, self.latency_model, microbatch)
+                costs = class_costs(
+                    cls,
+                    designs,
+                    self.system,
+                    self.latency_model,
+                    microbatch,
+                    sequence_parallel=sequence_parallel,
+                )
                 per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
                 self.timings.cost_s += time.perf_counter() - start
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
@@ -249,6 +263,7 @@ class Evaluator:
             selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
             last_stage_recomputes=self.knobs.last_stage_recomputes,
             overlap_grad_reduce=self.knobs.overlap_grad_reduce,
+            overlap_param_gather=self.knobs.overlap_param_gather,
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.optimizer_step else 0.0,
             sequence_parallel=sequence_parallel,
         )
@@ -268,13 +283,19 @@ class Evaluator:
     def evaluate(self, designs: Designs) -> list[Candidate]:
         """Every (design, microbatch, variant) of a batch of designs, in that order."""
         microbatches = self.knobs.microbatches
-        latencies = {mb: self.layer_latencies_s(designs, mb) for mb in microbatches}
+        latencies = {
+            (mb, sp): self.layer_latencies_s(designs, mb, sp)
+            for mb in microbatches
+            for sp in self.knobs.sequence_parallel
+        }
         candidates = []
         for j in range(len(designs)):
             for microbatch in microbatches:
                 for sequence_parallel in self.knobs.sequence_parallel:
                     start = time.perf_counter()
-                    problem = self.problem(latencies[microbatch], j, microbatch, designs, sequence_parallel)
+                    problem = self.problem(
+                        latencies[microbatch, sequence_parallel], j, microbatch, designs, sequence_parallel
+                    )
                     results = solve_placements(problem, self.variants())
                     self.timings.dp_s += time.perf_counter() - start
                     candidates += [Candidate(j, microbatch, r) for r in results]
@@ -295,16 +316,14 @@ class Evaluator:
         variants = self.variants((max(self.knobs.hbm_bytes),))
         out = np.full(len(designs), np.inf)
         for microbatch in self.knobs.microbatches:
-            latencies = self.layer_lower_bounds_s(designs, microbatch)
-            start = time.perf_counter()
-            solved: dict[bytes, float] = {}
-            for j in range(len(designs)):
-                design = designs.hbm_bytes_per_s[j].tobytes()
-                for sequence_parallel in self.knobs.sequence_parallel:
+            for sequence_parallel in self.knobs.sequence_parallel:
+                latencies = self.layer_lower_bounds_s(designs, microbatch, sequence_parallel)
+                start = time.perf_counter()
+                solved: dict[bytes, float] = {}
+                for j in range(len(designs)):
                     key = b"".join(
                         [
-                            design,
-                            bytes([sequence_parallel]),
+                            designs.hbm_bytes_per_s[j].tobytes(),
                             *(latencies[t][j].tobytes() for t in sorted(latencies)),
                         ]
                     )
@@ -315,7 +334,7 @@ class Evaluator:
                             [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
                         )
                     out[j] = min(out[j], solved[key])
-            self.timings.bound_s += time.perf_counter() - start
+                self.timings.bound_s += time.perf_counter() - start
         return out
 
     def block_forward_s(self, designs: Designs) -> NDArray[np.float64]:
@@ -347,10 +366,14 @@ class Evaluator:
         candidates = []
         reasons = []
         for microbatch in self.knobs.microbatches:
-            latencies = self.layer_latencies_s(designs, microbatch)
+            latencies = {
+                sp: self.layer_latencies_s(designs, microbatch, sp) for sp in self.knobs.sequence_parallel
+            }
             for j in range(len(designs)):
                 for sequence_parallel in self.knobs.sequence_parallel:
-                    problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
+                    problem = self.problem(
+                        latencies[sequence_parallel], j, microbatch, designs, sequence_parallel
+                    )
                     try:
                         stages = megatron_plan(problem, pp)
                         for variant in self.variants():

@@ -92,14 +92,24 @@ def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float
     return busy[TC], busy[VC]
 
 
-def layer_work(evaluator: Evaluator, design: Designs, microbatch: int, t: int) -> LayerWork:
+def layer_work(
+    evaluator: Evaluator, design: Designs, microbatch: int, t: int, sequence_parallel: bool
+) -> LayerWork:
     """Each layer's busy core-seconds and energy on the one design of `design`, at width t."""
     model = evaluator.graphs[t]
     shape = (2, len(model.classes))
     tc_s, vc_s = np.zeros(shape), np.zeros(shape)
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
-        costs = class_costs(cls, design, evaluator.system, evaluator.latency_model, microbatch)
+        costs = class_costs(
+            cls,
+            design,
+            evaluator.system,
+            evaluator.latency_model,
+            microbatch,
+            sequence_parallel=sequence_parallel,
+        )
+        split = cls.tp_width if sequence_parallel else 1
         graphs = [(0, cls.graph, costs.forward)]
         if cls.backward is not None and costs.backward is not None:
             graphs.append((1, cls.backward, costs.backward))
@@ -108,7 +118,7 @@ def layer_work(evaluator: Evaluator, design: Designs, microbatch: int, t: int) -
             tc_s[direction, c], vc_s[direction, c] = busy_core_s(
                 problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
             )
-            parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1), design)
+            parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1, split), design)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
     layer_class = np.array([layer.cls for layer in model.layers])
@@ -191,7 +201,7 @@ class Usage:
 
     evaluator: Evaluator
     designs: Designs
-    _work: dict[tuple[int, int, int], LayerWork] = field(default_factory=dict)
+    _work: dict[tuple[int, int, int, bool], LayerWork] = field(default_factory=dict)
 
     def __call__(self, candidate: Candidate) -> dict[str, Any]:
         """The figures of a feasible candidate, its design being `designs[candidate.design]`."""
@@ -199,9 +209,9 @@ class Usage:
         assert isinstance(placement, Placement)
         design = self.designs.take(np.array([candidate.design]))
         microbatch, t = candidate.microbatch, placement.t
-        key = (candidate.design, microbatch, t)
+        key = (candidate.design, microbatch, t, placement.sequence_parallel)
         if key not in self._work:
-            self._work[key] = layer_work(self.evaluator, design, microbatch, t)
+            self._work[key] = layer_work(self.evaluator, design, microbatch, t, placement.sequence_parallel)
         layers = len(self.evaluator.graphs[t].layers)
         no_latency = {width: np.ones((1, 3, layers)) for width in self.evaluator.graphs}
         problem = self.evaluator.problem(  # only sizes are read

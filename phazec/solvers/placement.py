@@ -32,12 +32,16 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
 * Time per batch = max stage load * (m + (s - 1) / v) + exposed DP sync + optimizer step, where the
   bubble (s - 1) / v of a stage's work is interleaved 1F1B's (1F1B's for v = 1). The DP sync is the
   ring all-reduce of the first stage's gradients over its d replicas: 2 (d-1)/d * param bytes /
-  bandwidth + 2 (d-1) latency, on the tier holding that stage's devices of every replica (ids
-  0 .. (d-1) k + width - 1); with overlap it hides behind the first stage's last backward pass
-  (exposed = max(0, sync - B)), else it is all exposed. The first stage ends the flush last; the
-  other stages' syncs overlap its drain. The optimizer step reads and writes the first stage's
-  weights, gradients and optimizer state once: 2 * (its parameter memory) / HBM bandwidth (0 when
-  the bandwidth is given as 0: the step is not timed, as in PHAZE). A distributed optimizer's
+  bandwidth + 2 (d-1) latency, on the tier holding that stage's devices of every replica (ids 0 ..
+  (d-1) k + width - 1). When that group spans several groups of the tier below (nodes), each holds
+  lower group size // k of its members (1 when k is larger; the last group d mod that when it is not
+  full), each with a link of its own (a DGX has a NIC per GPU), and the hierarchical all-reduce
+  drives them all: the bandwidth is the fewest members a spanned group holds (rails) times the
+  tier's per device, at most the tier below's. With overlap it hides behind the first stage's last
+  backward pass (exposed = max(0, sync - B)), else it is all exposed. The first stage ends the flush
+  last; the other stages' syncs overlap its drain. The optimizer step reads and writes the first
+  stage's weights, gradients and optimizer state once: 2 * (its parameter memory) / HBM bandwidth (0
+  when the bandwidth is given as 0: the step is not timed, as in PHAZE). A distributed optimizer's
   reduce-scatter plus all-gather moves the same bytes as the all-reduce.
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
   gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
@@ -153,6 +157,8 @@ class PlacementProblem:
     """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
     overlap_grad_reduce: bool = False
     """Overlap the DP gradient all-reduce with the first stage's last backward pass."""
+    overlap_param_gather: bool = False
+    """With a distributed optimizer, overlap the weights' all-gather with the first stage's forward."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
     sequence_parallel: bool = False
@@ -329,6 +335,7 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         optimizer_factor=OPTIMIZER_FACTOR[problem.optimizer],
         last_stage_recomputes=problem.last_stage_recomputes,
         overlap_grad_reduce=problem.overlap_grad_reduce,
+        overlap_param_gather=problem.overlap_param_gather,
         hbm_bytes_per_s=problem.hbm_bytes_per_s,
         variants=[
             (
@@ -529,7 +536,14 @@ def sync_times_s(
 ) -> tuple[float, float]:
     """(exposed DP gradient sync, optimizer step) after the flush, from the first stage."""
     sync_s = _allreduce_s(first.param_bytes, d, tier)
-    if problem.overlap_grad_reduce:
+    if problem.distributed_optimizer:
+        reduce_s, gather_s = sync_s / 2.0, sync_s / 2.0
+        if problem.overlap_grad_reduce:
+            reduce_s = max(0.0, reduce_s - first.backward_s)
+        if problem.overlap_param_gather:
+            gather_s = max(0.0, gather_s - first.forward_s)
+        sync_s = reduce_s + gather_s
+    elif problem.overlap_grad_reduce:
         sync_s = max(0.0, sync_s - first.backward_s)
     step_s = 0.0
     if problem.hbm_bytes_per_s > 0:
@@ -564,7 +578,7 @@ def plan_figures(
         for i, (c, mode) in enumerate(zip(costs, modes, strict=True))
     )
     loads = [x.load_s for x in times]
-    sync_tier = problem.tiers[_span_tier(problem.tiers, 0, (d - 1) * k + costs[0].devices - 1)]
+    sync_tier = _sync_tier(problem.tiers, d, k, costs[0].devices)
     sync_s, step_s = sync_times_s(problem, costs[0], memories[0], d, sync_tier)
     bubble = (s - 1) / problem.interleave
     time_s = max(loads) * (m + bubble) + sync_s + step_s
@@ -729,6 +743,20 @@ def _span_tier(tiers: Sequence[NetworkTier], first: int, last: int) -> int:
         if first // tier.group_size == last // tier.group_size:
             return i
     return len(tiers) - 1
+
+
+def _sync_tier(tiers: Sequence[NetworkTier], d: int, k: int, width: int) -> NetworkTier:
+    """The tier of the DP gradient all-reduce of d replicas of k devices, the first stage `width`
+    wide: the tier holding the whole group, at `rails` times its bandwidth (at most the tier
+    below's) when the group spans several groups of the tier below, each holding `rails` members
+    with a link of their own (the module docstring)."""
+    i = _span_tier(tiers, 0, (d - 1) * k + width - 1)
+    if i == 0:
+        return tiers[0]
+    per_group = max(1, tiers[i - 1].group_size // k)
+    rails = per_group if d % per_group == 0 else d % per_group
+    bandwidth = min(rails * tiers[i].bandwidth_bytes_per_s, tiers[i - 1].bandwidth_bytes_per_s)
+    return replace(tiers[i], bandwidth_bytes_per_s=bandwidth)
 
 
 def _transfer_s(size_bytes: int, tier: NetworkTier) -> float:

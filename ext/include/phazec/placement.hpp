@@ -51,6 +51,7 @@ struct PlacementInput {
   int64_t optimizer_factor = 2;    // bytes of weights, gradients and optimizer state per weight byte
   bool last_stage_recomputes = false;  // Megatron-LM's rule (true) or PHAZE's (false)
   bool overlap_grad_reduce = false;    // the DP all-reduce hides behind the first stage's backward
+  bool overlap_param_gather = false;   // a distributed optimizer's all-gather hides behind its forward
   double hbm_bytes_per_s = 0.0;        // times the optimizer step; 0: untimed
 };
 
@@ -90,5 +91,14 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
 
 /// The first tier whose aligned group holds devices first..last (the last tier if none).
 std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int64_t last);
+
+/// The tier a DP gradient all-reduce runs on, for d replicas of k devices each, the first stage
+/// `width` devices wide (replica r on r*k..r*k+k-1): the first tier whose aligned group holds the
+/// whole group. When that group spans several groups of the tier below (several nodes), each holds
+/// lower group size / k members (1 when k is larger; d mod that in a last, partial group), each with
+/// its own link (a DGX's NIC per GPU), and the hierarchical all-reduce uses them all: the fewest
+/// members of a spanned group (`rails`) times the tier's bandwidth per device, at most the tier
+/// below's.
+NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width);
 
 }  // namespace phazec
