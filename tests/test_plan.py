@@ -268,7 +268,9 @@ def test_overlapped_collectives_by_hand() -> None:
     # over 4 devices (8 s) -> add. Overlapped, each half h of a collective hides behind the GEMM next
     # to it (g): max(h - g, 0) + min(h, g) / t is exposed, all of h without a GEMM.
     #   r1: h = 5; behind g1: 1 + 4/2 = 3; behind g2 (its first GEMM after the add): 3 + 2/2 = 4 -> 7.
-    #   r2: h = 4; behind g2: 2 + 2/4 = 2.5; no GEMM after it: 4 -> 6.5.
+    #   r2: h = 4; behind g2: 2 + 2/4 = 2.5; no GEMM after it in the layer, so the next layer's first,
+    #   g1: 0 + 4/4 = 1 -> 3.5. A collective after an add (no GEMM before it) and in a layer without
+    #   GEMMs is all exposed.
     x = Tensor("x", (1, 8), "bfloat16", 0)
     names = ["w", "y", "z", "u", "o", "p", "q"]
     tensors = {"x": x} | {n: replace(x, name=n) for n in names}
@@ -282,12 +284,16 @@ def test_overlapped_collectives_by_hand() -> None:
     ]
     graph = Graph(tensors, ops, ["x"], ["w"], [], ["q"])
     assert neighbour_gemms(graph, 1) == (0, 3)
-    assert neighbour_gemms(graph, 4) == (3, None)
+    assert neighbour_gemms(graph, 4) == (3, 0)
     seconds = np.array([[4.0], [10.0], [1.0], [2.0], [8.0], [1.0]])
     costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds))
     overlapped = overlap_collectives(graph, costs)
-    assert overlapped.all_cores_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 6.5, 1.0]
-    assert overlapped.single_core_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 6.5, 1.0]
+    assert overlapped.all_cores_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 3.5, 1.0]
+    assert overlapped.single_core_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 3.5, 1.0]
+    vector = Graph(tensors, [ops[2], replace(ops[4], inputs=("u",))], ["x"], [], [], ["p"])
+    assert neighbour_gemms(vector, 1) == (None, None)
+    alone = overlap_collectives(vector, OpCosts(seconds[:2], seconds[:2].copy(), np.zeros((2, 1))))
+    assert alone.all_cores_s[:, 0].tolist() == [4.0, 10.0]
 
 
 # --- phazec-plan ------------------------------------------------------------------------------------

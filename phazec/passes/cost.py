@@ -116,17 +116,19 @@ def _is_gemm(op: Op) -> bool:
 
 
 def neighbour_gemms(graph: Graph, i: int) -> tuple[int | None, int | None]:
-    """The GEMM that produces operator i's input, and the first GEMM (in graph order) that depends
-    on its result; None where there is none in the graph."""
+    """The GEMM that produces operator i's input (None when another kind of op does), and the first
+    GEMM (in graph order) that depends on its result; when none in the graph does, the graph's first
+    GEMM, which the next layer of the same class runs first (None when the graph has no GEMM)."""
     producer = next((j for j in range(i) if graph.ops[i].inputs[0] in graph.ops[j].outputs), None)
+    before = producer if producer is not None and _is_gemm(graph.ops[producer]) else None
     reached = {t for t in graph.ops[i].outputs if t}
     for j in range(i + 1, len(graph.ops)):
         op = graph.ops[j]
         if reached.intersection(op.inputs):
             if _is_gemm(op):
-                return (producer if producer is not None and _is_gemm(graph.ops[producer]) else None), j
+                return before, j
             reached.update(t for t in op.outputs if t)
-    return (producer if producer is not None and _is_gemm(graph.ops[producer]) else None), None
+    return before, next((j for j, op in enumerate(graph.ops) if _is_gemm(op)), None)
 
 
 def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
@@ -134,9 +136,10 @@ def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
 
     Megatron-Core's `--tp-comm-overlap` splits a tensor-parallel collective (a reduce-scatter and an
     all-gather, each half of the all-reduce's time c) into t chunks that run while the GEMM
-    producing its input (the reduce-scatter) and the first GEMM using its result (the all-gather)
-    compute. A half of time h next to a GEMM of time g ends max(h - g, 0) + min(h, g) / t after the
-    GEMM would have (its first chunk cannot overlap); without a GEMM it is all exposed.
+    producing its input (the reduce-scatter) and the first GEMM using its result (the all-gather;
+    the next layer's first GEMM for a collective at the end of a layer) compute. A half of time h
+    next to a GEMM of time g ends max(h - g, 0) + min(h, g) / t after the GEMM would have (its first
+    chunk cannot overlap); without a GEMM it is all exposed.
     """
     single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
     for i, op in enumerate(graph.ops):
