@@ -296,6 +296,33 @@ def test_overlapped_collectives_by_hand() -> None:
     assert alone.all_cores_s[:, 0].tolist() == [4.0, 10.0]
 
 
+@pytest.fixture(scope="module")
+def tiny_flash_graphs(cache_dir: Path) -> dict[int, Any]:
+    cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    model = load_model(model_cfg, cache_dir)
+    return training_graphs(model, [1, 2], "adam", vocab_parallel=True, attention="flash", causal=True)
+
+
+@pytest.mark.parametrize("t", [1, 2])
+@pytest.mark.parametrize("sp", [False, True])
+def test_flash_block_keeps_korthikantis_selective_bytes(
+    tiny_flash_graphs: dict[int, Any], t: int, sp: bool
+) -> None:
+    # Flash attention keeps what selective recompute keeps (section 4's bytes without the 5as^2b/t
+    # term), on the real block as on the toy: QKV's input, Q, K, V, the context and the dropout masks
+    # outside the core. The 2-byte attention scale goes into the kernel, so nothing is added.
+    graphs = tiny_flash_graphs
+    block = graphs[t].classes[graphs[t].layers[1].cls]
+    assert block.memory is not None
+    b = 3
+    figures = megatron_bytes(block.memory, b, t if sp else 1)
+    s, h = S, H
+    selective = s * b * h * 34 // t if sp else s * b * h * 10 + s * b * h * 24 // t
+    assert figures.stash_bytes == figures.selective_bytes == selective
+
+
 # --- phazec-plan ------------------------------------------------------------------------------------
 PLAN = (
     *TINY,
