@@ -187,6 +187,7 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
                 f"hw.device.attention={run.attention}",
                 f"hw.device.tp_comm_overlap={str(run.megatron_core).lower()}",
+                f"hw.device.collectives_hold_cores={str(not run.megatron_core).lower()}",
                 "solver.node_limit=200",
                 "solver.search_node_limit=100000",
             ],

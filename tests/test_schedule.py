@@ -104,6 +104,21 @@ def test_collectives_overlap_compute_but_not_each_other(backend: str) -> None:
     assert solve(as_vector, backend)[0] == 8.0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_collectives_that_hold_the_cores(backend: str) -> None:
+    # GEMMs g1, g2 (8 s on one of 4 cores, 2 s spread) and a collective c (3 s), all independent.
+    # On the network c runs beside the GEMMs, spread one after the other: max(2 + 2, 3) = 4.
+    # Holding every core (a GPU's NCCL kernels, called synchronously), c runs alone: 2 + 2 + 3 = 7,
+    # for the ILP and for the exact search alike.
+    ops = (op("g1", TC, 8.0, 2.0), op("g2", TC, 8.0, 2.0), op("c", COLL, 3.0))
+    assert solve(ScheduleProblem(ops, (), num_tc=4, num_vc=1), backend)[0] == 4.0
+    held = ScheduleProblem(ops, (), num_tc=4, num_vc=1, collectives_hold_cores=True)
+    assert held.resources(2) == ("tc",) and held.modes(2) == (True,)
+    assert solve(held, backend) == (7.0, (True, True, True))
+    searched = optimize(held, SolverConfig(backend=backend, search_node_limit=10_000))
+    assert (searched.makespan_s, searched.optimal) == (7.0, True)
+
+
 @pytest.mark.parametrize("clique_limit", [CLIQUE_LIMIT, 0])
 def test_diamond_needs_core_capacity(clique_limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # s -> {a, b, c} -> e on 2 TCs, all 1 s, no spreading: the three branches need two rounds:

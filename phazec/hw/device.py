@@ -21,6 +21,9 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   problem gets one kind of core for both; False for the template's separate MXUs and VPUs.
 - `attention`: the attention kernel the chip's software runs (`unfused`, `fused_softmax`, `flash`;
   `phazec.passes.attention`): it shapes the training graph, not the per-op prices.
+- `collectives_hold_cores`: a collective inside a layer holds every core while it runs, so no
+  independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
+  on the compute stream); false leaves them on the network beside compute (the template's).
 - `tp_comm_overlap`: the software splits each tensor-parallel collective into chunks that overlap
   the GEMM producing its input and the first GEMM using its result (Megatron-Core's
   `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
@@ -61,6 +64,8 @@ class DeviceModel:
     """Tensor-parallel collectives overlap the GEMMs next to them."""
     attention_utilisation: float = 1.0
     """Share of the cores' peak a fused attention kernel reaches, in (0, 1]."""
+    collectives_hold_cores: bool = False
+    """A collective inside a layer holds every core while it runs."""
 
 
 IDEAL = DeviceModel()
@@ -119,4 +124,5 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         kernel_latency_s=_non_negative("kernel_latency_s", values["kernel_latency_s"]),
         attention=check_kernel(str(values["attention"])),
         tp_comm_overlap=bool(values["tp_comm_overlap"]),
+        collectives_hold_cores=bool(values["collectives_hold_cores"]),
     )

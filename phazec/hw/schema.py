@@ -37,6 +37,9 @@ class DeviceConfig:
     attention: str = "unfused"
     """The attention kernel: `unfused` (op by op), `fused_softmax` (Megatron's scale-mask-softmax) or
     `flash` (FlashAttention-2; `phazec.passes.attention`)."""
+    collectives_hold_cores: bool = False
+    """A collective inside a layer holds every core while it runs (a GPU's NCCL kernels on its SMs,
+    called on the compute stream); false: it runs on the network beside independent compute."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
     (Megatron-Core's `--tp-comm-overlap`; `phazec.passes.cost.overlap_collectives`)."""

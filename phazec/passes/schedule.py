@@ -49,17 +49,21 @@ def schedule_problem(
     num_vc: int,
     config: SolverConfig,
     shared_cores: bool = False,
+    collectives_hold_cores: bool = False,
 ) -> ScheduleProblem:
     """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` on one design.
 
     With `shared_cores` (a GPU: the same SMs run tensor and vector work), every on-chip op holds a core
     of one common kind, the tensor cores: vector and fused ops become TC ops, so a vector op and a GEMM
-    never run side by side on cores that do not exist.
+    never run side by side on cores that do not exist. With `collectives_hold_cores` a collective holds
+    every tensor core while it runs (`ScheduleProblem.collectives_hold_cores`).
     """
     kinds = SHARED_KIND if shared_cores else SCHEDULE_KIND
     ops = tuple(
         ScheduleOp(op.name, kinds[op.kind], float(single), float(spread))
         for op, single, spread in zip(graph.ops, single_core_s, all_cores_s, strict=True)
     )
-    problem = ScheduleProblem(ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector)
+    problem = ScheduleProblem(
+        ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector, collectives_hold_cores
+    )
     return contract_free_ops(problem)

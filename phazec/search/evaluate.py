@@ -181,6 +181,7 @@ class Evaluator:
             num_vc=int(designs.num_vc[j]),
             config=self.solver,
             shared_cores=designs.device.shared_cores,
+            collectives_hold_cores=designs.device.collectives_hold_cores,
         )
 
     def schedules_s(self, graph: Graph, op_costs: OpCosts, designs: Designs) -> NDArray[np.float64]:

@@ -65,6 +65,9 @@ class ScheduleProblem:
     num_vc: int
     collectives_as_vector: bool = False
     """Treat a collective as vector work that holds a vector core (the reference's behaviour)."""
+    collectives_hold_cores: bool = False
+    """A collective holds every tensor core while it runs, so nothing computes beside it (NCCL's
+    kernels run on a GPU's SMs, and Megatron-LM calls them on the compute stream)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -72,6 +75,8 @@ class ScheduleProblem:
     def resources(self, i: int) -> tuple[str, ...]:
         """The resources op `i` holds while it runs: a subset of ("tc", "vc", "net")."""
         kind = self.ops[i].kind
+        if kind is OpKind.COLLECTIVE and self.collectives_hold_cores:
+            return (TC,)
         if kind is OpKind.COLLECTIVE and self.collectives_as_vector:
             return (VC,)
         return _RESOURCES[kind]
@@ -85,9 +90,12 @@ class ScheduleProblem:
 
         Spreading is dropped when it is no faster (it would hold more cores for no less time) and
         forced when every resource of the op has a single core (then both hold the same core) or it
-        takes no time (then it holds nothing). A collective on the network has no all-cores form.
+        takes no time (then it holds nothing). A collective on the network has no all-cores form; one
+        that holds the cores holds all of them.
         """
         op = self.ops[i]
+        if op.kind is OpKind.COLLECTIVE and self.collectives_hold_cores:
+            return (True,)
         if self.resources(i) == (NET,) or op.latency_io_s >= op.latency_s:
             return (False,)
         if op.latency_io_s == 0 or all(self.capacity(r) == 1 for r in self.resources(i)):
@@ -121,7 +129,7 @@ def _validate(problem: ScheduleProblem) -> None:
         for resource in problem.resources(i):
             if problem.capacity(resource) == 0:
                 kind = problem.ops[i].kind.value
-                as_vector = " (treated as vector work)" if problem.ops[i].kind is OpKind.COLLECTIVE else ""
+                as_vector = f" (held as {resource} work)" if problem.ops[i].kind is OpKind.COLLECTIVE else ""
                 raise PhazecError(
                     f"Operator {names[i]!r} of type {kind}{as_vector} needs a {resource} core, but the "
                     f"design has num_{resource}=0; give the design at least one {resource} core or "
@@ -217,6 +225,7 @@ def contract_free_ops(problem: ScheduleProblem) -> ScheduleProblem:
         num_tc=problem.num_tc,
         num_vc=problem.num_vc,
         collectives_as_vector=problem.collectives_as_vector,
+        collectives_hold_cores=problem.collectives_hold_cores,
     )
 
 
@@ -235,6 +244,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
         "num_tc": problem.num_tc,
         "num_vc": problem.num_vc,
         "collectives_as_vector": problem.collectives_as_vector,
+        "collectives_hold_cores": problem.collectives_hold_cores,
         "solver": [
             config.backend,
             float(config.mip_gap).hex(),
