@@ -211,6 +211,8 @@ def test_zero_tensor_cores_is_a_clear_error() -> None:
         ScheduleProblem((op("gemm_gelu", FUSED, 1.0),), (), num_tc=4, num_vc=0)
     with pytest.raises(PhazecError, match=r"type collective \(treated as vector work\)"):
         ScheduleProblem((op("ar", COLL, 1.0),), (), num_tc=4, num_vc=0, collectives_as_vector=True)
+    with pytest.raises(PhazecError, match=r"type collective \(holding every tensor core\) .*num_tc=0"):
+        ScheduleProblem((op("ar", COLL, 1.0),), (), num_tc=0, num_vc=4, collectives_hold_cores=True)
     # A collective on the network needs no core.
     ScheduleProblem((op("ar", COLL, 1.0),), (), num_tc=4, num_vc=0)
 

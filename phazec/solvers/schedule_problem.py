@@ -129,7 +129,8 @@ def _validate(problem: ScheduleProblem) -> None:
         for resource in problem.resources(i):
             if problem.capacity(resource) == 0:
                 kind = problem.ops[i].kind.value
-                as_vector = f" (held as {resource} work)" if problem.ops[i].kind is OpKind.COLLECTIVE else ""
+                held = {VC: " (treated as vector work)", TC: " (holding every tensor core)"}[resource]
+                as_vector = held if problem.ops[i].kind is OpKind.COLLECTIVE else ""
                 raise PhazecError(
                     f"Operator {names[i]!r} of type {kind}{as_vector} needs a {resource} core, but the "
                     f"design has num_{resource}=0; give the design at least one {resource} core or "
