@@ -79,10 +79,12 @@ class Run:
     interleave: int
     sequence_parallel: bool
     megatron_core: bool
-    """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction, sequence
-    parallelism when tensor parallel (the Megatron-Core defaults of its weak-scaling scripts), and
-    attention through Transformer Engine's fused (flash) attention, which keeps no s x s scores and
-    recomputes them in the backward pass: selective recompute's memory and work."""
+    """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction and parameter
+    gather, TP communication overlapped with the GEMMs beside compute (Transformer Engine's; the
+    overlaps its README names), sequence parallelism when tensor parallel (the Megatron-Core defaults
+    of its weak-scaling scripts), and attention through Transformer Engine's fused (flash) attention,
+    which keeps no s x s scores and recomputes them in the backward pass: selective recompute's memory
+    and work. Otherwise a Megatron-LM run: collectives called synchronously, holding the SMs."""
     tp: int
     pp: int
     dp: int
