@@ -76,6 +76,12 @@ WORK_RULES: dict[OpKind, Callable[[Op, Graph, int, bool], OpWork]] = {
 """How each kind of IR operator becomes a cost-model row."""
 
 
+def sequence_split_width(cls: LayerClass, sequence_parallel: bool) -> int:
+    """The ways sequence parallelism splits a class's replicated activations and their work: its
+    tensor-parallel width when on, else 1."""
+    return cls.tp_width if sequence_parallel else 1
+
+
 def sequence_split(op: Op, graph: Graph) -> bool:
     """Whether sequence parallelism splits an operator's work: a vector operator on per-sample
     tensors that tensor parallelism left whole (layer norms, dropouts, residual adds and their
@@ -176,7 +182,7 @@ def class_costs(
 ) -> ClassCosts:
     """Price the forward and backward operators of one class on every design (vectorised); with
     sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work."""
-    split = cls.tp_width if sequence_parallel else 1
+    split = sequence_split_width(cls, sequence_parallel)
     overlap = designs.device.tp_comm_overlap
     forward = op_costs(op_table(cls.graph, microbatch, False, split), designs, system, model)
     forward = overlap_collectives(cls.graph, forward) if overlap else forward

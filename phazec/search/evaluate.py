@@ -23,7 +23,7 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
-from phazec.passes.cost import class_costs
+from phazec.passes.cost import class_costs, sequence_split_width
 from phazec.passes.memory import megatron_bytes, score_shaped
 from phazec.passes.schedule import schedule_problem
 from phazec.solvers.placement import (
@@ -407,7 +407,7 @@ def layer_arrays(model: Model, microbatch: int, sequence_parallel: bool = False)
         cls = model.classes[layer.cls]
         if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
-        figures = megatron_bytes(cls.memory, microbatch, cls.tp_width if sequence_parallel else 1)
+        figures = megatron_bytes(cls.memory, microbatch, sequence_split_width(cls, sequence_parallel))
         rows.append((cls.memory.parameter_bytes, figures, cls.tp_width > 1))
     return LayerArrays(
         param_bytes=np.array([r[0] for r in rows], dtype=np.int64),

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from phazec.cost.energy import ENERGY_PARTS, op_energy_parts_j
 from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
-from phazec.passes.cost import class_costs, op_table
+from phazec.passes.cost import class_costs, op_table, sequence_split_width
 from phazec.search.evaluate import Candidate, Evaluator
 from phazec.solvers.placement import Placement, mode_of_stage, stage_costs
 from phazec.solvers.schedule import Schedule, schedule
@@ -109,7 +109,7 @@ def layer_work(
             microbatch,
             sequence_parallel=sequence_parallel,
         )
-        split = cls.tp_width if sequence_parallel else 1
+        split = sequence_split_width(cls, sequence_parallel)
         graphs = [(0, cls.graph, costs.forward)]
         if cls.backward is not None and costs.backward is not None:
             graphs.append((1, cls.backward, costs.backward))
