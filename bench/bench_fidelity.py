@@ -3,15 +3,19 @@ latency against NeuSight's measured A100 and H100 kernels (issue 15).
 
     .venv/bin/python bench/bench_fidelity.py            # kernels, then every expressible run
     .venv/bin/python bench/bench_fidelity.py --fit      # also refit each chip's utilisation
+    .venv/bin/python bench/bench_fidelity.py --fit hw.device.fuse_elementwise=true   # what if: any
+                                                        # hw.device override, on every row
 
 Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README). A row is predicted
-with phazec's one model of time as `phazec-plan` times a plan (`predict_s`; the model exported with
+with phazec's one model of time as `phazec-plan` times a plan (`predict`; the model exported with
 two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
 seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
 too; selective for the Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes
 them in the backward pass), the attention kernel the run used (`Run.attention`), sequence parallelism,
 `tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the chip's hw preset (`a100`, `h100`,
-`v100`) and system (`dgx_a100`, `dgx_h100`, `dgx2_v100`) with the row's GPU count and global batch. The
+`v100`) and system (`dgx_a100`, `dgx_h100`, `dgx2_v100`; `jean_zay_a100` for BLOOM's Omni-Path
+cluster, `CLUSTERS`) with the row's GPU count and global batch, its blocks split over the stages
+evenly or as Megatron-DeepSpeed's partition (`stage_blocks`). The
 measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP
 count its source used (see `measured_s`). Rows phazec cannot express are listed with the reason.
 
@@ -40,7 +44,7 @@ from phazec.configure import setup, training_graphs
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
 from phazec.passes.attention import is_causal
-from phazec.plan import plan_knobs, time_plan
+from phazec.plan import PlanReport, plan_knobs, time_plan
 from phazec.search.evaluate import Evaluator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,6 +64,10 @@ fitted (it takes the A100's utilisation)."""
 CHIPS = {"A100": ("a100", "dgx_a100"), "H100": ("h100", "dgx_h100"), "V100": ("v100", "dgx2_v100")}
 """GPU name in the row -> (hw preset, system preset)."""
 
+CLUSTERS = {"Omni-Path": "jean_zay_a100"}
+"""Inter-node link named in the row -> the system preset of the cluster it names (BLOOM's Jean Zay);
+other rows take their chip's DGX."""
+
 
 @dataclass(frozen=True)
 class Run:
@@ -78,6 +86,11 @@ class Run:
     microbatch: int
     interleave: int
     sequence_parallel: bool
+    layers_per_stage: tuple[int, ...] | None
+    """Blocks per pipeline stage (`plan.layers`) when they do not split evenly; None: an even split."""
+    distributed_optimizer: bool
+    """The optimizer state is sharded over the data-parallel replicas (Megatron-Core's distributed
+    optimizer; BLOOM's bf16 optimizer, "its own zero stage 1 equivalent")."""
     megatron_core: bool
     """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction and parameter
     gather, TP communication overlapped with the GEMMs beside compute (Transformer Engine's; the
@@ -131,8 +144,8 @@ def expressible(row: dict[str, str]) -> Run | str:
         ),
         (not row["vocab"], "vocabulary not stated"),
         (
-            bool(row["pp"]) and int(row["layers"]) % int(row["pp"]) != 0,
-            "layers not divisible by pp (uneven stages, plan.layers)",
+            bool(row["pp"]) and not splittable(int(row["layers"]), int(row["pp"])),
+            "layers split over pp neither evenly nor as Megatron-DeepSpeed's transformer|embedding partition",
         ),
     )
     for hit, reason in reasons:
@@ -140,10 +153,11 @@ def expressible(row: dict[str, str]) -> Run | str:
             return reason
     hidden = int(row["hidden"])
     h100_default = row["source_id"].startswith("MEG24")
+    system = next((CLUSTERS[link] for link in CLUSTERS if link in row["inter_node_link"]), chip[1])
     return Run(
         row_id=row["source_id"],
         chip=chip[0],
-        system=chip[1],
+        system=system,
         layers=int(row["layers"]),
         hidden=hidden,
         ffn=_int(row["ffn"], 4 * hidden),
@@ -154,6 +168,8 @@ def expressible(row: dict[str, str]) -> Run | str:
         microbatch=_int(row["microbatch"], 1),
         interleave=_int(row["interleave"], 1),
         sequence_parallel=row["seq_parallel"] == "yes" or (h100_default and int(row["tp"]) > 1),
+        layers_per_stage=stage_blocks(int(row["layers"]), int(row["pp"])),
+        distributed_optimizer=h100_default or row["source_id"].startswith("BLOOM"),
         megatron_core=h100_default,
         tp=int(row["tp"]),
         pp=int(row["pp"]),
@@ -165,9 +181,24 @@ def expressible(row: dict[str, str]) -> Run | str:
     )
 
 
-def run_config(run: Run) -> DictConfig:
+def splittable(layers: int, pp: int) -> bool:
+    """Whether `stage_blocks` can split the blocks over pp stages."""
+    return layers % pp == 0 or (layers + 2) % pp == 0
+
+
+def stage_blocks(layers: int, pp: int) -> tuple[int, ...] | None:
+    """Blocks per stage: None when `layers` split evenly; otherwise Megatron-DeepSpeed's
+    `type:transformer|embedding` partition (BLOOM's), which counts the embedding and the head as one
+    layer each of the first and the last stage and gives every stage (layers + 2) / pp."""
+    if layers % pp == 0:
+        return None
+    per_stage = (layers + 2) // pp
+    return (per_stage - 1, *[per_stage] * (pp - 2), per_stage - 1)
+
+
+def run_config(run: Run, overrides: tuple[str, ...] = ()) -> DictConfig:
     """The phazec config of a run: the GPT-2 architecture at the row's dimensions on its chip, with two
-    blocks (`prepare` repeats them to the row's depth)."""
+    blocks (`prepare` repeats them to the row's depth); `overrides` (Hydra's `key=value`) last."""
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         cfg = compose(
             "config",
@@ -184,7 +215,7 @@ def run_config(run: Run) -> DictConfig:
                 f"plan.recompute={run.recompute}",
                 f"plan.interleave={run.interleave}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
-                f"plan.distributed_optimizer={str(run.megatron_core).lower()}",
+                f"plan.distributed_optimizer={str(run.distributed_optimizer).lower()}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
                 f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
                 f"hw.device.attention={run.attention}",
@@ -192,8 +223,11 @@ def run_config(run: Run) -> DictConfig:
                 f"hw.device.collectives_hold_cores={str(not run.megatron_core).lower()}",
                 "solver.node_limit=200",
                 "solver.search_node_limit=100000",
+                *overrides,
             ],
         )
+    if run.layers_per_stage is not None:
+        cfg.plan.layers = list(run.layers_per_stage)
     cfg.model.name = run.row_id
     cfg.model.seq_len = run.seq_len
     cfg.model.tp_widths = [run.tp]
@@ -218,16 +252,17 @@ class Prepared:
     designs: Designs
 
 
-def prepare(run: Run) -> Prepared:
+def prepare(run: Run, overrides: tuple[str, ...] = ()) -> Prepared:
     """Set a run up as `phazec-plan` does (`phazec.configure.setup` with the plan's knobs), its model
-    exported with two blocks and repeated to its depth."""
-    cfg = run_config(run)
+    exported with two blocks and repeated to its depth; `overrides` as in `run_config`."""
+    cfg = run_config(run, overrides)
     knobs = plan_knobs(cfg)
     job = setup(cfg, knobs, widths=[run.tp])
     model = fidelity_models.deepen(load_model(job.model_cfg, default_cache_dir(cfg.cache_dir)), run.layers)
     graphs = training_graphs(
         model, [run.tp], knobs.optimizer, cfg.parallel.vocab_parallel,
         attention=job.designs.device.attention, causal=is_causal(job.model_cfg.arch),
+        fuse_elementwise=job.designs.device.fuse_elementwise,
     )  # fmt: skip
     return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
 
@@ -242,18 +277,16 @@ class Fit:
     """`hw.device.kernel_latency_s`."""
 
 
-def predict_s(prepared: Prepared, device: Fit | None = None) -> tuple[float, bool]:
-    """Predicted seconds per iteration (and whether the plan fits HBM), with the preset's device model
-    or a fitted utilisation and kernel latency: the row's plan timed by `phazec.plan.time_plan`, as
-    `phazec-plan` times it."""
+def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
+    """The row's plan timed by `phazec.plan.time_plan`, as `phazec-plan` times it, with the preset's
+    device model or a fitted utilisation and kernel latency."""
     designs = prepared.designs
     if device is not None:
         fitted = replace(
             designs.device, gemm_utilisation=device.utilisation, kernel_latency_s=device.kernel_s
         )
         designs = replace(designs, device=fitted)
-    report = time_plan(prepared.cfg, prepared.evaluator, designs)
-    return report.time_per_batch_s, report.fits
+    return time_plan(prepared.cfg, prepared.evaluator, designs)
 
 
 UTILISATIONS = np.round(np.arange(0.30, 1.001, 0.01), 2)
@@ -275,7 +308,7 @@ def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]
     measured = np.array([p.run.measured_s for p in prepared])
 
     def times(fit: Fit) -> NDArray[np.float64]:
-        return np.array([predict_s(p, fit)[0] for p in prepared])
+        return np.array([predict(p, fit).time_per_batch_s for p in prepared])
 
     def error(predicted: NDArray[np.float64]) -> float:
         return float(np.mean(np.abs(predicted / measured - 1.0)))
@@ -317,7 +350,12 @@ def fit_chips(prepared: list[Prepared]) -> dict[str, Fit]:
 
 
 def main() -> None:
-    """Per-kernel report, then every expressible run: row, measured, predicted, error; then the summary."""
+    """Per-kernel report, then every expressible run: row, measured, predicted, error and the exposed DP
+    sync; then the summary."""
+    overrides = tuple(arg for arg in sys.argv[1:] if arg != "--fit")
+    bad = [arg for arg in overrides if not arg.startswith("hw.device.") or "=" not in arg]
+    if bad:
+        sys.exit(f"bench_fidelity.py: {bad[0]!r} is not an option; give --fit and hw.device.<key>=<value>.")
     start = time.perf_counter()
     for gpu in fidelity_kernels.GPUS:
         fidelity_kernels.report(gpu)
@@ -330,20 +368,22 @@ def main() -> None:
         if isinstance(run, str):
             print(f"skip {row['source_id']:30s} {run}")
             continue
-        prepared.append(prepare(run))
+        prepared.append(prepare(run, overrides))
         print(f"lowered {run.row_id}: {time.perf_counter() - start:.0f} s", flush=True)
     print(f"lowered {len(prepared)} runs: {time.perf_counter() - start:.0f} s")
     fitted = fit_chips(prepared) if "--fit" in sys.argv else {}
     errors: dict[tuple[str, str], list[float]] = {}
-    print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}")
+    print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}"
+          f" {'DP sync s':>10s}")  # fmt: skip
     for p in prepared:
-        predicted, fits = predict_s(p, fitted.get(p.run.chip))
+        report = predict(p, fitted.get(p.run.chip))
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
-        error = predicted / p.run.measured_s - 1
+        error = report.time_per_batch_s / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))
-        note = "" if fits else "  (over HBM in phazec's memory model)"
-        print(f"{p.run.row_id:30s} {p.run.chip:5s} {split:12s} {p.run.measured_s:11.3f} {predicted:12.3f} "
-              f"{error:+8.1%}{note}")  # fmt: skip
+        note = "" if report.fits else "  (over HBM in phazec's memory model)"
+        dp_s = report.breakdown.dp_sync_s
+        print(f"{p.run.row_id:30s} {p.run.chip:5s} {split:12s} {p.run.measured_s:11.3f} "
+              f"{report.time_per_batch_s:12.3f} {error:+8.1%} {dp_s:10.3f}{note}")  # fmt: skip
     print("\nmean and max absolute error per chip and split:")
     for (chip, split), values in sorted(errors.items()):
         mean, worst = np.mean(values), np.max(values)

@@ -77,12 +77,19 @@ def training_graphs(
     *,
     attention: str = "unfused",
     causal: bool = False,
+    fuse_elementwise: bool = False,
 ) -> dict[int, Model]:
     """The per-device training graph of the model at each allowed tensor-parallel width, its attention
-    core priced as the kernel `attention` (`phazec.passes.attention`)."""
+    core priced as the kernel `attention` (`phazec.passes.attention`), its elementwise groups fused
+    into one kernel each with `fuse_elementwise` (`phazec.passes.fuse`)."""
     return {
         t: training_pipeline(
-            t, optimizer=optimizer, vocab_parallel=vocab_parallel, attention=attention, causal=causal
+            t,
+            optimizer=optimizer,
+            vocab_parallel=vocab_parallel,
+            attention=attention,
+            causal=causal,
+            fuse_elementwise=fuse_elementwise,
         ).run(model)[0]
         for t in sorted(set(widths))
     }
@@ -112,7 +119,7 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
         graphs = training_graphs(
             model, list(model_cfg.tp_widths if widths is None else widths), knobs.optimizer,
             cfg.parallel.vocab_parallel, attention=designs.device.attention,
-            causal=is_causal(model_cfg.arch),
+            causal=is_causal(model_cfg.arch), fuse_elementwise=designs.device.fuse_elementwise,
         )  # fmt: skip
     evaluator = Evaluator(
         graphs=graphs,

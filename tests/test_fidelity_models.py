@@ -1,4 +1,5 @@
-"""bench/fidelity_models.deepen: two exported blocks repeated give the layer graph of the deep export."""
+"""The fidelity bench's helpers: `fidelity_models.deepen` (two exported blocks repeated give the layer
+graph of the deep export) and `bench_fidelity.stage_blocks` (uneven pipeline stages)."""
 
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_fidelity
 import fidelity_models
 
 
@@ -34,3 +36,12 @@ def test_deepened_model_is_the_deep_export(cache_dir: Path) -> None:
     assert deep.edges == exported.edges
     assert [c.members for c in deep.classes] == [c.members for c in exported.classes]
     assert deep.parameter_count == exported.parameter_count
+
+
+def test_uneven_stages_follow_megatron_deepspeeds_partition() -> None:
+    """BLOOM: 70 blocks over 12 stages, the embedding and the head counted as a layer each (72 / 12 = 6
+    per stage): 5 blocks on the first and last stage, 6 on the others."""
+    assert bench_fidelity.stage_blocks(70, 12) == (5, *[6] * 10, 5)
+    assert sum(bench_fidelity.stage_blocks(70, 12) or ()) == 70
+    assert bench_fidelity.stage_blocks(96, 8) is None
+    assert not bench_fidelity.splittable(71, 12)

@@ -44,6 +44,15 @@ def test_dgx_a100_picks_nvlink_inside_a_node_and_infiniband_across() -> None:
         system.tier_for(2048)
 
 
+def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
+    system = system_from_config(_preset("jean_zay_a100"))
+    # BLOOM's cluster: 4 Omni-Path links of 100 Gb/s per 8 GPUs, at 90 % of the line rate.
+    assert (system.devices, system.global_batch) == (384, 2048)
+    assert system.tier_for(8).bandwidth_bytes_per_s == 0.77 * 300e9
+    assert system.tier_for(9).bandwidth_bytes_per_s == 0.9 * 4 * 100e9 / 8 / 8
+    assert system.tier_for(384).bandwidth_bytes_per_s == 0.9 * 6.25e9
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

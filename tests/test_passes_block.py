@@ -15,11 +15,22 @@ import pytest
 
 from phazec.errors import PhazecError
 from phazec.ir.core import AttrValue, Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Tensor
-from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, GemmDims, flops, gemm_dims, kind_of, known_op_types
+from phazec.ir.ops import (
+    ELEMENTWISE_TYPES,
+    FUSED_ELEMENTWISE,
+    GEMM_TYPES,
+    GemmDims,
+    flops,
+    gemm_dims,
+    kind_of,
+    known_op_types,
+    member_elements,
+)
 from phazec.ir.printer import format_graph
 from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
-from phazec.passes.fuse import Fuse
+from phazec.passes.cost import op_work
+from phazec.passes.fuse import Fuse, fuse_elementwise
 from phazec.passes.memory import Memory
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_pipeline, training_rows
@@ -204,6 +215,62 @@ def test_fusion_merges_gemm_with_its_single_elementwise_consumer() -> None:
     unfused = trained(1, fuse=False)
     assert not any(op.kind is OpKind.FUSED for op in unfused.classes[0].graph.ops)
     assert graph_totals(graph, 1).flops == graph_totals(unfused.classes[0].graph, 1).flops
+
+
+def test_elementwise_fusion_runs_the_gelu_chain_as_one_kernel() -> None:
+    model, _ = training_pipeline(1, fuse_elementwise=True, optimizer="adam").run(block_model())
+    plain, _ = training_pipeline(1, optimizer="adam").run(block_model())
+    cls, ref = model.classes[0], plain.classes[0]
+    chains = [op for op in cls.graph.ops if op.op_type == FUSED_ELEMENTWISE]
+    (gelu,) = chains  # Div, Erf, Add, Mul, Mul; the dropouts went into their GEMMs, the adds stand alone
+    assert gelu.name == "node_e1..node_gelu" and gelu.kind is OpKind.VECTOR
+    assert (gelu.inputs, gelu.outputs) == (("fc_3d", "sqrt2", "one", "half"), ("gelu",))
+    assert gelu.attrs["member_types"] == "Div,Erf,Add,Mul,Mul"
+    assert member_elements(gelu, 3) == [(t, 3 * S * F) for t in ("Div", "Erf", "Add", "Mul", "Mul")]
+    assert flops(gelu, cls.graph, 3) == 5 * 3 * S * F
+    work = op_work(gelu, cls.graph, 3, backward=False)
+    assert work.vector_elements == (10 + 15 + 1 + 1 + 1) * 3 * S * F  # the members' cycles per element
+    assert (work.bytes_read, work.bytes_written) == (2 * 3 * S * F + 3 * 2, 2 * 3 * S * F)
+    for graph, unfused in ((cls.graph, ref.graph), (cls.backward, ref.backward)):
+        assert graph is not None and unfused is not None
+        verify_graph(graph, "fused")
+        assert len(graph.ops) < len(unfused.ops)
+        assert graph_totals(graph, 2) == graph_totals(unfused, 2)
+    assert cls.memory == ref.memory  # the backward graph reads the same stash
+
+
+def chain_graph(keep_middle: bool = False, detour: bool = False) -> Graph:
+    """x -> Mul -> a -> Add -> b -> Tanh -> y; with `detour`, b goes through a GEMM instead and the
+    last op adds its result to a (a path that leaves the group and comes back)."""
+    g = BlockBuilder()
+    x = g.tensor("x", (1, S, H))
+    g.tensor("w", (H, H), None)
+    a = g.op("Mul", (x, x), "a", (1, S, H))
+    b = g.op("Add", (a, x), "b", (1, S, H))
+    if detour:
+        y = g.op("Add", (a, g.op("MatMul", (b, "w"), "p", (1, S, H))), "y", (1, S, H))
+    else:
+        y = g.op("Tanh", (b,), "y", (1, S, H))
+    outputs = [y, a] if keep_middle else [y]
+    return Graph(tensors=g.tensors, ops=g.ops, inputs=[x], weights=["w"], constants=[], outputs=outputs)
+
+
+def test_elementwise_fusion_keeps_what_leaves_and_refuses_detours() -> None:
+    (op,) = fuse_elementwise(chain_graph(), set()).ops
+    assert (op.inputs, op.outputs, op.attrs["member_types"]) == (("x",), ("y",), "Mul,Add,Tanh")
+    # A tensor the backward reads, or one that leaves the layer, is written: the group ends there.
+    kept = fuse_elementwise(chain_graph(), {"b"})
+    assert [(o.op_type, o.inputs, o.outputs) for o in kept.ops] == [
+        (FUSED_ELEMENTWISE, ("x",), ("b",)),
+        ("Tanh", ("b",), ("y",)),
+    ]
+    leaving = fuse_elementwise(chain_graph(keep_middle=True), set())
+    assert [(o.op_type, o.inputs, o.outputs) for o in leaving.ops] == [
+        ("Mul", ("x", "x"), ("a",)),
+        (FUSED_ELEMENTWISE, ("a", "x"), ("y",)),
+    ]
+    detour = chain_graph(detour=True)
+    assert fuse_elementwise(detour, set()) == detour  # Add -> MatMul -> Add re-enters {Mul, Add, Add}
 
 
 TP_WEIGHTS = 3 * H * H + H * H + 2 * H * F  # QKV, output, MLP up and down matrices

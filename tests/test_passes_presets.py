@@ -144,3 +144,23 @@ def test_vocab_parallel_embedding_and_head(lowered: Callable[[str], Model]) -> N
     assert head.backward.gemm_flops == 2 * head.forward.gemm_flops
     replicated, _ = training_pipeline(4).run(model)
     assert [row.tp_width for row in rows_at(replicated, 1) if row.kind != "block"] == [1, 1]
+
+
+@pytest.mark.parametrize(("name", "width"), STRUCTURE_CASES[-3:] + [(name, 1) for name in PRESETS])
+def test_elementwise_fusion_keeps_flops_collectives_and_memory(
+    name: str, width: int, lowered: Callable[[str], Model]
+) -> None:
+    """Fusing elementwise groups (a GELU or SwiGLU's chain, bias-dropout-add) into one kernel each
+    changes the number of kernels only: every layer's FLOPs, all-reduces and memory stay exact."""
+    plain, _ = training_pipeline(width, optimizer="adam").run(lowered(name))
+    fused, _ = training_pipeline(width, optimizer="adam", fuse_elementwise=True).run(lowered(name))
+    for before, after in zip(plain.classes, fused.classes, strict=True):
+        assert after.backward is not None and before.backward is not None
+        for graph in (after.graph, after.backward):
+            verify_graph(graph, name)
+        assert after.memory == before.memory
+    assert rows_at(fused, 3) == rows_at(plain, 3)
+    blocks = [(b, a) for b, a in zip(plain.classes, fused.classes, strict=True) if b.graph.ops != a.graph.ops]
+    assert blocks, "no elementwise group fused"
+    for before, after in blocks:
+        assert len(after.graph.ops) < len(before.graph.ops)

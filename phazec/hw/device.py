@@ -21,6 +21,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   problem gets one kind of core for both; False for the template's separate MXUs and VPUs.
 - `attention`: the attention kernel the chip's software runs (`unfused`, `fused_softmax`, `flash`;
   `phazec.passes.attention`): it shapes the training graph, not the per-op prices.
+- `fuse_elementwise`: the software runs each group of elementwise ops as one kernel (Megatron-LM's
+  fused bias-GELU and bias-dropout-add, a compiler's pointwise fusion), so the group reads its inputs
+  and writes its results once and pays one kernel latency (`phazec.passes.fuse`); like `attention`,
+  it shapes the training graph.
 - `collectives_hold_cores`: a collective inside a layer holds every core while it runs, so no
   independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
   on the compute stream); false leaves them on the network beside compute (the template's).
@@ -66,6 +70,8 @@ class DeviceModel:
     """Share of the cores' peak a fused attention kernel reaches, in (0, 1]."""
     collectives_hold_cores: bool = False
     """A collective inside a layer holds every core while it runs."""
+    fuse_elementwise: bool = False
+    """Each group of elementwise ops runs as one kernel."""
 
 
 IDEAL = DeviceModel()
@@ -125,4 +131,5 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         attention=check_kernel(str(values["attention"])),
         tp_comm_overlap=bool(values["tp_comm_overlap"]),
         collectives_hold_cores=bool(values["collectives_hold_cores"]),
+        fuse_elementwise=bool(values["fuse_elementwise"]),
     )

@@ -40,6 +40,9 @@ class DeviceConfig:
     collectives_hold_cores: bool = False
     """A collective inside a layer holds every core while it runs (a GPU's NCCL kernels on its SMs,
     called on the compute stream); false: it runs on the network beside independent compute."""
+    fuse_elementwise: bool = False
+    """Each group of elementwise ops runs as one kernel (Megatron-LM's fused bias-GELU and
+    bias-dropout-add; `phazec.passes.fuse`); false: op by op, as the template prices them."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
     (Megatron-Core's `--tp-comm-overlap`; `phazec.passes.cost.overlap_collectives`)."""

@@ -138,6 +138,21 @@ def elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
     return max((graph.tensors[t].numel(microbatch) for t in names), default=0)
 
 
+FUSED_ELEMENTWISE = "FusedElementwise"
+"""A chain of elementwise ops run as one kernel (`phazec.passes.fuse`). Attrs: `member_types` (the
+members' op types, comma-separated) and per member the largest per-batch and per-sample element count
+of its tensors at microbatch 1 (`member_fixed_elements`, `member_sample_elements`)."""
+
+
+def member_elements(op: Op, microbatch: int = 1) -> list[tuple[str, int]]:
+    """(op type, elements) of each member of a fused elementwise op at a microbatch size: what
+    `elements` gave the member before fusion."""
+    types = str(op.attrs["member_types"]).split(",")
+    fixed, sample = op.attrs["member_fixed_elements"], op.attrs["member_sample_elements"]
+    assert isinstance(fixed, tuple) and isinstance(sample, tuple)
+    return [(t, max(int(f), int(s) * microbatch)) for t, f, s in zip(types, fixed, sample, strict=True)]
+
+
 def fused_vector_elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
     """Elements of a fused op's vector part: its first output, the elementwise op's result."""
     return graph.tensors[op.outputs[0]].numel(microbatch)
@@ -151,10 +166,13 @@ def collective_bytes(op: Op, graph: Graph, microbatch: int = 1) -> int:
 def flops(op: Op, graph: Graph, microbatch: int = 1) -> int:
     """FLOPs of one op at a microbatch size (0 for data movement and collectives).
 
-    A fused op counts its GEMM (attrs `gemm_type`, inputs first) and its vector part (`vector_type`).
+    A fused op counts its GEMM (attrs `gemm_type`, inputs first) and its vector part (`vector_type`); a
+    fused elementwise op counts its members.
     """
     if op.kind is OpKind.GEMM:
         return gemm_dims(op, graph, microbatch).flops
+    if op.op_type == FUSED_ELEMENTWISE:
+        return sum(VECTOR_FLOPS[t] * n for t, n in member_elements(op, microbatch))
     if op.kind is OpKind.VECTOR:
         return VECTOR_FLOPS[op.op_type] * elements(op, graph, microbatch)
     if op.kind is OpKind.FUSED:

@@ -14,12 +14,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from phazec.cost.model import LatencyModel, OpCosts, op_costs
+from phazec.cost.ops import CYCLES_PER_ELEMENT, OpTable, OpWork, VectorClass, vector_class
 from phazec.cost.ops import OpKind as CostKind
-from phazec.cost.ops import OpTable, OpWork, vector_class
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, LayerClass, Op, OpKind
-from phazec.ir.ops import FLASH_PRODUCTS, collective_bytes, elements, fused_vector_elements, gemm_dims
+from phazec.ir.ops import (
+    FLASH_PRODUCTS,
+    FUSED_ELEMENTWISE,
+    collective_bytes,
+    elements,
+    fused_vector_elements,
+    gemm_dims,
+    member_elements,
+)
 
 
 def _gemm_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
@@ -29,11 +37,24 @@ def _gemm_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
 
 
 def _vector_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
+    if op.op_type == FUSED_ELEMENTWISE:
+        return _fused_elementwise_work(op, microbatch, backward)
     return OpWork(
         CostKind.VECTOR,
         vector_class=vector_class(op.op_type),
         backward=backward,
         vector_elements=elements(op, graph, microbatch),
+    )
+
+
+def _fused_elementwise_work(op: Op, microbatch: int, backward: bool) -> OpWork:
+    """A fused elementwise op's vector work: its members' elements times their cycles per element,
+    counted as arithmetic elements (one cycle each), so it costs the cycles its members cost apart (up
+    to rounding each to whole passes over the lanes)."""
+    cycles = CYCLES_PER_ELEMENT[:, int(backward)]
+    work = sum(n * float(cycles[vector_class(t)]) for t, n in member_elements(op, microbatch))
+    return OpWork(
+        CostKind.VECTOR, vector_class=VectorClass.ARITHMETIC, backward=backward, vector_elements=work
     )
 
 

@@ -25,6 +25,7 @@ def training_pipeline(
     update: bool = False,
     attention: str = "unfused",
     causal: bool = False,
+    fuse_elementwise: bool = False,
 ) -> Pipeline:
     """The passes that turn a lowered model into per-device training graphs with memory figures.
 
@@ -36,13 +37,14 @@ def training_pipeline(
         update: attach each layer's once-per-batch optimizer update graph.
         attention: the attention kernel (`unfused`, `fused_softmax`, `flash`; `phazec.passes.attention`).
         causal: the model's attention is causal (the kernel masks by position and skips masked tiles).
+        fuse_elementwise: fuse each group of elementwise ops into one kernel (`phazec.passes.fuse`).
     """
     return Pipeline(
         (
             TensorParallel(width, vocab_parallel),
             Attention(attention, causal),
             Autodiff(optimizer if update else None),
-            Fuse(fuse),
+            Fuse(fuse, fuse_elementwise),
             Memory(optimizer),
         )
     )
@@ -131,6 +133,7 @@ def training_rows(
     optimizer: str = "sgd",
     attention: str = "unfused",
     causal: bool = False,
+    fuse_elementwise: bool = False,
 ) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
@@ -143,6 +146,7 @@ def training_rows(
         optimizer=optimizer,
         attention=attention,
         causal=causal,
+        fuse_elementwise=fuse_elementwise,
     )
     trained, timings = pipeline.run(model)
     return rows_at(trained, microbatch), timings
