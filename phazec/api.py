@@ -31,7 +31,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from phazec import atomic
+from phazec import atomic, validate
 from phazec.config import conf_dir, model_list, register, validate_train
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
@@ -49,10 +49,13 @@ PLAN_JSON = "plan.json"
 
 
 def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig:
-    """The config `command` (`config`: phazec, `ir`: phazec-ir) composes for these overrides."""
+    """The config `command` (`config`: phazec, `ir`: phazec-ir) composes for these overrides; a switch
+    given something other than true or false is a PhazecError (`phazec.validate.switches`)."""
     register()
     with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-        return compose(command, overrides=list(overrides))
+        cfg = compose(command, overrides=list(overrides))
+    validate.switches(cfg, overrides)
+    return cfg
 
 
 def lower(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]:

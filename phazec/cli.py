@@ -17,6 +17,7 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from phazec import validate
 from phazec.api import lower_config, plan_config, search_config
 from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
@@ -117,6 +118,7 @@ def _search_app(cfg: DictConfig) -> None:
     out_dir = output_dir()
     overrides = list(HydraConfig.get().overrides.task)
     try:
+        validate.switches(cfg, overrides)
         with interruptible():
             result = search_config(cfg, overrides, out_dir)
     except PhazecError as err:
@@ -164,6 +166,7 @@ def _ir_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
         with user_errors(), interruptible():
+            validate.switches(cfg, HydraConfig.get().overrides.task)
             run_ir(cfg, output_dir())
     except Interrupted as err:
         exit_interrupted(err)
@@ -178,6 +181,7 @@ def ir_main() -> None:
 def _plan_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
+        validate.switches(cfg, HydraConfig.get().overrides.task)
         with interruptible():
             run_plan(cfg, output_dir())
     except PhazecError as err:

@@ -3,9 +3,9 @@
 Each check raises a PhazecError naming the bad value and what would be valid. The groups' own range
 checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
 are built; these cover what crosses groups or lies outside the config: non-finite numbers anywhere,
-the model's dimensions, the directories written, the worker count, and
-whether the fixed baseline plan can run on the system (a warning only: such a baseline is reported
-"not applicable" in the result, never a reason to drop a finished search).
+the model's dimensions, switches given something other than true or false, the directories written,
+the worker count, and whether the fixed baseline plan can run on the system (a warning only: such a
+baseline is reported "not applicable" in the result, never a reason to drop a finished search).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from phazec.errors import PhazecError
 
@@ -42,6 +43,26 @@ def finite_numbers(node: Any, prefix: str = "") -> None:
             finite_numbers(value, f"{prefix.removesuffix('.')}[{i}].")
     elif isinstance(node, float) and not math.isfinite(node):
         raise PhazecError(f"{prefix.removesuffix('.')}={node} is not a finite number; give a finite value.")
+
+
+def switches(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
+    """A switch (a boolean setting, or a list of them) given on the command line is true or false:
+    OmegaConf reads any integer as one (2 as true), which would hide a slip."""
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        if override.is_delete() or override.is_sweep_override():
+            continue
+        key, given = override.key_or_group, override.value()
+        composed = OmegaConf.select(cfg, key, default=None)
+        pairs = (
+            zip(composed, given, strict=False)
+            if isinstance(composed, ListConfig) and isinstance(given, list)
+            else [(composed, given)]
+        )
+        if any(isinstance(value, bool) and not isinstance(raw, bool) for value, raw in pairs):
+            raise PhazecError(
+                f"{override.input_line} is not valid: {key} is a switch; give true "
+                f"or false{' for each element' if isinstance(given, list) else ''}."
+            )
 
 
 def model_dims(model: DictConfig) -> None:

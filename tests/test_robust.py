@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from phazec import atomic, sealed
+from phazec import api, atomic, sealed
 from phazec.cli import conf_dir
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
@@ -240,6 +240,22 @@ def test_bad_config_fails_before_the_search(
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("plan.sequence_parallel=2", r"^plan.sequence_parallel=2 is not valid: .* give true or false\.$"),
+        ("hw.device.shared_cores=0", r"^hw.device.shared_cores=0 is not valid: .* give true or false\.$"),
+        ("train.sequence_parallel=[false,1]", r"^train.sequence_parallel=\[false,1\] .* for each element\.$"),
+    ],
+)
+def test_a_switch_is_true_or_false(override: str, message: str) -> None:
+    """OmegaConf reads any integer as a boolean; phazec takes only true and false (its API here; the
+    command line in `test_cli_bad_command_lines_exit_2`)."""
+    with pytest.raises(PhazecError, match=message):
+        api.plan("model=bert_large", "hw=a100", override)
+    assert api.composed("plan", ["hw=a100", "plan.sequence_parallel=true"]).plan.sequence_parallel is True
+
+
 @pytest.mark.parametrize("where", ["file", "proc", "read-only"])
 def test_unwritable_cache_dir(tmp_path: Path, where: str) -> None:
     if where == "file":
@@ -381,8 +397,8 @@ def test_hydra_run_directories_of_two_runs_in_one_second(
 
 
 def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
-    """An unknown preset, and run directories below a file: the default one, one named by
-    hydra.run.dir and a sweep's named by hydra.sweep.dir (the commands run at once)."""
+    """An unknown preset, run directories below a file (the default one, one named by hydra.run.dir
+    and a sweep's named by hydra.sweep.dir) and a switch set to 2 (the commands run at once)."""
     import subprocess
     import sys
 
@@ -392,6 +408,7 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         "default": ("ir_main", "model=onnx"),
         "run.dir": ("main", "hydra.run.dir=outputs/run"),
         "sweep.dir": ("main", "-m", "hydra.sweep.dir=outputs/sweep"),
+        "switch": ("plan_main", "hydra.run.dir=plan", "plan.sequence_parallel=2"),
     }
     started = {
         name: subprocess.Popen(
@@ -405,6 +422,11 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
     }
     ended = {name: (p.communicate(timeout=120)[1], p.returncode) for name, p in started.items()}
     assert ended["unknown"][1] == 2 and "Could not find 'model/nope'" in ended["unknown"][0]
+    assert ended["switch"] == (
+        "phazec: error: plan.sequence_parallel=2 is not valid: plan.sequence_parallel is a switch; give "
+        "true or false.\n",
+        2,
+    )
     for name, directory in (
         ("default", "outputs/"),
         ("run.dir", "outputs/run"),
