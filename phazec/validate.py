@@ -52,7 +52,7 @@ def switches(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
         if override.is_delete() or override.is_sweep_override():
             continue
         key, given = override.key_or_group, override.value()
-        composed = OmegaConf.select(cfg, key, default=None)
+        composed = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
         pairs = (
             zip(composed, given, strict=False)
             if isinstance(composed, ListConfig) and isinstance(given, list)
