@@ -51,7 +51,7 @@ class Fuse:
         return PassResult(replace(model, classes=classes), modified)
 
 
-def fuse_class(cls: LayerClass, gemms: bool = True, elementwise: bool = False) -> LayerClass:
+def fuse_class(cls: LayerClass, gemms: bool, elementwise: bool) -> LayerClass:
     """A class with its graphs fused (GEMMs with their elementwise consumer, then elementwise groups);
     tensors the backward graph reads stay materialised."""
     stash = set(cls.backward.inputs) if cls.backward is not None else set()
