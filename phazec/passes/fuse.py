@@ -19,13 +19,14 @@ memory figure.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind
 from phazec.ir.ops import ELEMENTWISE_TYPES, FUSED_ELEMENTWISE, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
+from phazec.passes.schedule import dataflow_deps
+from phazec.solvers.schedule_problem import topological_order
 
 RELABEL_TYPES = VIEW_TYPES - {"Transpose"}
 """Views that keep the element order (a reshape of the GEMM's rows): fusion looks through them."""
@@ -124,7 +125,7 @@ def _find(parent: list[int], i: int) -> int:
 def internal_tensors(graph: Graph, keep: set[str]) -> set[str]:
     """Tensors an elementwise op writes and only elementwise ops read, that no backward op reads and
     that do not leave the layer: what a fused kernel keeps in registers."""
-    producers = {t: op for op in graph.ops for t in op.outputs if t}
+    producers = graph.producers()
     return {
         t
         for t, readers in graph.consumers().items()
@@ -193,26 +194,6 @@ def fuse_elementwise(graph: Graph, keep: set[str]) -> Graph:
     grouped = {i for g in groups for i in g}
     nodes = [(i, op) for i, op in enumerate(graph.ops) if i not in grouped]
     nodes += [(g[0], fused_elementwise_op(graph, [graph.ops[i] for i in g], internal)) for g in groups]
-    return with_ops(graph, topological([op for _, op in sorted(nodes, key=lambda n: n[0])]))
-
-
-def topological(ops: list[Op]) -> list[Op]:
-    """Ops in a dataflow order, each as early in the given order as its inputs allow."""
-    producer = {t: i for i, op in enumerate(ops) for t in op.outputs if t}
-    waiting = [len({producer[t] for t in op.inputs if t in producer}) for op in ops]
-    readers: dict[int, set[int]] = {}
-    for i, op in enumerate(ops):
-        for t in op.inputs:
-            if t in producer:
-                readers.setdefault(producer[t], set()).add(i)
-    ready = [i for i, n in enumerate(waiting) if n == 0]
-    heapq.heapify(ready)
-    order: list[Op] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(ops[i])
-        for j in sorted(readers.get(i, ())):
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(ready, j)
-    return order
+    fused = with_ops(graph, [op for _, op in sorted(nodes, key=lambda n: n[0])])
+    order = topological_order(len(fused.ops), dataflow_deps(fused))
+    return replace(fused, ops=[fused.ops[i] for i in order])
