@@ -94,13 +94,14 @@ def start_and_stop(
     flags: tuple[str, ...] = (),
     saved: bool = True,
     starting: float | None = None,
+    to_worker: bool = False,
 ) -> tuple[int, str, float]:
     """Start a search (`flags`: "-m" for a multirun) and send `signum` once both workers have started
     and, if `saved`, a batch is saved; or, if `starting` is given, that many seconds after the second
     worker is spawned, while it starts up.
     SIGINT goes to the whole process group, as a terminal's Ctrl-C does, another signal to the
-    search's process. Returns the exit status, stderr and the seconds from the signal until every
-    worker ended."""
+    search's process, or with `to_worker` to one worker (as the kernel's out-of-memory killer does).
+    Returns the exit status, stderr and the seconds from the signal until every worker ended."""
     command = [sys.executable, "-c", "from phazec.cli import main; main()", *flags, *QUICK, *OVERRIDES]
     process = subprocess.Popen(
         [*command, f"cache_dir={cache}", f"hydra.run.dir={tmp_path / 'stopped'}", *extra],
@@ -118,7 +119,9 @@ def start_and_stop(
         time.sleep(0.002)
     time.sleep(starting or 0.0)
     start = time.perf_counter()
-    if signum == signal.SIGINT:
+    if to_worker:
+        os.kill(max(workers), signum)
+    elif signum == signal.SIGINT:
         os.killpg(process.pid, signum)
     else:
         process.send_signal(signum)
@@ -214,6 +217,23 @@ def test_kill_9_leaves_no_worker_behind_and_resumes(
     status, _, seconds = start_and_stop(tmp_path, cache, signal.SIGKILL)
     assert status == -signal.SIGKILL
     assert seconds < 1.0
+    assert_resumes(tmp_path, cache, caplog)
+
+
+def test_a_killed_worker_stops_the_search_with_one_paragraph_and_it_resumes(
+    tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker killed mid-search (out of memory, a crash in a solver): the search stops the other
+    worker and ends with one paragraph naming the batch, exit 2, and the rerun resumes."""
+    cache = cold_cache(tmp_path, cache_dir)
+    status, stderr, seconds = start_and_stop(tmp_path, cache, signal.SIGKILL, to_worker=True)
+    assert status == 2, stderr
+    assert "Traceback" not in stderr
+    (error,) = [line for line in stderr.splitlines() if line.startswith("phazec: error:")]
+    assert "the search stopped at batch " in error
+    assert "a worker process ended before it finished (killed, out of memory" in error
+    assert error.endswith("The batches before it are saved; the same command resumes from them.")
+    assert seconds < 5.0
     assert_resumes(tmp_path, cache, caplog)
 
 

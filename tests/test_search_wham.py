@@ -25,6 +25,7 @@ def test_wham_is_repeatable_and_never_beats_exhaustive(tmp_path: Path, cache_dir
     wham = runs[0]
     evaluated, pruned = wham["search"]["designs_evaluated"], wham["search"]["designs_pruned"]
     assert evaluated + pruned == 37
+    assert wham["search"]["designs_pruned_by"] == {"not_chosen": pruned}
     assert evaluated < exhaustive["search"]["designs_evaluated"] == 37
     optimum = exhaustive["throughput_samples_per_s"]
     assert WHAM_FRACTION * optimum <= wham["throughput_samples_per_s"] <= optimum

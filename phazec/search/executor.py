@@ -13,17 +13,12 @@ from concurrent.futures import Future
 from typing import Protocol, Self, TypeVar
 
 from phazec.config import SearchConfig
-from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.search.evaluate import Evaluator, Timings
 from phazec.search.pool import Task, Workers
 from phazec.validate import worker_cap
 
 T = TypeVar("T")
-
-
-class BatchFailedError(PhazecError):
-    """A batch that failed on every attempt the executor allows; the message says why."""
 
 
 class Executor(Protocol):

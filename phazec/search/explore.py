@@ -44,8 +44,9 @@ from phazec.report.progress import progress
 from phazec.search.bo import tpe_design
 from phazec.search.dominance import dominated
 from phazec.search.evaluate import Candidate, Evaluator, Timings, best, objective_cost
-from phazec.search.executor import BatchFailedError, Executor, start_executor
+from phazec.search.executor import Executor, start_executor
 from phazec.search.objective import design_weights
+from phazec.search.pool import BatchFailedError
 from phazec.search.state import SearchState
 from phazec.solvers.placement import Placement
 
@@ -67,7 +68,8 @@ class Found:
     """Every evaluated candidate, in design order."""
     pruned_by: dict[str, int] = field(default_factory=dict)
     """Designs never evaluated, by reason: `dominated` (by an earlier design, `bounded`), `bound` (a
-    proven bound above the best, `bounded`), `patience` (`phaze`, no proof) or `not_chosen` (`bo`)."""
+    proven bound above the best, `bounded`), `patience` (`phaze`, no proof) or `not_chosen` (`bo`, `wham`:
+    never picked for evaluation)."""
 
     @property
     def pruned(self) -> int:
@@ -200,15 +202,16 @@ def search(
         if config.strategy == "wham":
             from phazec.search.wham import wham  # wham runs explore itself
 
-            return wham(designs, config, workers, state, weight)
-        strategy = STRATEGIES[config.strategy](designs, config, workers, state)
-        found = explore(strategy, designs, workers, state, config.strategy, weight=weight)
-    dropped = strategy.dominated if isinstance(strategy, Bounded) else 0
+            found, dropped = wham(designs, config, workers, state, weight), 0
+        else:
+            strategy = STRATEGIES[config.strategy](designs, config, workers, state)
+            found = explore(strategy, designs, workers, state, config.strategy, weight=weight)
+            dropped = strategy.dominated if isinstance(strategy, Bounded) else 0
     reasons = {"dominated": dropped, PRUNE_REASON.get(config.strategy, ""): found.pruned - dropped}
     return replace(found, pruned_by={reason: n for reason, n in reasons.items() if n})
 
 
-PRUNE_REASON = {"bounded": "bound", "phaze": "patience", "bo": "not_chosen"}
+PRUNE_REASON = {"bounded": "bound", "phaze": "patience", "bo": "not_chosen", "wham": "not_chosen"}
 """Why each strategy leaves designs unevaluated (besides dominance)."""
 
 
@@ -394,7 +397,8 @@ def _in_order(
             except BatchFailedError as err:
                 raise PhazecError(
                     f"the search stopped at batch {i} ({len(batch)} designs, the first design {batch[0]}): "
-                    f"{err} Every batch finished before it is saved; the same command resumes from them."
+                    f"{str(err).rstrip('.')}. The batches before it are saved; the same command resumes "
+                    "from them."
                 ) from err
             yield i, batch, found, True
         else:

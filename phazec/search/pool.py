@@ -16,9 +16,10 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from typing import TypeVar
 
+from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.interrupt import deferred
 from phazec.search.evaluate import Evaluator, Timings
@@ -32,6 +33,10 @@ JOIN_S = 1.0
 
 _WORKER: dict[str, Evaluator] = {}
 """The evaluator of this worker process, under "evaluator"."""
+
+
+class BatchFailedError(PhazecError):
+    """A batch that failed on every attempt the executor allows; the message says why."""
 
 
 def _start_worker(evaluator: Evaluator) -> None:
@@ -91,8 +96,16 @@ class Workers:
             return self._pool.submit(_run_in_worker, task, designs)
 
     def result(self, future: Future[tuple[T, Timings]]) -> T:
-        """A task's result; the seconds it took are added to the evaluator's timings."""
-        value, timings = future.result()
+        """A task's result; the seconds it took are added to the evaluator's timings. Raises
+        BatchFailedError when a worker process ended without finishing it (killed, out of memory, or a
+        crash in a solver or the C++ extension): the pool cannot run it again."""
+        try:
+            value, timings = future.result()
+        except BrokenExecutor as err:
+            raise BatchFailedError(
+                f"a worker process ended before it finished (killed, out of memory, or a crash in a solver "
+                f"or the C++ extension; {str(err).rstrip('.')})"
+            ) from err
         self.evaluator.timings.add(timings)
         return value
 

@@ -26,8 +26,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.hw.designs import Designs
 from phazec.search.evaluate import Evaluator, Timings
-from phazec.search.executor import BatchFailedError
-from phazec.search.pool import Task, _run
+from phazec.search.pool import BatchFailedError, Task, _run
 from phazec.solvers.schedule import ScheduleCache
 
 log = logging.getLogger(__name__)
