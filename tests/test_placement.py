@@ -18,6 +18,7 @@ from phazec.solvers.placement import (
     Stage,
     Variant,
     evaluate_plan,
+    explain_plan,
     megatron_plan,
     solve_placement,
     solve_placements,
@@ -124,6 +125,39 @@ def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     assert none.dominant == "parameters"
 
 
+def test_microbatches_in_flight_stop_at_the_microbatches_there_are() -> None:
+    # CHAIN with 2 microbatches on 3 stages: Megatron's warm-up runs both forwards and stops, so stage
+    # 0 keeps 2 (not 3) microbatches: [0][1][2] needs 2000 + 2 * 10 = 2020, 2020, 2010 B and fits in
+    # 2025 B (every other plan needs 4020 B or more). Loads 13, 16, 3 -> 16 * (2 + 3 - 1) = 64 s.
+    two = replace(CHAIN, microbatch_count=2, hbm_bytes=2025)
+    placement = solve_placement(two)
+    assert isinstance(placement, Placement)
+    assert [s.layers for s in placement.stages] == [(0,), (1,), (2,)]
+    assert (placement.time_per_batch_s, [s.memory_bytes for s in placement.stages]) == (
+        64.0,
+        [2020, 2020, 2010],
+    )
+    assert evaluate_plan(two, [[0], [1], [2]], t=1, d=1) == placement
+
+
+def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
+    # CHAIN as [0][1][2] (the only plan in 2050 B): k = 3 devices per replica on nodes of 8 (10^6 B/s
+    # inside, 1000 B/s per member's link between). The first stage's DP group is ids 0, 3, 6, 9, ...:
+    # with d = 4 the nodes hold {0, 3, 6} and {9}: one link, 2 * 3/4 * 1000 B / 1000 = 1.5 s; with
+    # d = 5 they hold {0, 3, 6} and {9, 12}: two links, 2 * 4/5 * 1000 / 2000 = 0.8 s.
+    tiers = (NetworkTier(8, 1e6, 0.0), NetworkTier(64, 1000.0, 0.0))
+    problem = replace(CHAIN, tiers=tiers, device_count=15, microbatch_count=5, hbm_bytes=2050)
+    syncs = [explain_plan(problem, [[0], [1], [2]], t=1, d=d).iteration.dp_sync_s for d in (4, 5)]
+    assert syncs == [pytest.approx(1.5, rel=1e-15), pytest.approx(0.8, rel=1e-15)]
+    # The DP (C++) prices it the same: d = 5, loads 3.1, 6.1, 3 (each cut 2 * 50 B / 1000 B/s), one
+    # microbatch each: 6.1 * (1 + 3 - 1) + 0.8 = 19.1 s (d = 4: 6.1 * 4 + 1.5 = 25.9).
+    placement = solve_placement(problem)
+    assert isinstance(placement, Placement)
+    assert placement.d == 5
+    assert placement.time_per_batch_s == pytest.approx(19.1, rel=1e-14)
+    assert placement == evaluate_plan(problem, [[0], [1], [2]], t=1, d=5)
+
+
 def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
     # An embedding (0) feeds every block; 0->1 carries hidden state and mask (30 B), 0->2 and 0->3
     # the mask (10 B); 1->2 and 2->3 hidden states (20 B). One tier of 4 devices at 10 B/s.
@@ -141,12 +175,12 @@ def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
     assert ([s.load_s for s in two.stages], two.time_per_batch_s) == ([12.0, 6.0], 24.0)
     # [0][1][23]: cut 1 carries 0's largest edge into {1,2,3} (30 B); cut 2 relays the mask and
     # carries 1->2 (10 + 20 = 30 B). With full recompute each layer keeps its input (30 B here) per
-    # microbatch in flight (3 on stage [0], 2 on [1]) plus one layer's activations (10 B); the last
-    # stage does not recompute (PHAZE's rule): 2 * 2000 + 2 * 10.
+    # microbatch in flight (the one microbatch there is, on every stage) plus one layer's activations
+    # (10 B); the last stage does not recompute (PHAZE's rule): 2 * 2000 + 2 * 10.
     recompute = replace(problem, recompute=True, input_bytes=np.full((1, 4), 30))
     three = evaluate_plan(recompute, [[0], [1], [2, 3]], t=1, d=1)
     assert [s.load_s for s in three.stages] == [1 + 2 + 1 + 6.0, 1 + 2 + 1 + 6.0, 2 + 4.0]
-    assert [s.memory_bytes for s in three.stages] == [2000 + 3 * 30 + 10, 2000 + 2 * 30 + 10, 2 * 2000 + 20]
+    assert [s.memory_bytes for s in three.stages] == [2000 + 30 + 10, 2000 + 30 + 10, 2 * 2000 + 20]
 
 
 def test_stage_load_follows_the_critical_path() -> None:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -207,6 +208,14 @@ struct VariantModel {
     return tab.param_bytes[p] + tab.param_bytes[p] + state;
   }
 
+  /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
+  /// Megatron's warm-up plus one, never more than the m v chunks a replica's m microbatches make.
+  int64_t in_flight(int64_t q, int64_t total, int64_t d) const {
+    const int64_t v = variant.interleave;
+    const int64_t m = (in.microbatches + d - 1) / d;
+    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, m * v);
+  }
+
   /// Memory of stage p at position q from the end of `total` stages, at width d.
   MemoryParts memory(std::size_t p, int64_t q, int64_t total, int64_t d) const {
     const int64_t v = variant.interleave;
@@ -218,8 +227,7 @@ struct VariantModel {
       kept = tab.input_bytes[p];
       working = tab.full_working_bytes[p];
     }
-    const int64_t in_flight = v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1;
-    return {parameter_bytes(p, d), (kept * in_flight + v - 1) / v, working};
+    return {parameter_bytes(p, d), (kept * in_flight(q, total, d) + v - 1) / v, working};
   }
 
   int64_t memory_bytes(std::size_t p, int64_t q, int64_t total, int64_t d) const {
@@ -343,12 +351,14 @@ PlanResult solve_variant(const VariantModel& model) {
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
-  // under interleaving, per d with a distributed optimizer (the memory depends on them).
+  // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
+  // than the first stage would hold in flight (the memory depends on them).
   std::map<std::tuple<std::size_t, int64_t, int64_t>, MinMaxTable<double>> tables;
   const bool per_total = model.variant.interleave > 1;
   const bool per_d = model.variant.distributed_optimizer;
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const MinMaxTable<double>& {
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : 0);
+    const bool capped = model.in_flight(total, total, d) < model.in_flight(total, total, 1);
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
       auto table = minmax_partition<double>(model, all - 1, [&, tier, total, d](std::size_t p, int64_t s) {
@@ -487,11 +497,37 @@ std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int6
   return tiers.size() - 1;
 }
 
+namespace {
+
+/// Members r k + j (r < d) of DP group j in node n (ids n g .. n g + g - 1), for n >= j / g.
+int64_t node_members(int64_t n, int64_t g, int64_t d, int64_t k, int64_t j) {
+  const int64_t first = (std::max<int64_t>(0, n * g - j) + k - 1) / k;
+  const int64_t last = std::min(d - 1, ((n + 1) * g - 1 - j) / k);
+  return last - first + 1;
+}
+
+/// The fewest members a node holds of any of the `width` DP groups that span several nodes of g ids.
+/// With k >= g a node holds at most one member of a group. Otherwise a node's count depends only on
+/// n g mod k, so the nodes before the last repeat with period k / gcd(g, k).
+int64_t dp_rails(int64_t g, int64_t d, int64_t k, int64_t width) {
+  if (k >= g) return 1;
+  const int64_t period = k / std::gcd(g, k);
+  int64_t fewest = d;
+  for (int64_t j = 0; j < width; ++j) {
+    const int64_t last = ((d - 1) * k + j) / g;
+    if (last == j / g) continue;  // the whole group in one node
+    for (int64_t n = 0; n < std::min(last, period); ++n) fewest = std::min(fewest, node_members(n, g, d, k, j));
+    fewest = std::min(fewest, node_members(last, g, d, k, j));
+  }
+  return fewest;
+}
+
+}  // namespace
+
 NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width) {
   const std::size_t i = span_tier(tiers, 0, (d - 1) * k + width - 1);
   if (i == 0) return tiers[0];
-  const int64_t per_group = std::max<int64_t>(1, tiers[i - 1].group_size / k);
-  const int64_t rails = d % per_group == 0 ? per_group : d % per_group;
+  const int64_t rails = dp_rails(tiers[i - 1].group_size, d, k, width);
   NetworkTier out = tiers[i];
   out.bandwidth_bytes_per_s =
       std::min(static_cast<double>(rails) * tiers[i].bandwidth_bytes_per_s, tiers[i - 1].bandwidth_bytes_per_s);

@@ -5,10 +5,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
 * Plan. The layers are split into `s` stages in pipeline order; a stage is the difference of two
   downsets of the layer DAG, so no edge runs from a later stage to an earlier one. Stages are
   counted from the end for memory: under 1F1B the stage at position `p` from the end (the last
-  stage has p = 1) keeps `p` microbatches in flight. A stage runs on `t` devices when it holds a
-  tensor-parallel layer, else on one device; a pipeline uses `k` devices in all, and `d` replicas
-  of it run data-parallel, each on `m = ceil(microbatches / d)` microbatches. A plan needs
-  `d * k <= devices` and `d <= microbatches`.
+  stage has p = 1) keeps `p` microbatches in flight (at most the m there are). A stage runs on `t`
+  devices when it holds a tensor-parallel layer, else on one device; a pipeline uses `k` devices
+  in all, and `d` replicas of it run data-parallel, each on `m = ceil(microbatches / d)`
+  microbatches. A plan needs `d * k <= devices` and `d <= microbatches`.
 * Device numbering. Device ids run 0..devices-1; tier `i` links aligned groups of
   `group_size_i` consecutive ids (ids a and b share a group iff a // g == b // g). Replica r
   holds ids r*k .. r*k + k - 1, its stages in pipeline order. A set of devices talks over the first
@@ -33,11 +33,13 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   bubble (s - 1) / v of a stage's work is interleaved 1F1B's (1F1B's for v = 1). The DP sync is the
   ring all-reduce of the first stage's gradients over its d replicas: 2 (d-1)/d * param bytes /
   bandwidth + 2 (d-1) latency, on the tier holding that stage's devices of every replica (ids 0 ..
-  (d-1) k + width - 1). When that group spans several groups of the tier below (nodes), each holds
-  lower group size // k of its members (1 when k is larger; the last group d mod that when it is not
-  full), each with a link of its own (a DGX has a NIC per GPU), and the hierarchical all-reduce
-  drives them all: the bandwidth is the fewest members a spanned group holds (rails) times the
-  tier's per device, at most the tier below's. With overlap it hides behind the first stage's last
+  (d-1) k + width - 1). When that group spans several groups of the tier below (nodes), each node
+  holds some members of each of the width DP groups (device j of every replica's first stage, ids
+  r k + j), each member with a link of its own (a DGX has a NIC per GPU), and the hierarchical
+  all-reduce drives them all: the bandwidth is the fewest members a node holds of any DP group that
+  spans several nodes (rails; lower group size / k when k divides it, d mod that in a last, partial
+  node; 1 when k is at least the lower group size; counted exactly otherwise) times the tier's per
+  device, at most the tier below's. With overlap it hides behind the first stage's last
   backward pass (exposed = max(0, sync - B)), else it is all exposed. The first stage ends the flush
   last; the other stages' syncs overlap its drain. The optimizer step reads and writes the first
   stage's weights, gradients and optimizer state once: 2 * (its parameter memory) / HBM bandwidth (0
@@ -48,7 +50,8 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   parameter, divided over the d replicas rounding up with a distributed optimizer; P = the stage's
   bytes of 2-byte weights / 2) + ceil(kept * u / v) + working, where u is the number of model-chunk
   microbatches in flight on it (q for v = 1; 2 (q - 1) + (v - 1) s + 1 for v > 1, Megatron's
-  interleaved warm-up plus one) and, summing/maximising over the stage's layers:
+  interleaved warm-up plus one; never more than the m v model-chunk microbatches of a replica, as
+  Megatron's warm-up stops at the microbatches there are) and, summing/maximising over the stage's layers:
   none: kept = stash bytes, working = 0; selective: kept = selective stash bytes (the attention core
   dropped), working = max(stash - selective stash) (one layer's attention core rebuilt);
   full: kept = input bytes (each layer's input), working = max activation bytes (one layer's full
@@ -60,6 +63,7 @@ optimum and `evaluate_plan` of its plan agree bit for bit.
 
 import itertools
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -510,7 +514,8 @@ def stage_memory(
         "selective": (c.selective_bytes, c.selective_working_bytes),
         "full": (c.input_bytes, c.full_working_bytes),
     }[mode]
-    in_flight = q if v == 1 else 2 * (q - 1) + (v - 1) * s + 1
+    m = (problem.microbatch_count + d - 1) // d
+    in_flight = min(q if v == 1 else 2 * (q - 1) + (v - 1) * s + 1, m * v)
     stash = (kept * in_flight + v - 1) // v
     return StageMemory(c.param_bytes, c.param_bytes, state, stash, working, in_flight)
 
@@ -753,10 +758,33 @@ def _sync_tier(tiers: Sequence[NetworkTier], d: int, k: int, width: int) -> Netw
     i = _span_tier(tiers, 0, (d - 1) * k + width - 1)
     if i == 0:
         return tiers[0]
-    per_group = max(1, tiers[i - 1].group_size // k)
-    rails = per_group if d % per_group == 0 else d % per_group
+    rails = _dp_rails(tiers[i - 1].group_size, d, k, width)
     bandwidth = min(rails * tiers[i].bandwidth_bytes_per_s, tiers[i - 1].bandwidth_bytes_per_s)
     return replace(tiers[i], bandwidth_bytes_per_s=bandwidth)
+
+
+def _node_members(n: int, g: int, d: int, k: int, j: int) -> int:
+    """Members r k + j (r < d) of DP group j in node n (ids n g .. n g + g - 1), for n >= j // g."""
+    first = (max(0, n * g - j) + k - 1) // k
+    last = min(d - 1, ((n + 1) * g - 1 - j) // k)
+    return last - first + 1
+
+
+def _dp_rails(g: int, d: int, k: int, width: int) -> int:
+    """The fewest members a node holds of any of the `width` DP groups that span several nodes of g
+    ids. With k >= g a node holds at most one member of a group. Otherwise a node's count depends
+    only on n g mod k, so the nodes before the last repeat with period k / gcd(g, k)."""
+    if k >= g:
+        return 1
+    period = k // math.gcd(g, k)
+    fewest = d
+    for j in range(width):
+        last = ((d - 1) * k + j) // g
+        if last == j // g:  # the whole group in one node
+            continue
+        nodes = [*range(min(last, period)), last]
+        fewest = min(fewest, *(_node_members(n, g, d, k, j) for n in nodes))
+    return fewest
 
 
 def _transfer_s(size_bytes: int, tier: NetworkTier) -> float:

@@ -94,11 +94,10 @@ std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int6
 
 /// The tier a DP gradient all-reduce runs on, for d replicas of k devices each, the first stage
 /// `width` devices wide (replica r on r*k..r*k+k-1): the first tier whose aligned group holds the
-/// whole group. When that group spans several groups of the tier below (several nodes), each holds
-/// lower group size / k members (1 when k is larger; d mod that in a last, partial group), each with
-/// its own link (a DGX's NIC per GPU), and the hierarchical all-reduce uses them all: the fewest
-/// members of a spanned group (`rails`) times the tier's bandwidth per device, at most the tier
-/// below's.
+/// whole group. When that group spans several groups of the tier below (several nodes), each node
+/// holds members of the width DP groups (ids r*k + j), each with its own link (a DGX's NIC per GPU),
+/// and the hierarchical all-reduce uses them all: the fewest members a node holds of any DP group
+/// spanning several nodes (`rails`) times the tier's bandwidth per device, at most the tier below's.
 NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width);
 
 }  // namespace phazec
