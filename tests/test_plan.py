@@ -325,6 +325,32 @@ def test_flash_block_keeps_korthikantis_selective_bytes(
     assert figures.stash_bytes == figures.selective_bytes == selective
 
 
+@pytest.mark.parametrize("kernel", ["unfused", "flash"])
+def test_head_dim_equal_to_the_sequence_keeps_korthikantis_bytes(cache_dir: Path, kernel: str) -> None:
+    # Two heads of d = H / 2 = 32 = S: Q, K, V and the context [b, a, s, d] have the scores' shape
+    # [b, a, s, s], yet only the core's s x s tensors are the 5as^2b selective recompute drops (and
+    # flash keeps none of them). t = 1, microbatch 3, the 2-byte attention scale kept unfused only.
+    a = 2
+    heads = tuple(
+        f"model.hf_config.n_head={a}" if o.startswith("model.hf_config.n_head=") else o for o in TINY
+    )
+    cfg = compose_config(*heads, f"cache_dir={cache_dir}")
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    model = load_model(model_cfg, cache_dir)
+    graphs = training_graphs(model, [1], "adam", vocab_parallel=True, attention=kernel, causal=True)
+    block = graphs[1].classes[graphs[1].layers[1].cls]
+    assert block.memory is not None
+    b, s, h = 3, S, H
+    figures = megatron_bytes(block.memory, b, 1)
+    core = 5 * a * s * s * b if kernel == "unfused" else 0
+    scale = 2 if kernel == "unfused" else 0
+    assert (figures.stash_bytes, figures.selective_bytes) == (
+        34 * s * b * h + core + scale,
+        34 * s * b * h + scale,
+    )
+
+
 # --- phazec-plan ------------------------------------------------------------------------------------
 PLAN = (
     *TINY,

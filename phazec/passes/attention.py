@@ -31,10 +31,15 @@ from phazec.errors import PhazecError
 from phazec.ir.core import AttrValue, Graph, Model, Op, OpKind
 from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
-from phazec.passes.memory import score_shaped
 
 ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
 """Values of `hw.device.attention`."""
+
+PRODUCT_KINDS = (OpKind.GEMM, OpKind.FUSED)
+"""Kinds of a core's products: a GEMM, or on a fused graph a GEMM with its epilogue."""
+
+SOFTMAX_TYPES = ("Softmax", "ScaleMaskSoftmax")
+"""The softmax of a core: ONNX's, or the `fused_softmax` kernel's (which also scales and masks)."""
 
 CAUSAL_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 """Hugging Face architectures whose attention is causal (GPT-2's `GPT2LMHeadModel`, `*ForCausalLM`)."""
@@ -93,9 +98,30 @@ class Core:
     v: str
 
 
+def score_shaped(shape: tuple[int, ...], seq_len: int) -> bool:
+    """Whether a tensor has the attention scores' shape [batch, heads, seq, seq]."""
+    return len(shape) == 4 and seq_len > 1 and shape[-1] == shape[-2] == seq_len
+
+
 def is_score(graph: Graph, name: str, seq_len: int) -> bool:
-    """Whether a tensor has the scores' shape [b, a, seq, seq] (`phazec.passes.memory.score_shaped`)."""
+    """Whether a tensor has the scores' shape [b, a, seq, seq]."""
     return score_shaped(graph.tensors[name].shape, seq_len)
+
+
+def core_scores(graph: Graph, seq_len: int) -> set[str]:
+    """The s x s tensors of the graph's attention cores: each core's scores, what its vector ops write
+    (scale, mask, softmax, dropout and its mask) and the s x s mask they apply (rebuilt by position,
+    as a flash kernel does, when the core is recomputed). Found by the core's structure, not by shape
+    alone, so Q, K, V and the context [b, a, s, d] are never among them, even when d = s."""
+    found: set[str] = set()
+    for op in graph.ops:
+        core = find_core(graph, op, seq_len)
+        if core is None:
+            continue
+        written = {core.qk.outputs[0], *(o for v in core.vector for o in v.outputs if o)}
+        read = (*core.qk.inputs[2:], *external_inputs(graph, core.vector, written))
+        found |= written | {n for n in read if is_score(graph, n, seq_len)}
+    return found
 
 
 def unscaled(graph: Graph, name: str, consumers: dict[str, list[Op]], producers: dict[str, Op]) -> Op | None:
@@ -108,10 +134,12 @@ def unscaled(graph: Graph, name: str, consumers: dict[str, list[Op]], producers:
 
 
 def find_core(graph: Graph, qk: Op, seq_len: int) -> Core | None:
-    """The attention core that starts at the product `qk`, or None if `qk` does not start one."""
+    """The attention core that starts at the product `qk`, or None if `qk` does not start one. On a
+    fused graph (`phazec.passes.fuse`) the product may carry the mask's add as a `Fused` op."""
+    gemm_type = qk.attrs.get("gemm_type") if qk.kind is OpKind.FUSED else qk.op_type
     if (
-        qk.kind is not OpKind.GEMM
-        or qk.op_type not in GEMM_TYPES
+        qk.kind not in PRODUCT_KINDS
+        or gemm_type not in GEMM_TYPES
         or not is_score(graph, qk.outputs[0], seq_len)
     ):
         return None
@@ -121,7 +149,7 @@ def find_core(graph: Graph, qk: Op, seq_len: int) -> Core | None:
     frontier = [qk.outputs[0]]
     while frontier:
         for reader in consumers.get(frontier.pop(), []):
-            if reader.kind is OpKind.GEMM:
+            if reader.kind in PRODUCT_KINDS:
                 products.add(reader.name)
             elif reader.kind is OpKind.VECTOR and all(
                 is_score(graph, o, seq_len) for o in reader.outputs if o
@@ -135,7 +163,7 @@ def find_core(graph: Graph, qk: Op, seq_len: int) -> Core | None:
     if (
         len(products) != 1
         or scores & set(graph.outputs)
-        or all(op.op_type != "Softmax" for op in region.values())
+        or all(op.op_type not in SOFTMAX_TYPES for op in region.values())
     ):
         return None
     av = next(op for op in graph.ops if op.name in products)

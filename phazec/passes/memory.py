@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model
+from phazec.passes.attention import core_scores
 from phazec.passes.base import PassResult
 
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
@@ -67,7 +68,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     stash_fixed, stash_per_sample = split_bytes(cls.backward, stash)
     input_fixed, input_per_sample = split_bytes(forward, forward.inputs)
     per_sample = [n for n in stash if cls.backward.tensors[n].batch_axis is not None]
-    core = [n for n in per_sample if score_shaped(cls.backward.tensors[n].shape, model.seq_len)]
+    scores = core_scores(forward, model.seq_len)
+    core = [n for n in per_sample if n in scores]
     replicated = [n for n in per_sample if not forward.tensors[n].tp_split]
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     return LayerMemory(
@@ -84,11 +86,6 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
     )
-
-
-def score_shaped(shape: tuple[int, ...], seq_len: int) -> bool:
-    """Whether a tensor has the attention scores' shape [batch, heads, seq, seq]."""
-    return len(shape) == 4 and seq_len > 1 and shape[-1] == shape[-2] == seq_len
 
 
 @dataclass(frozen=True, slots=True)

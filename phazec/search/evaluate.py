@@ -23,8 +23,9 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
+from phazec.passes.attention import core_scores
 from phazec.passes.cost import class_costs, sequence_split_width
-from phazec.passes.memory import megatron_bytes, score_shaped
+from phazec.passes.memory import megatron_bytes
 from phazec.passes.schedule import schedule_problem
 from phazec.solvers.placement import (
     NoFeasiblePlacement,
@@ -419,11 +420,12 @@ def layer_arrays(model: Model, microbatch: int, sequence_parallel: bool = False)
 
 
 def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np.float64]:
-    """Per design: the summed all-core latency of the forward ops that read or write a tensor of
-    score shape [b, a, seq, seq] (QK^T, mask, softmax, dropout, AV): what selective recompute repeats."""
+    """Per design: the summed all-core latency of the forward ops that read or write an attention
+    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`): what selective recompute repeats."""
     total = np.zeros(forward.all_cores_s.shape[1])
+    scores = core_scores(graph, seq_len)
     for i, op in enumerate(graph.ops):
-        if any(score_shaped(graph.tensors[n].shape, seq_len) for n in (*op.inputs, *op.outputs)):
+        if scores.intersection(op.inputs, op.outputs):
             total = total + forward.all_cores_s[i]
     return total
 
