@@ -29,7 +29,15 @@ from phazec.passes.cost import class_costs, neighbour_gemms, op_table, overlap_c
 from phazec.passes.memory import megatron_bytes
 from phazec.plan import predict_plan
 from phazec.search.run import run_search
-from phazec.solvers.placement import PlacementProblem, Variant, explain_plan
+from phazec.solvers.placement import (
+    Placement,
+    PlacementProblem,
+    Variant,
+    explain_plan,
+    plan_figures,
+    solve_placement,
+    stage_costs,
+)
 from tests.conftest import compose_config
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
@@ -124,8 +132,12 @@ MEMORY: dict[tuple[str, bool, int], list[int]] = {
 @pytest.mark.parametrize("sequence_parallel", [False, True])
 @pytest.mark.parametrize("mode", ["none", "selective", "full"])
 def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, interleave: int) -> None:
+    # The formulas, straight from `plan_figures`: a one-layer stage cannot be cut into two model
+    # chunks, so `explain_plan` and the DP refuse the v = 2 plan (the next test), but the arithmetic
+    # is the same on stages that can.
     problem = toy(2, sequence_parallel, recompute=mode, interleave=interleave)
-    figures = explain_plan(problem, [[0], [1]], t=2, d=1)
+    stages = ((0,), (1,))
+    figures = plan_figures(problem, 2, stages, stage_costs(problem, 2, stages), 1)
     placement = figures.placement
     loads, time_s = TIMES[mode, interleave]
     assert [s.load_s for s in placement.stages] == loads
@@ -135,6 +147,24 @@ def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, in
     it = figures.iteration
     parts = it.forward_s + it.backward_s + it.recompute_s + it.p2p_s + it.bubble_s + it.dp_sync_s
     assert parts == pytest.approx(time_s, rel=1e-12)
+
+
+def test_interleaving_needs_a_layer_per_model_chunk() -> None:
+    # Two layers under interleave 2: two one-layer stages cannot each be cut into 2 chunks. The DP
+    # keeps both layers in one stage (no pipeline: 2 microbatches x (3 + 3) s = 12 s), and
+    # explain_plan names the plan it refuses.
+    problem = toy(interleave=2)
+    placement = solve_placement(problem)
+    assert isinstance(placement, Placement)
+    assert ([s.layers for s in placement.stages], placement.d, placement.time_per_batch_s) == (
+        [(0, 1)],
+        1,
+        12.0,
+    )
+    with pytest.raises(
+        PhazecError, match=r"stages = \[\[0\], \[1\]\] is not valid under interleave 2: .* at least 2 layers"
+    ):
+        explain_plan(problem, [[0], [1]], t=1, d=1)
 
 
 def test_toy_phazes_rule_and_one_device_per_stage() -> None:

@@ -194,6 +194,12 @@ struct VariantModel {
   const Variant& variant;
 
   int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
+
+  /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
+  /// (no pipeline), or at least v layers (a chunk holds at least one).
+  bool chunks_fit(std::size_t p, int64_t total) const {
+    return total == 1 || lat.set_size[lat.outer[p]] - lat.set_size[lat.inner[p]] >= variant.interleave;
+  }
   int64_t width(std::size_t p) const { return tab.narrow[p] != 0 ? 1 : tab.t; }
 
   /// The stage's recompute mode: none for the last stage under PHAZE's rule.
@@ -313,7 +319,8 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
-/// The least peak memory of any plan at d = 1, split for the peak stage of one plan attaining it.
+/// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
+/// for the peak stage of one plan attaining it.
 /// Under interleaving the in-flight count depends on the stage count, so each count gets a table.
 void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const std::size_t all = model.lat.sets.size() - 1;
@@ -322,7 +329,9 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   int64_t best = kNone<int64_t>;
   for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
     const auto table = minmax_partition<int64_t>(
-        model, all, [&](std::size_t p, int64_t s) { return model.memory_bytes(p, s, total, 1); });
+        model, all, [&](std::size_t p, int64_t s) {
+          return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
+        });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
         const int64_t peak = table.value[table.at(all, s, q)];
@@ -362,7 +371,8 @@ PlanResult solve_variant(const VariantModel& model) {
     auto it = tables.find(key);
     if (it == tables.end()) {
       auto table = minmax_partition<double>(model, all - 1, [&, tier, total, d](std::size_t p, int64_t s) {
-        return model.memory_bytes(p, s, total, d) <= hbm_bytes ? model.load_s(p, tier) : kNone<double>;
+        const bool fits = model.chunks_fit(p, total) && model.memory_bytes(p, s, total, d) <= hbm_bytes;
+        return fits ? model.load_s(p, tier) : kNone<double>;
       });
       it = tables.emplace(key, std::move(table)).first;
     }
@@ -390,7 +400,7 @@ PlanResult solve_variant(const VariantModel& model) {
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
-        if (single != (s == 1) || narrow > q || (single && narrow != q)) continue;
+        if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
           const MemoryParts first = model.memory(p, total, total, d);
           if (first.total() > hbm_bytes) continue;

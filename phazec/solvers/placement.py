@@ -15,8 +15,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   tier whose aligned group holds all of them.
 * Execution settings (Megatron-LM's): recompute mode r in {none, selective, full} (the last stage
   recomputes too unless `last_stage_recomputes` is false: PHAZE's rule), interleave v (virtual
-  stages per device, interleaved 1F1B), distributed optimizer (optimizer state sharded over the d
-  replicas, ZeRO-1), DP-gradient overlap, and the HBM bandwidth that times the optimizer step.
+  stages per device, interleaved 1F1B; with more than one stage each holds at least v layers),
+  distributed optimizer (optimizer state sharded over the d replicas, ZeRO-1), DP-gradient overlap,
+  and the HBM bandwidth that times the optimizer step.
   A stage's own mode is r, or none for the last stage under PHAZE's rule.
 * Stage load per microbatch. compute = forward critical path F + backward critical path B of the
   stage's layers (longest path of latencies through the stage's own edges), plus the recompute time
@@ -651,7 +652,19 @@ def explain_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: 
             f"devices and {d} microbatches; there are {problem.device_count} devices and "
             f"{problem.microbatch_count} microbatches."
         )
+    if not chunks_fit(plan, problem.interleave):
+        raise PhazecError(
+            f"stages = {[list(stage) for stage in plan]} is not valid under interleave {problem.interleave}: "
+            f"with more than one stage, each stage needs at least {problem.interleave} layers, one per "
+            "model chunk."
+        )
     return plan_figures(problem, t, plan, costs, d)
+
+
+def chunks_fit(stages: Stages, interleave: int) -> bool:
+    """Whether interleaving can cut every stage into its model chunks: one stage (no pipeline), or at
+    least `interleave` layers in each (a chunk holds at least one)."""
+    return len(stages) == 1 or all(len(stage) >= interleave for stage in stages)
 
 
 def megatron_plan(problem: PlacementProblem, pp: int) -> Stages:

@@ -7,11 +7,12 @@ pruned. Exponential in the layer count: meant for about 8 layers.
 
 from collections.abc import Iterator
 
-from phazec.solvers.placement import PlacementProblem, Stages, Variant, placement_of, stage_costs
+from phazec.solvers.placement import PlacementProblem, Stages, Variant, chunks_fit, placement_of, stage_costs
 
 
 def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
-    """Every sequence of non-empty stages that holds each layer once with no edge running backward."""
+    """Every sequence of non-empty stages that holds each layer once with no edge running backward
+    and that the problem's interleave can cut into model chunks (`chunks_fit`)."""
     n = problem.layer_count
     preds = [0] * n
     for u, v in problem.edges.tolist():
@@ -19,7 +20,8 @@ def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
 
     def extend(placed: int, stages: Stages) -> Iterator[Stages]:
         if placed == (1 << n) - 1:
-            yield stages
+            if chunks_fit(stages, problem.interleave):
+                yield stages
             return
         free = [v for v in range(n) if not placed >> v & 1]
         for choice in range(1, 1 << len(free)):
