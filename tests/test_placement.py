@@ -4,7 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -260,7 +260,11 @@ def test_nothing_fits_reports_what_dominates() -> None:
             {"forward_latency_s": np.array([[1.0, -2.0, 1.0]])},
             r"forward_latency_s\[0, 1\] = .*-2\.0.*>= 0 seconds",
         ),
-        ({"stash_bytes": np.array([[1, 2, -3]])}, r"stash_bytes\[0, 2\] = .*-3.*>= 0 bytes"),
+        (
+            {"stash_bytes": np.array([[1, 2, -3]])},
+            r"stash_bytes\[0, 2\] = .*-3.*between 0 and 1099511627776 bytes",
+        ),
+        ({"param_bytes": np.array([[1, 2**62, 3]])}, r"param_bytes\[0, 1\] = .*4611686018427387904.*1 TiB"),
         ({"param_bytes": np.array([[1, 2]])}, r"param_bytes has shape \(1, 2\).*\(1, 3\)"),
         (
             {"edges": np.array([[0, 1], [1, 2], [2, 0]]), "edge_bytes": np.array([1, 1, 1])},
@@ -271,6 +275,14 @@ def test_nothing_fits_reports_what_dominates() -> None:
         ({"edge_bytes": np.array([50])}, r"edge_bytes \(1,\)"),
         ({"optimizer": "lamb"}, r"optimizer = 'lamb' is not valid.*adam"),
         ({"tiers": (NetworkTier(2, 100.0, 0.0),)}, r"group sizes \[2\] are not valid.*>= 4 devices"),
+        (
+            {"tiers": (NetworkTier(cast(int, 2.5), 100.0, 0.0), NetworkTier(4, 10.0, 0.0))},
+            r"\[2\.5, 4\] are not valid.*integer",
+        ),
+        (
+            {"tiers": (NetworkTier(4, 100.0, float("inf")),)},
+            r"group sizes \[4\] are not valid.*finite latencies",
+        ),
         ({"forward_latency_s": np.zeros((1, 3)), "backward_latency_s": np.zeros((1, 3))}, r"at t = 1 is 0"),
     ],
 )

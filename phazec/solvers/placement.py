@@ -40,12 +40,15 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   all-reduce drives them all: the bandwidth is the fewest members a node holds of any DP group that
   spans several nodes (rails; lower group size / k when k divides it, d mod that in a last, partial
   node; 1 when k is at least the lower group size; counted exactly otherwise) times the tier's per
-  device, at most the tier below's. With overlap it hides behind the first stage's last
-  backward pass (exposed = max(0, sync - B)), else it is all exposed. The first stage ends the flush
-  last; the other stages' syncs overlap its drain. The optimizer step reads and writes the first
-  stage's weights, gradients and optimizer state once: 2 * (its parameter memory) / HBM bandwidth (0
-  when the bandwidth is given as 0: the step is not timed, as in PHAZE). A distributed optimizer's
-  reduce-scatter plus all-gather moves the same bytes as the all-reduce.
+  device, at most the tier below's. With `overlap_grad_reduce` it hides behind the first stage's
+  last backward pass (exposed = max(0, sync - B)), else it is all exposed. A distributed optimizer's
+  reduce-scatter plus all-gather moves the same bytes as the all-reduce, half each: the
+  reduce-scatter hides behind B with `overlap_grad_reduce` (max(0, sync/2 - B)), the all-gather
+  behind the first stage's forward pass F with `overlap_param_gather` (max(0, sync/2 - F)), each
+  otherwise exposed. The first stage ends the flush last; the other stages' syncs overlap its drain.
+  The optimizer step reads and writes the first stage's weights, gradients and optimizer state once:
+  2 * (its parameter memory) / HBM bandwidth (0 when the bandwidth is given as 0: the step is not
+  timed, as in PHAZE).
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
   gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
   parameter, divided over the d replicas rounding up with a distributed optimizer; P = the stage's
@@ -78,6 +81,11 @@ from phazec.errors import PhazecError
 from phazec.hw.system import NetworkTier
 
 logger = logging.getLogger(__name__)
+
+MAX_BYTES = 2**40
+"""The largest byte count of one layer the model takes: memory sums of such counts stay far inside
+the C++ DP's 64-bit integers."""
+
 
 OPTIMIZER_FACTOR = {"sgd": 2, "adam": 8}
 """Bytes of weights, gradients and optimizer state per byte of 2-byte weights."""
@@ -214,7 +222,6 @@ class Variant:
     hbm_bytes: int
     interleave: int = 1
     distributed_optimizer: bool = False
-    sequence_parallel: bool = False
 
     def applied(self, problem: PlacementProblem) -> PlacementProblem:
         """The problem under this variant's settings (its t is chosen per plan)."""
@@ -910,12 +917,13 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "selective_recompute_s",
         "edge_bytes",
     ):
-        bad = np.argwhere(out[name] < 0)
+        seconds = name.endswith("_s")
+        bad = np.argwhere(out[name] < 0 if seconds else (out[name] < 0) | (out[name] > MAX_BYTES))
         if bad.size:
             where = ", ".join(str(int(i)) for i in bad[0])
-            unit = "seconds" if name.endswith("_s") else "bytes"
+            valid = ">= 0 seconds" if seconds else f"between 0 and {MAX_BYTES} bytes (1 TiB)"
             raise PhazecError(
-                f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be >= 0 {unit}."
+                f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be {valid}."
             )
     over = np.argwhere(out["selective_stash_bytes"] > out["stash_bytes"])
     if over.size:
@@ -959,13 +967,16 @@ def _validate_scalars(problem: PlacementProblem) -> None:
     if (
         not sizes
         or any(a >= b for a, b in itertools.pairwise(sizes))
+        or any(isinstance(g, bool) or not isinstance(g, int | np.integer) for g in sizes)
         or sizes[0] < 1
         or sizes[-1] < problem.device_count
-        or any(not tier.bandwidth_bytes_per_s > 0 or not tier.latency_s >= 0 for tier in problem.tiers)
+        or any(not 0 < tier.bandwidth_bytes_per_s < math.inf for tier in problem.tiers)
+        or any(not 0 <= tier.latency_s < math.inf for tier in problem.tiers)
     ):
         raise PhazecError(
-            f"tiers with group sizes {sizes} are not valid: give at least one tier, group sizes strictly "
-            f"ascending with the last >= {problem.device_count} devices, bandwidths > 0 and latencies >= 0."
+            f"tiers with group sizes {sizes} are not valid: give at least one tier, integer group sizes "
+            f"strictly ascending with the last >= {problem.device_count} devices, finite bandwidths > 0 "
+            "and finite latencies >= 0."
         )
 
 
