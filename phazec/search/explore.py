@@ -3,7 +3,8 @@
 A strategy is a fixed list of batches of design indices and a rule, checked before each batch in
 order, saying whether the search still wants it; the first batch it does not want ends the search.
 - `phaze`: one batch per area bin of `search.bin_mm2`, largest area first; stops after
-  `search.patience` consecutive bins that do not improve the best time per batch (PHAZE section 7).
+  `search.patience` consecutive bins that do not improve the best cost (the time per batch under
+  the throughput objective; PHAZE section 7).
 - `exhaustive`: every design, in batches of `search.batch_designs` in design order.
 - `bounded`: first drops every design an earlier design dominates in every resource
   (`phazec.search.dominance`; only with a cost model that promises monotone latencies), then a proven
@@ -19,10 +20,11 @@ order, saying whether the search still wants it; the first batch it does not wan
 Every strategy minimises the objective's cost (`phazec.search.objective`): the time per batch, times
 the design's peak power under `search.objective=throughput_per_watt`.
 
-Batches never depend on the number of workers: up to two per worker are evaluated ahead, and results
-are taken in batch order, so a search gives the same answer with any number of processes. The answer
-is the candidate of least cost, ties going to the first in design order, then microbatch and variant order,
-as an exhaustive search in design order finds it.
+Batches never depend on the number of workers: with several workers up to two per worker are
+evaluated ahead, and results are taken in batch order, so a search gives the same answer with any
+number of processes. The answer is the candidate of least cost, ties going to the first in design
+order, then microbatch, sequence parallelism and variant order, as an exhaustive search in design
+order finds it.
 """
 
 from __future__ import annotations
@@ -302,7 +304,8 @@ class _Tally:
 
     @property
     def summary(self) -> str:
-        """The best throughput so far, for the progress bar."""
+        """The best candidate's throughput so far, for the progress bar (under a per-watt objective,
+        the throughput of the candidate of least cost, not the highest throughput seen)."""
         return (
             ""
             if self.best is None
@@ -310,7 +313,7 @@ class _Tally:
         )
 
     def take(self, batch: NDArray[np.int64], found: list[Candidate]) -> bool:
-        """Add a batch's candidates; whether they improve the best time."""
+        """Add a batch's candidates; whether they improve the best cost."""
         self.evaluated += batch.tolist()
         self.candidates += found
         top = best(found, self.weight)
