@@ -509,6 +509,11 @@ def stage_time(problem: PlacementProblem, c: StageCost, mode: Recompute, tier: N
     )
 
 
+def microbatches_per_replica(problem: PlacementProblem, d: int) -> int:
+    """m: the microbatches each of d data-parallel replicas runs, ceil(microbatches / d)."""
+    return (problem.microbatch_count + d - 1) // d
+
+
 def stage_memory(
     problem: PlacementProblem, c: StageCost, mode: Recompute, *, q: int, s: int, d: int
 ) -> StageMemory:
@@ -522,7 +527,7 @@ def stage_memory(
         "selective": (c.selective_bytes, c.selective_working_bytes),
         "full": (c.input_bytes, c.full_working_bytes),
     }[mode]
-    m = (problem.microbatch_count + d - 1) // d
+    m = microbatches_per_replica(problem, d)
     in_flight = min(q if v == 1 else 2 * (q - 1) + (v - 1) * s + 1, m * v)
     stash = (kept * in_flight + v - 1) // v
     return StageMemory(c.param_bytes, c.param_bytes, state, stash, working, in_flight)
@@ -582,7 +587,7 @@ def plan_figures(
     """The figures of a valid plan with its stage costs at data-parallel width d."""
     s = len(costs)
     k = sum(c.devices for c in costs)
-    m = (problem.microbatch_count + d - 1) // d
+    m = microbatches_per_replica(problem, d)
     pipeline_tier = problem.tiers[max(_span_tier(problem.tiers, r * k, r * k + k - 1) for r in range(d))]
     modes = tuple(stage_mode(problem, i, s) for i in range(s))
     times = tuple(stage_time(problem, c, mode, pipeline_tier) for c, mode in zip(costs, modes, strict=True))
