@@ -290,9 +290,10 @@ def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
 
 
 UTILISATIONS = np.round(np.arange(0.30, 1.001, 0.01), 2)
-KERNEL_LATENCIES_S: NDArray[np.float64] = np.arange(0.0, 21.0) * 1e-6
+KERNEL_LATENCIES_S: NDArray[np.float64] = np.arange(0.0, 21.0) / 1e6
 """The grid searched: utilisation 0.30 .. 1.00 in steps of 0.01, kernel latency 0 .. 20 us in steps
-of 1 us (a GPU kernel's launch-to-launch gap is a few microseconds when the host keeps ahead)."""
+of 1 us (a GPU kernel's launch-to-launch gap is a few microseconds when the host keeps ahead), each
+divided by 1e6 so that it is the very float a preset's `20.0e-6` parses to."""
 
 
 def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]) -> Fit:

@@ -86,6 +86,7 @@ def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:
                                 ops,
                                 op_costs.single_core_s[:, j],
                                 op_costs.all_cores_s[:, j],
+                                op_costs.hbm_s[:, j],
                                 num_tc=int(designs.num_tc[j]),
                                 num_vc=int(designs.num_vc[j]),
                                 config=solver,

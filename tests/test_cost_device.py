@@ -103,6 +103,41 @@ def test_memory_bound_vector_op_by_hand() -> None:
     assert _costs(op, design).all_cores_s[0, 0] == pytest.approx(expected, rel=1e-12)
 
 
+def _four_adds(elements: int) -> Graph:
+    """Four independent adds of `elements` bf16 elements each."""
+    tensors = {f"x{i}": Tensor(f"x{i}", (elements,), "bfloat16") for i in range(4)}
+    tensors |= {f"y{i}": Tensor(f"y{i}", (elements,), "bfloat16") for i in range(4)}
+    ops = [Op(f"add{i}", "Add", IrKind.VECTOR, (f"x{i}", f"x{i}"), (f"y{i}",)) for i in range(4)]
+    return Graph(tensors, ops, [f"x{i}" for i in range(4)], [], [], [f"y{i}" for i in range(4)])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_independent_memory_bound_adds_share_the_hbm(shared: bool) -> None:
+    # Four adds of an fp32 and a bf16 tensor into bf16 (10 bytes per element) on the h100 preset: on
+    # all SMs each takes its HBM traffic time (58 us) plus the kernel latency (20 us); on one SM, whose
+    # ports move about the HBM's rate, 80 us. Priced at the whole bandwidth, four side by side on four
+    # SMs take 80 us, streaming at 3x the HBM peak. An add on one SM holds 58 / 80 of the bandwidth,
+    # so no two fit at once: they take turns, each spread, 4 x 78 us.
+    design = _preset("h100")
+    design = replace(design, device=replace(design.device, hbm_shared=shared))
+    elements = 1 << 24
+    op = OpWork(OpKind.VECTOR, VectorClass.ARITHMETIC, vector_elements=elements,
+                bytes_read=8 * elements, bytes_written=2 * elements)  # fmt: skip
+    costs = op_costs(OpTable.from_rows([op] * 4), design, SYSTEM, TILED)
+    traffic_s = 10 * elements / (3.35e12 * design.device.memory_utilisation)
+    assert costs.hbm_s[:, 0].tolist() == pytest.approx([traffic_s if shared else 0.0] * 4, rel=1e-12)
+    single_s, spread_s = costs.single_core_s[0, 0], costs.all_cores_s[0, 0]
+    assert spread_s == pytest.approx(traffic_s + design.device.kernel_latency_s, rel=1e-12)
+    assert spread_s < single_s < 2 * spread_s
+    assert 0.5 < traffic_s / single_s < 1.0
+    problem = schedule_problem(_four_adds(elements), costs.single_core_s[:, 0], costs.all_cores_s[:, 0],
+                               costs.hbm_s[:, 0], num_tc=132, num_vc=132, config=SolverConfig(),
+                               shared_cores=True)  # fmt: skip
+    found = schedule(problem, SolverConfig(), ScheduleCache())
+    assert found.optimal
+    assert found.makespan_s == pytest.approx(4 * spread_s if shared else single_s, rel=1e-9)
+
+
 def test_network_efficiency_and_call_latency_by_hand() -> None:
     # A ring all-reduce of 1 GB over 8 devices on a 300 GB/s tier at 75 % with 2 us steps and a 20 us call:
     # 2 * 7 / 8 * 1e9 / 225e9 + 14 * 2e-6 + 20e-6.
@@ -217,7 +252,8 @@ def test_shared_cores_serialise_tensor_and_vector_work(shared: bool, makespan_s:
     # A GEMM (3 s) and an independent add (2 s) on one tensor core and one vector core run side by side;
     # when the cores are shared (a GPU's one SM), they take turns.
     solver = SolverConfig()
-    problem = schedule_problem(_two_independent_ops(), np.array([3.0, 2.0]), np.array([3.0, 2.0]),
+    seconds = np.array([3.0, 2.0])
+    problem = schedule_problem(_two_independent_ops(), seconds, seconds, np.zeros(2),
                                num_tc=1, num_vc=1, config=solver, shared_cores=shared)  # fmt: skip
     kinds = {op.kind for op in problem.ops}
     assert kinds == ({ScheduleKind.TC} if shared else {ScheduleKind.TC, ScheduleKind.VC})

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from phazec.cost.model import MODELS, LatencyModel, OpCosts, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
-from phazec.cost.tiled import gemm_compute_cycles
+from phazec.cost.tiled import gemm_compute_cycles, hbm_traffic_s
 from phazec.hw.designs import Designs
 from phazec.hw.system import NetworkTier, System
 
@@ -59,6 +59,8 @@ def test_square_gemm_by_hand() -> None:
     costs = _costs(op, BASE)
     assert costs.single_core_s.tolist() == [[1536 / 1e9]]
     assert costs.all_cores_s.tolist() == [[393216 / 1e12]]
+    # which the spread GEMM keeps HBM busy throughout
+    assert hbm_traffic_s(OpTable.from_rows([op]), _designs(BASE)).tolist() == [[393216 / 1e12]]
 
 
 def test_padding_costs_a_whole_tile() -> None:
@@ -85,6 +87,8 @@ def test_vector_op_by_hand() -> None:
     )
     costs = _costs(op, BASE)
     assert costs.single_core_s.tolist() == [[8 / 1e9]]
+    # It keeps HBM busy for its 6000 bytes at 1e12 B/s: 6 ns of its 8.
+    assert hbm_traffic_s(OpTable.from_rows([op]), _designs(BASE)).tolist() == [[6000 / 1e12]]
 
 
 def test_free_ops_cost_nothing() -> None:
@@ -167,6 +171,8 @@ def test_more_resources_never_make_an_operator_slower(
     assert costs.single_core_s[0, 1] <= costs.single_core_s[0, 0]
     assert costs.all_cores_s[0, 1] <= costs.all_cores_s[0, 0]
     assert costs.all_cores_s[0, 0] <= costs.single_core_s[0, 0]
+    traffic_s = hbm_traffic_s(OpTable.from_rows([op]), _designs(design, bigger))
+    assert traffic_s[0, 1] <= traffic_s[0, 0]  # nor keep HBM busier
 
 
 @settings(max_examples=300, deadline=None)
@@ -189,6 +195,11 @@ def test_latency_is_never_below_the_compute_or_hbm_bound(op: OpWork, design: dic
         )
         assert latency_s >= max(compute_s, hbm_s) * (1 - 1e-12)
         assert latency_s > 0
+        # Its HBM time is at least its own bytes' and never more than either latency (schedule_problem
+        # validates that), so an operator alone always fits in the bandwidth.
+        assert (
+            hbm_s * (1 - 1e-12) <= hbm_traffic_s(OpTable.from_rows([op]), _designs(design))[0, 0] <= latency_s
+        )
 
 
 @settings(max_examples=50, deadline=None)

@@ -318,13 +318,15 @@ def test_overlapped_collectives_by_hand() -> None:
     assert neighbour_gemms(graph, 1) == (0, 3)
     assert neighbour_gemms(graph, 4) == (3, 0)
     seconds = np.array([[4.0], [10.0], [1.0], [2.0], [8.0], [1.0]])
-    costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds))
+    costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds), np.zeros_like(seconds))
     overlapped = overlap_collectives(graph, costs)
     assert overlapped.all_cores_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 3.5, 1.0]
     assert overlapped.single_core_s[:, 0].tolist() == [4.0, 7.0, 1.0, 2.0, 3.5, 1.0]
     vector = Graph(tensors, [ops[2], replace(ops[4], inputs=("u",))], ["x"], [], [], ["p"])
     assert neighbour_gemms(vector, 1) == (None, None)
-    alone = overlap_collectives(vector, OpCosts(seconds[:2], seconds[:2].copy(), np.zeros((2, 1))))
+    alone = overlap_collectives(
+        vector, OpCosts(seconds[:2], seconds[:2].copy(), np.zeros((2, 1)), np.zeros((2, 1)))
+    )
     assert alone.all_cores_s[:, 0].tolist() == [4.0, 10.0]
 
 

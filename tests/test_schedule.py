@@ -10,7 +10,7 @@ from phazec.errors import PhazecError
 from phazec.report.gantt import plot_schedule
 from phazec.solvers import schedule_model
 from phazec.solvers.schedule import ScheduleCache, optimize, schedule
-from phazec.solvers.schedule_model import CLIQUE_LIMIT
+from phazec.solvers.schedule_model import CLIQUE_LIMIT, Incumbent, build, extract
 from phazec.solvers.schedule_problem import (
     OpKind,
     ScheduleOp,
@@ -25,8 +25,10 @@ TC, VC, FUSED, COLL = OpKind.TC, OpKind.VC, OpKind.FUSED, OpKind.COLLECTIVE
 BACKENDS = ["highs", "gurobi"]
 
 
-def op(name: str, kind: OpKind, latency_s: float, latency_io_s: float | None = None) -> ScheduleOp:
-    return ScheduleOp(name, kind, latency_s, latency_s if latency_io_s is None else latency_io_s)
+def op(
+    name: str, kind: OpKind, latency_s: float, latency_io_s: float | None = None, hbm_s: float = 0.0
+) -> ScheduleOp:
+    return ScheduleOp(name, kind, latency_s, latency_s if latency_io_s is None else latency_io_s, hbm_s)
 
 
 def solve(problem: ScheduleProblem, backend: str = "highs") -> tuple[float, tuple[bool, ...]]:
@@ -226,6 +228,12 @@ def test_bad_problems_are_clear_errors() -> None:
         ScheduleProblem((op("a", TC, 1.0), op("a", VC, 1.0)), (), num_tc=1, num_vc=1)
     with pytest.raises(PhazecError, match=r"\(0, 5\)"):
         ScheduleProblem((op("a", TC, 1.0),), ((0, 5),), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match=r"hbm_s=1\.5 s of HBM traffic with latencies 2\.0 / 1\.0 s"):
+        ScheduleProblem((op("a", TC, 2.0, 1.0, 1.5),), (), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match="0 for a collective"):
+        ScheduleProblem((op("ar", COLL, 2.0, 2.0, 1.0),), (), num_tc=1, num_vc=1)
+    with pytest.raises(PhazecError, match=r"hbm_s=nan"):
+        ScheduleProblem((op("a", TC, 2.0, 2.0, float("nan")),), (), num_tc=1, num_vc=1)
 
 
 def test_bad_config_is_a_clear_error() -> None:
@@ -256,9 +264,11 @@ def test_canonical_key_ignores_names_only() -> None:
     b = ScheduleProblem((op("p", TC, 1.0), op("q", VC, 2.0)), ((0, 1),), num_tc=2, num_vc=1)
     c = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.5)), ((0, 1),), num_tc=2, num_vc=1)
     d = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.0)), ((0, 1),), num_tc=4, num_vc=1)
+    e = ScheduleProblem((op("x", TC, 1.0), op("y", VC, 2.0, 2.0, 1.0)), ((0, 1),), num_tc=2, num_vc=1)
     config = SolverConfig()
     assert canonical_key(a, config) == canonical_key(b, config)
-    assert len({canonical_key(a, config), canonical_key(c, config), canonical_key(d, config)}) == 3
+    keys = {canonical_key(x, config) for x in (a, c, d, e)}
+    assert len(keys) == 4
     # A schedule stopped by the node limit depends on the limit, so the key does too.
     assert canonical_key(a, SolverConfig(node_limit=1)) != canonical_key(a, config)
 
@@ -308,6 +318,66 @@ def test_auto_falls_back_to_highs_on_a_bad_licence_file(
         found = optimize(problem, SolverConfig(backend="auto", search_node_limit=0))
     assert found.solves[-1].backend == "highs"
     assert "licence file is missing or invalid" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("hbm_s", "makespan_s"),
+    [
+        (0.0, 2.0),  # no traffic: two at once, then the third
+        (0.5, 2.0),  # half the bandwidth each: still two at once
+        (0.75, 3.0),  # three quarters each: one at a time
+        (1.0, 3.0),
+    ],
+)
+def test_operators_side_by_side_share_the_hbm(hbm_s: float, makespan_s: float) -> None:
+    # Three independent adds of 1 s on two vector cores (spreading is no faster); each keeps HBM busy
+    # hbm_s of its second. Two run at once only when their shares add up to at most the bandwidth.
+    problem = ScheduleProblem(
+        tuple(op(f"add{i}", VC, 1.0, 1.0, hbm_s) for i in range(3)), (), num_tc=1, num_vc=2
+    )
+    found = schedule(problem, SolverConfig(backend="highs"))
+    assert (found.makespan_s, found.status) == (makespan_s, "optimal")
+    assert not replay(problem, found.start_s, found.spread).oversubscribed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_ilp_ignores_the_hbm_its_schedule_is_repaired_and_the_search_proves_it(backend: str) -> None:
+    # A GEMM of 2 s holding half the bandwidth (1 s of traffic) beside a chain of two adds of 1 s holding
+    # three quarters each. With the cores alone the adds run beside the GEMM: 2 s, over the bandwidth
+    # (1/2 + 3/4). Neither add fits beside the GEMM, so a real schedule is serial: 2 + 1 + 1 = 4 s.
+    problem = ScheduleProblem(
+        (op("g", TC, 2.0, 2.0, 1.0), op("a", VC, 1.0, 1.0, 0.75), op("b", VC, 1.0, 1.0, 0.75)),
+        ((1, 2),),
+        num_tc=1,
+        num_vc=1,
+    )
+    assert replay(problem, (0.0, 0.0, 1.0), (False, False, False)).oversubscribed == {"hbm"}
+    ilp = optimize(problem, SolverConfig(backend=backend, search_node_limit=0))
+    # The ILP's optimum is repaired; its traffic bound (1 + 0.75 + 0.75 s) cannot prove it.
+    assert (ilp.makespan_s, ilp.bound_s, ilp.status) == (4.0, 2.5, "hbm_repaired")
+    assert not replay(problem, ilp.start_s, ilp.spread).oversubscribed
+    found = schedule(problem, SolverConfig(backend=backend))
+    assert (found.makespan_s, found.status) == (4.0, "optimal")
+    assert found.solves[-1].backend == "search"
+
+
+def test_orders_that_come_back_in_a_cycle_follow_the_solvers_start_times() -> None:
+    # Three 1 ns adds on one vector core: every pair is ordered. A solver may return the orders
+    # 0 -> 1 -> 2 -> 0, each within its tolerance of a horizon far longer (here all starts 0). The
+    # schedule keeps every pair ordered, in start-time then index order: 0, 1, 2 back to back.
+    problem = ScheduleProblem(
+        (op("a", VC, 1e-9), op("b", VC, 1e-9), op("c", VC, 1e-9), op("g", TC, 1e-3)), (), num_tc=1, num_vc=1
+    )
+    incumbent = Incumbent((0.0, 1e-9, 2e-9, 0.0), (False,) * 4, ((), (), (), ()), 1e-3)
+    formulation = build(problem, incumbent)
+    values = list(formulation.start)
+    cyclic = {(0, 1), (1, 2), (2, 0)}
+    for i, j, col in formulation.order_cols:
+        values[col] = float((i, j) in cyclic)
+    for col in formulation.start_cols:
+        values[col] = 0.0
+    start_s, _ = extract(problem, formulation, tuple(values))
+    assert start_s == (0.0, 1e-9, 2e-9, 0.0)
 
 
 def test_replay_finds_late_starts_and_oversubscription() -> None:

@@ -45,6 +45,7 @@ def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
                     ops,
                     op_costs.single_core_s[:, 0],
                     op_costs.all_cores_s[:, 0],
+                    op_costs.hbm_s[:, 0],
                     num_tc=int(tpu.num_tc[0]),
                     num_vc=int(tpu.num_vc[0]),
                     config=SolverConfig(),
@@ -73,5 +74,7 @@ def test_gurobi_and_highs_agree_on_every_block(name: str, lowered: Callable[[str
             assert gurobi.makespan_s == pytest.approx(highs.makespan_s, rel=2 * GAP)
         for found in (highs, gurobi, full):
             assert found.bound_s <= found.makespan_s
-            assert found.status in ("optimal", "node_limit")  # never the machine-dependent time limit
+            # Never the machine-dependent time limit; the ILP alone may leave a schedule it repaired to
+            # the HBM bandwidth unproven.
+            assert found.status in ("optimal", "node_limit", "hbm_repaired")
     assert on_gurobi >= 1  # Gurobi alone solved at least one of the blocks

@@ -1,5 +1,6 @@
 """The ILP's and the exact search's makespans equal a brute-force optimum on random small DAGs and
-core counts; the C++ list-schedule run equals its Python statement."""
+core counts (and, with HBM traffic, the shared bandwidth); the C++ list-schedule run equals its Python
+statement."""
 
 import math
 from dataclasses import replace
@@ -18,6 +19,13 @@ from phazec.solvers.schema import SolverConfig
 from tests.list_schedule_reference import greedy
 
 KIND_RESOURCES = {"tc": ("tc",), "vc": ("vc",), "fused": ("tc", "vc"), "collective": ("net",)}
+HBM_SHARES = 1 << 20
+"""The bandwidth in shares; an op holds ceil(traffic / duration * shares) (schedule_problem)."""
+
+
+def hbm_shares(op: ScheduleOp, duration_s: float) -> int:
+    """The HBM shares an op holds for `duration_s`, restated from the problem's definition."""
+    return 0 if op.hbm_s == 0 else min(HBM_SHARES, math.ceil(op.hbm_s / duration_s * HBM_SHARES))
 
 
 def resources_of(problem: ScheduleProblem, i: int) -> tuple[str, ...]:
@@ -53,7 +61,7 @@ def brute_force_makespan(problem: ScheduleProblem) -> float:
     start (unplaced ops start no earlier than it in a sorted run) divided by the core count.
     """
     n = len(problem.ops)
-    cap = {"tc": problem.num_tc, "vc": problem.num_vc, "net": 1}
+    cap = {"tc": problem.num_tc, "vc": problem.num_vc, "net": 1, "hbm": HBM_SHARES}
     preds = [{a for a, b in problem.deps if b == i} for i in range(n)]
     best = math.inf
     # placed: (start, end, {resource: cores held})
@@ -73,7 +81,10 @@ def brute_force_makespan(problem: ScheduleProblem) -> float:
         op, held = problem.ops[i], resources_of(problem, i)
         if held == ("net",):
             return {"net": op.latency_s}
-        return {r: min(op.latency_s, cap[r] * op.latency_io_s) for r in held}
+        hbm = min(
+            hbm_shares(op, op.latency_s) * op.latency_s, hbm_shares(op, op.latency_io_s) * op.latency_io_s
+        )
+        return {r: min(op.latency_s, cap[r] * op.latency_io_s) for r in held} | {"hbm": hbm}
 
     def lower_bound(done: list[int], makespan: float, last_start: float) -> float:
         """Every unplaced op starts at or after last_start, so the core-time still needed after it
@@ -101,6 +112,7 @@ def brute_force_makespan(problem: ScheduleProblem) -> float:
             for spread in (False,) if on_network else (False, True):
                 duration = op.latency_io_s if spread else op.latency_s
                 demand = {r: cap[r] if spread else 1 for r in resources_of(problem, i)}
+                demand["hbm"] = hbm_shares(op, duration)
                 ready = max((placed[k][1] for k in preds[i]), default=0.0)
                 candidates = sorted({ready} | {placed[k][1] for k in done if placed[k][1] > ready})
                 start = next(t for t in candidates if fits(t, t + duration, demand, done))
@@ -114,7 +126,8 @@ def brute_force_makespan(problem: ScheduleProblem) -> float:
 
 
 def assert_valid(problem: ScheduleProblem, found: Schedule) -> None:
-    """Check a schedule from first principles: durations, precedence, and core usage at every start."""
+    """Check a schedule from first principles: durations, precedence, and core and HBM usage at every
+    start."""
     n = len(problem.ops)
     for i, op in enumerate(problem.ops):
         assert found.duration_s[i] == (op.latency_io_s if found.spread[i] else op.latency_s)
@@ -130,22 +143,33 @@ def assert_valid(problem: ScheduleProblem, found: Schedule) -> None:
                 if r in resources_of(problem, i) and found.start_s[i] <= x < end[i]
             )
             assert used <= c
+        shares = sum(
+            hbm_shares(problem.ops[i], found.duration_s[i])
+            for i in range(n)
+            if found.start_s[i] <= x < end[i]
+        )
+        assert shares <= HBM_SHARES
 
 
 @st.composite
-def problems(draw: st.DrawFn, max_ops: int = 7) -> ScheduleProblem:
+def problems(draw: st.DrawFn, max_ops: int = 7, hbm: bool = False) -> ScheduleProblem:
+    """Random problems; with `hbm`, each on-chip op moves 0, 1/4 .. all of its shorter latency's worth
+    of HBM traffic."""
     n = draw(st.integers(1, max_ops))
     kinds = draw(st.lists(st.sampled_from(list(OpKind)), min_size=n, max_size=n))
-    ops = tuple(
-        ScheduleOp(f"op{i}", kind, float(draw(st.integers(1, 6))), float(draw(st.integers(1, 6))))
-        for i, kind in enumerate(kinds)
-    )
+    ops = []
+    for i, kind in enumerate(kinds):
+        latency_s, latency_io_s = (float(draw(st.integers(1, 6))) for _ in range(2))
+        share = (
+            draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])) if hbm and kind is not OpKind.COLLECTIVE else 0
+        )
+        ops.append(ScheduleOp(f"op{i}", kind, latency_s, latency_io_s, share * min(latency_s, latency_io_s)))
     density = draw(st.sampled_from([0.0, 0.2, 0.4]))
     edges = draw(st.lists(st.floats(0, 1), min_size=n * (n - 1) // 2, max_size=n * (n - 1) // 2))
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     deps = tuple(p for p, u in zip(pairs, edges, strict=True) if u < density)
     return ScheduleProblem(
-        ops,
+        tuple(ops),
         deps,
         num_tc=draw(st.integers(1, 3)),
         num_vc=draw(st.integers(1, 3)),
@@ -200,6 +224,24 @@ def searched(problem: ScheduleProblem) -> Schedule:
 @given(problems())
 def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
     assert searched(problem).makespan_s == brute_force_makespan(problem)
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(hbm=True))
+def test_with_shared_hbm_the_search_and_schedule_match_brute_force(problem: ScheduleProblem) -> None:
+    # The ILP does not model the bandwidth: schedule() repairs its schedules and the exact search,
+    # which does, proves the optimum.
+    optimum = brute_force_makespan(problem)
+    assert searched(problem).makespan_s == optimum
+    found = schedule(problem, SolverConfig(backend="highs"))
+    assert_valid(problem, found)
+    assert found.optimal
+    assert found.bound_s <= found.makespan_s == optimum
+    # The ILP alone: its schedules repaired to the bandwidth, its bound still a bound.
+    repaired = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
+    assert_valid(problem, repaired)
+    assert repaired.bound_s <= optimum <= repaired.makespan_s
+    assert not repaired.optimal or repaired.makespan_s == optimum
 
 
 @settings(max_examples=100, deadline=None)

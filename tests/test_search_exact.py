@@ -61,7 +61,8 @@ def test_a_cost_model_without_the_promise_prunes_by_bound_alone(
     tmp_path: Path, lowered: Callable[[str], Model]
 ) -> None:
     designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
-    unpromised = LatencyModel("tiled, unpromised", MODELS["tiled"].by_kind, monotone=False)
+    tiled = MODELS["tiled"]
+    unpromised = LatencyModel("tiled, unpromised", tiled.by_kind, tiled.hbm_traffic_s, monotone=False)
     kept = {}
     for model in (MODELS["tiled"], unpromised):
         with Workers(_evaluator(lowered, model), 1) as workers:

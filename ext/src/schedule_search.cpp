@@ -50,7 +50,9 @@ class Search {
     }
     topo_ = topological_order();
     fastest_.assign(n_, kInf);
-    work_.assign(n_, {kInf, kInf, kInf});
+    std::array<double, kResources> none{};
+    none.fill(kInf);
+    work_.assign(n_, none);
     for (int32_t i = 0; i < n_; ++i) {
       for (const OpMode& m : in_.modes[i]) {
         fastest_[i] = std::min(fastest_[i], m.duration_s);
@@ -187,6 +189,7 @@ class Search {
       for (int32_t i : ops) heads.push_back(est_[i]);
       std::sort(heads.begin(), heads.end());
       heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+      if (r == kHbm && !heads.empty()) heads.resize(1);  // every op: cheap, as every on-chip op is on it
       for (double h : heads) {
         // The ops starting at h or later, by descending tail: each prefix ending where the tail
         // drops needs its core-time after h, and then its least tail.

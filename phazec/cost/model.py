@@ -23,6 +23,8 @@ from phazec.hw.system import System
 F64 = NDArray[np.float64]
 LatencyFn = Callable[[OpTable, Designs, bool], F64]
 """(operators of one kind, designs, all cores?) -> latency in seconds, [ops, designs]."""
+TrafficFn = Callable[[OpTable, Designs], F64]
+"""(on-chip operators, designs) -> seconds each keeps HBM busy, [ops, designs]."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class LatencyModel:
 
     name: str
     by_kind: dict[OpKind, LatencyFn]
+    hbm_traffic_s: TrafficFn | None
+    """Seconds each operator keeps HBM busy, which the layer schedule shares between operators run side
+    by side; None: HBM is not a shared resource (PHAZE's model)."""
     monotone: bool
     """Whether no operator's latency (on one core or all cores) ever grows when any design knob grows:
     the promise dominance pruning (`phazec.search.dominance`) rests on, property-tested in
@@ -50,6 +55,7 @@ MODELS = {
                 OpKind.FUSED: tiled.fused_latency_s,
                 OpKind.ATTENTION: tiled.attention_latency_s,
             },
+            hbm_traffic_s=tiled.hbm_traffic_s,
             monotone=True,
         ),
         LatencyModel(
@@ -60,6 +66,7 @@ MODELS = {
                 OpKind.FUSED: phaze.fused_latency_s,
                 OpKind.ATTENTION: phaze.gemm_latency_s,
             },
+            hbm_traffic_s=None,
             monotone=True,
         ),
     )
@@ -112,6 +119,10 @@ class OpCosts:
     """Latency spread over every core of the operator's type (intra-op parallel)."""
     energy_j: F64
     """Energy, the same however many cores run the operator."""
+    hbm_s: F64
+    """Seconds the operator keeps HBM busy, the same however many cores run it (at most either
+    latency; 0 for collectives, free operators, under a model without HBM traffic and with
+    `hw.device.hbm_shared=false`)."""
 
 
 def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel) -> OpCosts:
@@ -127,13 +138,16 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
     network_s = np.repeat(network_latency_s(ops, system)[:, None], len(designs), 1)
     single_core_s = network_s.copy()
     all_cores_s = network_s
+    hbm_s = np.zeros_like(network_s)
     for kind, latency_s in model.by_kind.items():
         rows = np.flatnonzero(ops.kind == kind)
         if rows.size:
             subset = ops.take(rows)
             single_core_s[rows] = latency_s(subset, designs, False)
             all_cores_s[rows] = latency_s(subset, designs, True)
-    return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs))
+            if model.hbm_traffic_s is not None and designs.device.hbm_shared:
+                hbm_s[rows] = model.hbm_traffic_s(subset, designs)
+    return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs), hbm_s)
 
 
 def design_op_costs(ops: OpTable, design: Designs, system: System, model: LatencyModel) -> OpCosts:
@@ -147,4 +161,6 @@ def design_op_costs(ops: OpTable, design: Designs, system: System, model: Latenc
             f"design_op_costs needs exactly one design, got {len(design)}: use op_costs for many."
         )
     costs = op_costs(ops, design, system, model)
-    return OpCosts(costs.single_core_s[:, 0], costs.all_cores_s[:, 0], costs.energy_j[:, 0])
+    return OpCosts(
+        costs.single_core_s[:, 0], costs.all_cores_s[:, 0], costs.energy_j[:, 0], costs.hbm_s[:, 0]
+    )

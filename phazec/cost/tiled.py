@@ -24,8 +24,9 @@ shared memory and L2 feed its tiles, so the port and link terms do not apply), H
 compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
 and every on-chip operator pays `kernel_latency_s` once. Every bandwidth grows with the design, so more
 cores, larger arrays, larger buffers or more bandwidth never make an operator slower, and no operator
-beats its compute bound or its HBM traffic bound. Each operator is assumed to have the whole HBM
-bandwidth.
+beats its compute bound or its HBM traffic bound. An operator's latency assumes the whole HBM
+bandwidth; `hbm_traffic_s` is the share of it that it keeps busy, which the layer schedule uses to
+share the bandwidth between operators run side by side (`phazec.solvers.schedule_problem`).
 """
 
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from phazec.cost.ops import OpTable
+from phazec.cost.ops import OpKind, OpTable
 from phazec.hw.designs import Designs
 
 F64 = NDArray[np.float64]
@@ -160,10 +161,26 @@ def attention_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
 
 def _with_memory_s(compute_s: F64, hbm_bytes: F64, designs: Designs) -> F64:
     """The longer of compute and HBM traffic at the device's memory utilisation, plus the kernel latency."""
-    device = designs.device
-    memory_s = hbm_bytes / (designs.hbm_bytes_per_s * device.memory_utilisation)
-    latency_s: F64 = np.maximum(compute_s, memory_s) + device.kernel_latency_s
+    latency_s: F64 = np.maximum(compute_s, _memory_s(hbm_bytes, designs)) + designs.device.kernel_latency_s
     return latency_s
+
+
+def _memory_s(hbm_bytes: F64, designs: Designs) -> F64:
+    """Seconds of HBM traffic at the device's memory utilisation of the bandwidth."""
+    memory_s: F64 = hbm_bytes / (designs.hbm_bytes_per_s * designs.device.memory_utilisation)
+    return memory_s
+
+
+def hbm_traffic_s(ops: OpTable, designs: Designs) -> F64:
+    """Seconds each on-chip operator of `ops` keeps HBM busy at the device's memory utilisation of the
+    bandwidth, [ops, designs]: the traffic its latency above is at least, on one core or all (a GEMM's
+    blocked traffic, a fused op's GEMM's, a vector or attention op's own operand and result bytes).
+    The layer schedule shares the bandwidth between the operators it runs side by side with it."""
+    own_bytes = (ops.bytes_read + ops.bytes_written)[:, None] + np.zeros(len(designs))[None, :]
+    gemms = np.flatnonzero((ops.kind == OpKind.GEMM) | (ops.kind == OpKind.FUSED))
+    if gemms.size:
+        own_bytes[gemms] = gemm_traffic(ops.take(gemms), designs).hbm_bytes
+    return _memory_s(own_bytes, designs)
 
 
 def vector_lanes(designs: Designs, all_cores: bool) -> F64:

@@ -28,6 +28,9 @@ says where it comes from, and `phazec.cost.tiled` applies it:
 - `collectives_hold_cores`: a collective inside a layer holds every core while it runs, so no
   independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
   on the compute stream); false leaves them on the network beside compute (the template's).
+- `hbm_shared`: operators a layer's schedule runs side by side share the HBM bandwidth
+  (`phazec.solvers.schedule_problem`); false prices each as if it had the bandwidth to itself, as
+  PHAZE's template does, which lets many cores each stream at the full bandwidth at once.
 - `tp_comm_overlap`: the software splits each tensor-parallel collective into chunks that overlap
   the GEMM producing its input and the first GEMM using its result (Megatron-Core's
   `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
@@ -72,6 +75,8 @@ class DeviceModel:
     """A collective inside a layer holds every core while it runs."""
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel."""
+    hbm_shared: bool = False
+    """Operators run side by side share the HBM bandwidth."""
 
 
 IDEAL = DeviceModel()
@@ -132,4 +137,5 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         tp_comm_overlap=bool(values["tp_comm_overlap"]),
         collectives_hold_cores=bool(values["collectives_hold_cores"]),
         fuse_elementwise=bool(values["fuse_elementwise"]),
+        hbm_shared=bool(values["hbm_shared"]),
     )

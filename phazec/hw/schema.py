@@ -43,6 +43,9 @@ class DeviceConfig:
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel (Megatron-LM's fused bias-GELU and
     bias-dropout-add; `phazec.passes.fuse`); false: op by op, as the template prices them."""
+    hbm_shared: bool = False
+    """Operators a layer's schedule runs side by side share the HBM bandwidth; false: each has it to
+    itself (PHAZE's template), so many cores can each stream at the full bandwidth at once."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
     (Megatron-Core's `--tp-comm-overlap`; `phazec.passes.cost.overlap_collectives`)."""

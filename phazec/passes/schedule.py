@@ -44,6 +44,7 @@ def schedule_problem(
     graph: Graph,
     single_core_s: NDArray[np.float64],
     all_cores_s: NDArray[np.float64],
+    hbm_s: NDArray[np.float64],
     *,
     num_tc: int,
     num_vc: int,
@@ -51,7 +52,8 @@ def schedule_problem(
     shared_cores: bool = False,
     collectives_hold_cores: bool = False,
 ) -> ScheduleProblem:
-    """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` on one design.
+    """The scheduling problem of a graph whose ops cost `single_core_s` / `all_cores_s` and keep HBM
+    busy `hbm_s` on one design.
 
     With `shared_cores` (a GPU: the same SMs run tensor and vector work), every on-chip op holds a core
     of one common kind, the tensor cores: vector and fused ops become TC ops, so a vector op and a GEMM
@@ -60,8 +62,8 @@ def schedule_problem(
     """
     kinds = SHARED_KIND if shared_cores else SCHEDULE_KIND
     ops = tuple(
-        ScheduleOp(op.name, kinds[op.kind], float(single), float(spread))
-        for op, single, spread in zip(graph.ops, single_core_s, all_cores_s, strict=True)
+        ScheduleOp(op.name, kinds[op.kind], float(single), float(spread), float(hbm))
+        for op, single, spread, hbm in zip(graph.ops, single_core_s, all_cores_s, hbm_s, strict=True)
     )
     problem = ScheduleProblem(
         ops, dataflow_deps(graph), num_tc, num_vc, config.collectives_as_vector, collectives_hold_cores

@@ -178,6 +178,7 @@ class Evaluator:
             graph,
             op_costs.single_core_s[:, j],
             op_costs.all_cores_s[:, j],
+            op_costs.hbm_s[:, j],
             num_tc=int(designs.num_tc[j]),
             num_vc=int(designs.num_vc[j]),
             config=self.solver,
@@ -223,8 +224,9 @@ class Evaluator:
             structure,
             op_costs.single_core_s[kept],
             op_costs.all_cores_s[kept],
-            designs.num_tc,
-            designs.num_vc,
+            op_costs.hbm_s[kept],
+            num_tc=designs.num_tc,
+            num_vc=designs.num_vc,
         )
         self.timings.bound_s += time.perf_counter() - start
         return lower_s * (1.0 - BOUND_MARGIN)

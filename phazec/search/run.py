@@ -193,8 +193,9 @@ def search_summary(found: Found, timings: Timings) -> str:
         return summary
     gap = max(1.0 - bound_s / makespan_s for makespan_s, bound_s in timings.unproven.values())
     return (
-        f"{summary}; {len(timings.unproven)} schedules stopped at their node limit unproven, each within "
-        f"{gap:.1%} of its optimum (search.schedules_unproven in result.json)"
+        f"{summary}; {len(timings.unproven)} schedules left unproven (node limit, or an ILP schedule "
+        f"repaired to the HBM bandwidth), each within {gap:.1%} of its optimum (search.schedules_unproven "
+        "in result.json)"
     )
 
 

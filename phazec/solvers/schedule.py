@@ -5,9 +5,13 @@ bound. Otherwise `optimize()` solves the ILP, first without core capacity (cores
 unlimited, except single-core resources and spread ops, which the model always orders). The replay of
 that schedule shows which resources it over-subscribes; the model is rebuilt with capacity for
 exactly those and solved again, until a replay finds none or the best feasible schedule meets the
-relaxation's bound. When the first solve leaves the optimum unproven (core capacity binds, or the node
-limit stops it), the exact schedule search (`schedule_search`) runs once before capacity is added:
-it usually proves the optimum, often with a better schedule, and so saves the slower capacity solve.
+relaxation's bound. The ILP never models the shared HBM bandwidth: a schedule of it that
+over-subscribes HBM is repaired by list scheduling in its order, its bound stays a lower bound, and no
+capacity is added (capacity rows would not keep the next ILP schedule within the bandwidth either);
+the list schedules and the exact search respect the bandwidth. When the first solve leaves the
+optimum unproven (core capacity binds, or the node limit stops it), the exact schedule search
+(`schedule_search`) runs once before capacity is added: it usually proves the optimum, often with a
+better schedule, and so saves the slower capacity solve.
 Every solve is replayed and checked, and recorded in the result.
 """
 
@@ -21,7 +25,7 @@ from phazec.errors import PhazecError
 from phazec.solvers.schedule_backends import MipResult, check_config, solve
 from phazec.solvers.schedule_heuristic import list_schedule, list_schedule_in_order
 from phazec.solvers.schedule_model import Formulation, Incumbent, bounds, build, extract, modelled_modes
-from phazec.solvers.schedule_problem import ScheduleProblem, canonical_key
+from phazec.solvers.schedule_problem import HBM, ScheduleProblem, canonical_key
 from phazec.solvers.schedule_replay import Replay, replay
 from phazec.solvers.schedule_search import search
 from phazec.solvers.schema import SolverConfig
@@ -67,7 +71,8 @@ class Schedule:
     """A proven lower bound on the makespan of every schedule of the problem."""
     status: str
     """`optimal` (makespan within the gap of the bound), or the limit that stopped the search:
-    `node_limit` or `time_limit`."""
+    `node_limit` or `time_limit`, or `hbm_repaired` (the ILP's optimum over-subscribed HBM, and
+    neither its repair nor the exact search met the bound)."""
     start_s: tuple[float, ...]
     duration_s: tuple[float, ...]
     spread: tuple[bool, ...]
@@ -225,15 +230,15 @@ def optimize(
             best, lower_s, record = _search(problem, config, best, lower_s)
             records.append(record)
             proven = record.status == "optimal"
-        if proven or not replayed.oversubscribed or result.status != "optimal":
-            break
-        if replayed.oversubscribed <= core_resources:
-            raise PhazecError(
-                _replay_failure(f"over-subscribes {sorted(replayed.oversubscribed)}", records[-1])
-            )
-        core_resources |= replayed.oversubscribed
-        logger.debug("schedule over-subscribes %s; adding core capacity", sorted(replayed.oversubscribed))
-    status = "optimal" if proven else next(r.status for r in reversed(records) if r.status != "optimal")
+        cores_over = replayed.oversubscribed - {HBM}
+        if proven or not cores_over or HBM in replayed.oversubscribed or result.status != "optimal":
+            break  # capacity rows would not keep an ILP schedule within the HBM bandwidth either
+        if cores_over <= core_resources:
+            raise PhazecError(_replay_failure(f"over-subscribes {sorted(cores_over)}", records[-1]))
+        core_resources |= cores_over
+        logger.debug("schedule over-subscribes %s; adding core capacity", sorted(cores_over))
+    limits = (r.status for r in reversed(records) if r.status != "optimal")
+    status = "optimal" if proven else next(limits, "hbm_repaired")
     return _schedule(problem, best, lower_s, status, tuple(records))
 
 

@@ -1,12 +1,12 @@
 """The schedule lower bound of `schedule_model.bounds` for one operator graph on many designs at once.
 
 A layer's scheduling problems on the designs of a batch share their structure (operators, kinds,
-dependencies); only latencies and core counts differ. `lower_bounds_s` computes, as arrays over the
-designs, exactly the bound `bounds(problem, [problem.modes(i) ...]).lower_s` gives on each design
-(the same floating-point operations in the same order, so the same bits): each op's fastest
-duration and its least core-time per core on each resource under the modes `ScheduleProblem.modes`
-allows, then heads (release times) in topological order, tails in reverse, and the largest
-head + duration + tail or resource-energy bound.
+dependencies); only latencies, HBM traffic and core counts differ. `lower_bounds_s` computes, as
+arrays over the designs, exactly the bound `bounds(problem, [problem.modes(i) ...]).lower_s` gives on
+each design (the same floating-point operations in the same order, so the same bits): each op's
+fastest duration and its least core-time per core on each resource under the modes
+`ScheduleProblem.modes` allows (its HBM traffic time on the HBM), then heads (release times) in
+topological order, tails in reverse, and the largest head + duration + tail or resource-energy bound.
 """
 
 from __future__ import annotations
@@ -14,7 +14,16 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from phazec.solvers.schedule_problem import NET, TC, VC, ScheduleProblem, descendants, topological_order
+from phazec.solvers.schedule_problem import (
+    HBM,
+    NET,
+    TC,
+    VC,
+    OpKind,
+    ScheduleProblem,
+    descendants,
+    topological_order,
+)
 
 F64 = NDArray[np.float64]
 
@@ -23,15 +32,19 @@ def lower_bounds_s(
     structure: ScheduleProblem,
     single_s: F64,
     spread_s: F64,
+    hbm_s: F64,
+    *,
     num_tc: NDArray[np.int64],
     num_vc: NDArray[np.int64],
 ) -> F64:
     """Per design, the lower bound on every schedule of `structure`'s graph when its ops take
-    `single_s` / `spread_s` ([ops, designs], in `structure`'s op order) on a design with `num_tc`
-    tensor and `num_vc` vector cores ([designs])."""
+    `single_s` / `spread_s` and keep HBM busy `hbm_s` ([ops, designs], in `structure`'s op order) on a
+    design with `num_tc` tensor and `num_vc` vector cores ([designs])."""
     n, count = single_s.shape
     capacity = {TC: num_tc.astype(np.float64), VC: num_vc.astype(np.float64), NET: np.ones(count)}
     fastest, work = _durations(structure, single_s, spread_s, capacity)
+    on_chip = [op.kind is not OpKind.COLLECTIVE for op in structure.ops]
+    work[HBM] = np.where(np.array(on_chip)[:, None], hbm_s, np.nan)
     preds: list[list[int]] = [[] for _ in range(n)]
     for a, c in set(structure.deps):
         preds[c].append(a)
@@ -76,7 +89,7 @@ def _energy(ops: list[int], release: F64, work: dict[str, F64]) -> F64:
     """Per design, max over resources r and thresholds h of h + the core-time per core of the ops in
     `ops` on r released at h or later (`schedule_model._energy` on every design)."""
     best = np.zeros(release.shape[1])
-    for r in (TC, VC, NET):
+    for r in (TC, VC, NET, HBM):
         on_r = [i for i in ops if not np.isnan(work[r][i, 0])]
         if not on_r:
             continue

@@ -31,12 +31,23 @@ No transitivity rows: with positive durations the `seq` rows already make a cycl
 and an op of zero duration holds nothing, so its order is irrelevant.
 """
 
+import heapq
 import math
 from dataclasses import dataclass
 
 from phazec.errors import PhazecError
 from phazec.solvers.schedule_backends import Mip
-from phazec.solvers.schedule_problem import ScheduleProblem, descendants, independent_pairs, topological_order
+from phazec.solvers.schedule_problem import (
+    HBM,
+    NET,
+    TC,
+    VC,
+    OpKind,
+    ScheduleProblem,
+    descendants,
+    independent_pairs,
+    topological_order,
+)
 
 HORIZON_UNITS = 1000.0
 """The upper bound on the makespan, in model units."""
@@ -81,6 +92,8 @@ class Formulation:
     """Column of y_i, or None when op i has a single mode modelled."""
     order_cols: tuple[tuple[int, int, int], ...]
     """(i, j, column of x_i_j)."""
+    start_cols: tuple[int, ...]
+    """Column of t_i."""
     core_resources: frozenset[str]
 
 
@@ -89,7 +102,8 @@ def bounds(problem: ScheduleProblem, modes: list[tuple[bool, ...]]) -> Bounds:
 
     An op cannot start before any of its ancestors ends, nor before a set of its ancestors sharing
     a resource has had the core-time it needs: for the ancestors on resource r with head >= h, the
-    head is at least h + their least core-time / cores. Tails mirror this with descendants.
+    head is at least h + their least core-time / cores. Every on-chip op is also on the HBM, with its
+    traffic time as its HBM-time. Tails mirror this with descendants.
     """
     n = len(problem.ops)
     fastest = [min(problem.duration_s(i, m) for m in modes[i]) for i in range(n)]
@@ -99,6 +113,7 @@ def bounds(problem: ScheduleProblem, modes: list[tuple[bool, ...]]) -> Bounds:
             / problem.capacity(r)
             for r in problem.resources(i)
         }
+        | ({} if problem.ops[i].kind is OpKind.COLLECTIVE else {HBM: problem.ops[i].hbm_s})
         for i in range(n)
     ]
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -123,7 +138,7 @@ def _energy(ops: list[int], release: list[float], work: list[dict[str, float]]) 
     """max over resources r and thresholds h of h + the core-time / cores of the ops in `ops` on r
     whose release is >= h: a time all of them need after h."""
     best = 0.0
-    for r in ("tc", "vc", "net"):
+    for r in (TC, VC, NET, HBM):
         total = 0.0
         for i in sorted((i for i in ops if r in work[i]), key=lambda i: -release[i]):
             total += work[i][r]
@@ -310,6 +325,7 @@ def build(
         modes=tuple(modes),
         spread_cols=tuple(spread),
         order_cols=tuple(orders),
+        start_cols=tuple(start),
         core_resources=core_resources,
     )
 
@@ -424,10 +440,10 @@ def extract(
 
     The solver's discrete choices (modes and orders) are kept and the times recomputed exactly in
     seconds: each op starts when its last predecessor, by dependency or chosen order, has finished.
-    This is never later than the solver's own times.
-
-    Raises:
-        PhazecError: if the chosen orders form a cycle (the solver's answer is numerically broken).
+    This is never later than the solver's own times. Orders between ops far shorter than the solver's
+    tolerance (nanosecond vector ops in a layer of milliseconds) can come back in a cycle, each
+    within tolerance; then every ordered pair is kept ordered but turned to follow the solver's start
+    times (`_follow_starts`), which moves the makespan by at most those ops' durations.
     """
     n = len(problem.ops)
     spread = tuple(
@@ -441,14 +457,37 @@ def extract(
     edges = tuple(sorted(set(problem.deps) | set(chosen)))
     try:
         order = topological_order(n, edges)
-    except PhazecError as err:
-        raise PhazecError(
-            "The solver returned operator orders that form a cycle, so its schedule cannot be replayed; "
-            "this is a numerical failure of the solver: try solver.backend=highs or solver.backend=gurobi."
-        ) from err
+    except PhazecError:
+        solver_start = [values[col] for col in formulation.start_cols]
+        edges = _follow_starts(n, problem.deps, chosen, solver_start)
+        order = topological_order(n, edges)
     start = [0.0] * n
     for i in order:
         for a, c in edges:
             if a == i:
                 start[c] = max(start[c], start[i] + duration[i])
     return tuple(start), spread
+
+
+def _follow_starts(
+    n: int, deps: tuple[tuple[int, int], ...], chosen: list[tuple[int, int]], start: list[float]
+) -> tuple[tuple[int, int], ...]:
+    """The dependencies and each chosen pair, ordered by one order of the ops that respects the
+    dependencies and otherwise takes them by the solver's start time, then index: acyclic."""
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for a, c in set(deps):
+        succs[a].append(c)
+        indegree[c] += 1
+    ready = [(start[i], i) for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    position = [0] * n
+    for k in range(n):
+        _, i = heapq.heappop(ready)
+        position[i] = k
+        for c in succs[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, (start[c], c))
+    turned = {(i, j) if position[i] < position[j] else (j, i) for i, j in chosen}
+    return tuple(sorted(set(deps) | turned))

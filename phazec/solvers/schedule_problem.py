@@ -5,6 +5,11 @@ vector-core (VC) op one vector core, a fused op a TC and a VC core at once, and 
 the network (at most one collective at a time, on no core, so it may overlap compute). An op may
 instead be *spread* over all cores of its type(s) (intra-op parallelism): it then takes its
 all-cores latency and holds every core of those types, so no other op needing them runs beside it.
+
+Every op also holds a share of the HBM bandwidth: its HBM traffic time over its latency in the mode
+it runs in (`hbm_units`, in HBM_UNITS-ths, rounded up), and the ops running at any instant hold at
+most the whole bandwidth. So operators side by side on different cores never move more bytes than
+HBM can; an op's latency already assumes the whole bandwidth, so its own traffic always fits.
 """
 
 import hashlib
@@ -19,6 +24,11 @@ from phazec.solvers.schema import SolverConfig
 TC = "tc"
 VC = "vc"
 NET = "net"
+HBM = "hbm"
+
+HBM_UNITS = 1 << 20
+"""The HBM bandwidth in units: an op holds ceil(its traffic time / its latency * HBM_UNITS) of them.
+Rounding up keeps every schedule within the bandwidth; 2^20 keeps the rounding below 1e-6 of it."""
 
 
 class OpKind(StrEnum):
@@ -49,6 +59,8 @@ class ScheduleOp:
     its latency on the network."""
     latency_io_s: float
     """Latency when spread over all cores of its type(s); ignored for a collective on the network."""
+    hbm_s: float = 0.0
+    """Seconds of HBM traffic at the whole bandwidth, in either mode; at most either latency."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,13 @@ class ScheduleProblem:
         op = self.ops[i]
         return op.latency_io_s if spread else op.latency_s
 
+    def hbm_units(self, i: int, spread: bool) -> int:
+        """The HBM bandwidth op `i` holds in the given mode, in HBM_UNITS-ths (module docstring)."""
+        duration_s, hbm_s = self.duration_s(i, spread), self.ops[i].hbm_s
+        if duration_s <= 0 or hbm_s <= 0:
+            return 0
+        return min(HBM_UNITS, math.ceil(hbm_s / duration_s * HBM_UNITS))
+
 
 def _validate(problem: ScheduleProblem) -> None:
     names = [op.name for op in problem.ops]
@@ -114,11 +133,21 @@ def _validate(problem: ScheduleProblem) -> None:
         if not isinstance(op.kind, OpKind):
             valid = ", ".join(k.value for k in OpKind)
             raise PhazecError(f"Operator {op.name!r} has kind {op.kind!r}; valid kinds are {valid}.")
-        for field, value in (("latency_s", op.latency_s), ("latency_io_s", op.latency_io_s)):
+        for field, value in (
+            ("latency_s", op.latency_s),
+            ("latency_io_s", op.latency_io_s),
+            ("hbm_s", op.hbm_s),
+        ):
             if not (math.isfinite(value) and value >= 0):
                 raise PhazecError(
-                    f"Operator {op.name!r} has {field}={value!r}; latencies must be finite and >= 0 seconds."
+                    f"Operator {op.name!r} has {field}={value!r}; times must be finite and >= 0 seconds."
                 )
+        if op.hbm_s > 0 and (op.kind is OpKind.COLLECTIVE or op.hbm_s > min(op.latency_s, op.latency_io_s)):
+            raise PhazecError(
+                f"Operator {op.name!r} has hbm_s={op.hbm_s!r} s of HBM traffic with latencies "
+                f"{op.latency_s!r} / {op.latency_io_s!r} s; the traffic time must be at most both latencies "
+                "(an operator's latency includes moving its bytes), and 0 for a collective."
+            )
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise PhazecError(f"Operator name {dup!r} appears more than once; every operator needs its own name.")
@@ -237,9 +266,10 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 4,
+        "version": 5,
         "ops": [
-            [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex()] for op in problem.ops
+            [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex(), float(op.hbm_s).hex()]
+            for op in problem.ops
         ],
         "deps": sorted(set(problem.deps)),
         "num_tc": problem.num_tc,

@@ -2,7 +2,8 @@
 the ILP leaves open once core capacity binds.
 
 The search builds schedules op by op in order of start time, each op at the earliest time its
-inputs are done and its cores free, and prunes with heads, tails and per-resource core-time; it
+inputs are done and its cores and HBM share free, and prunes with heads, tails and per-resource
+core-time (HBM-time for the bandwidth); it
 proves optimality where the ILP's big-M relaxation stays weak. It looks only for schedules shorter
 than a known feasible one, over the modes that can fit in it (`modelled_modes`).
 """
@@ -11,9 +12,9 @@ from dataclasses import dataclass
 
 from phazec import _placement
 from phazec.solvers.schedule_model import Bounds
-from phazec.solvers.schedule_problem import NET, TC, VC, ScheduleProblem
+from phazec.solvers.schedule_problem import HBM, HBM_UNITS, NET, TC, VC, ScheduleProblem
 
-RESOURCES = (TC, VC, NET)
+RESOURCES = (TC, VC, NET, HBM)
 """The order of resources the extension expects."""
 
 
@@ -60,7 +61,7 @@ def search(
 
 def extension_modes(
     problem: ScheduleProblem, modes: list[tuple[bool, ...]]
-) -> list[list[tuple[float, tuple[int, int, int]]]]:
+) -> list[list[tuple[float, tuple[int, int, int, int]]]]:
     """Per op, (duration, units of each resource held) of each mode in `modes[i]`: the extension's form."""
     return [[(problem.duration_s(i, m), _units(problem, i, m)) for m in modes[i]] for i in range(len(modes))]
 
@@ -73,15 +74,15 @@ def predecessors(problem: ScheduleProblem) -> list[list[int]]:
     return preds
 
 
-def capacities(problem: ScheduleProblem) -> tuple[int, int, int]:
-    """Cores (or network slots) of each resource, in the extension's order."""
-    tc, vc, net = (problem.capacity(r) for r in RESOURCES)
-    return tc, vc, net
+def capacities(problem: ScheduleProblem) -> tuple[int, int, int, int]:
+    """Cores (or network slots) of each resource and the HBM's units, in the extension's order."""
+    tc, vc, net = (problem.capacity(r) for r in (TC, VC, NET))
+    return tc, vc, net, HBM_UNITS
 
 
-def _units(problem: ScheduleProblem, i: int, spread: bool) -> tuple[int, int, int]:
+def _units(problem: ScheduleProblem, i: int, spread: bool) -> tuple[int, int, int, int]:
     """Units of each resource op i holds in a mode: one core, all cores when spread, none when it
-    takes no time."""
+    takes no time; and its share of the HBM (`ScheduleProblem.hbm_units`)."""
     held = problem.resources(i) if problem.duration_s(i, spread) > 0 else ()
-    units = [(problem.capacity(r) if spread else 1) if r in held else 0 for r in RESOURCES]
-    return units[0], units[1], units[2]
+    tc, vc, net = ((problem.capacity(r) if spread else 1) if r in held else 0 for r in (TC, VC, NET))
+    return tc, vc, net, problem.hbm_units(i, spread)

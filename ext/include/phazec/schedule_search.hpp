@@ -2,8 +2,9 @@
 // Pure C++17, no Python.
 //
 // The problem (phazec/solvers/schedule_problem.py states it): ops with one or two modes, each mode a
-// duration and how many units of each resource (tensor cores, vector cores, network) it holds while
-// it runs; resources have fixed capacities; dependencies between ops. Minimise the makespan.
+// duration and how many units of each resource (tensor cores, vector cores, network, HBM bandwidth
+// in shares) it holds while it runs; resources have fixed capacities; dependencies between ops.
+// Minimise the makespan.
 //
 // The search builds schedules op by op in order of start time (serial schedule generation): a node
 // picks an op whose predecessors are all placed, and a mode, and starts it at the earliest time not
@@ -28,7 +29,8 @@
 
 namespace phazec {
 
-constexpr int kResources = 3;  // tensor cores, vector cores, network
+constexpr int kResources = 4;  // tensor cores, vector cores, network, HBM bandwidth (in units)
+constexpr int kHbm = 3;        // the HBM bandwidth's index
 
 /// One way to run an op: its duration and the units of each resource it holds meanwhile.
 struct OpMode {
