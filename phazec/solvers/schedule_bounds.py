@@ -42,7 +42,7 @@ def lower_bounds_s(
     design with `num_tc` tensor and `num_vc` vector cores ([designs])."""
     n, count = single_s.shape
     capacity = {TC: num_tc.astype(np.float64), VC: num_vc.astype(np.float64), NET: np.ones(count)}
-    fastest, work = _durations(structure, single_s, spread_s, capacity)
+    fastest, work = _durations(structure, single_s, spread_s, hbm_s, capacity)
     on_chip = [op.kind is not OpKind.COLLECTIVE for op in structure.ops]
     work[HBM] = np.where(np.array(on_chip)[:, None], hbm_s, np.nan)
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -66,19 +66,22 @@ def lower_bounds_s(
 
 
 def _durations(
-    structure: ScheduleProblem, single_s: F64, spread_s: F64, capacity: dict[str, F64]
+    structure: ScheduleProblem, single_s: F64, spread_s: F64, hbm_s: F64, capacity: dict[str, F64]
 ) -> tuple[F64, dict[str, F64]]:
-    """Each op's fastest duration over its allowed modes, and per resource its least core-time per
-    core (NaN where the op does not hold that resource); both [ops, designs]."""
+    """Each op's fastest duration over its allowed modes (`ScheduleProblem.modes`), and per resource
+    its least core-time per core (NaN where the op does not hold that resource); both [ops, designs]."""
     fastest = single_s.copy()
     work = {r: np.full(single_s.shape, np.nan) for r in capacity}
     for i in range(len(structure.ops)):
         resources = structure.resources(i)
-        single, spread = single_s[i], spread_s[i]
-        may_spread = spread < single if resources != (NET,) else np.zeros(len(single), dtype=np.bool_)
+        single, spread, hbm = single_s[i], spread_s[i], hbm_s[i]
+        lighter = (hbm > 0) & (spread > single)
+        may_spread = (
+            (spread < single) | lighter if resources != (NET,) else np.zeros(len(single), dtype=np.bool_)
+        )
         one_core = np.all([capacity[r] == 1 for r in resources], axis=0)
-        forced = may_spread & ((spread == 0) | one_core)
-        fastest[i] = np.where(may_spread, spread, single)
+        forced = may_spread & ((spread == 0) | (one_core & (spread < single) & (hbm == 0)))
+        fastest[i] = np.where(forced, spread, np.where(may_spread, np.minimum(spread, single), single))
         for r in resources:
             alone, shared = single / capacity[r], capacity[r] * spread / capacity[r]
             work[r][i] = np.where(forced, shared, np.where(may_spread, np.minimum(alone, shared), alone))

@@ -100,17 +100,22 @@ class ScheduleProblem:
     def modes(self, i: int) -> tuple[bool, ...]:
         """The spread settings worth considering for op `i` (False: one core, True: all cores).
 
-        Spreading is dropped when it is no faster (it would hold more cores for no less time) and
-        forced when every resource of the op has a single core (then both hold the same core) or it
-        takes no time (then it holds nothing). A collective on the network has no all-cores form; one
-        that holds the cores holds all of them.
+        A mode is dropped when the other is no slower on no more cores and holds no more of the HBM:
+        spreading when it is no faster (it would hold more cores for no less time), unless it is slower
+        and the op moves HBM traffic (the same bytes over a longer time hold less of the bandwidth);
+        one core when spreading takes no time (then it holds nothing), or when every resource of the
+        op has a single core (then both hold the same core) and spreading is faster with no HBM
+        traffic. A collective on the network has no all-cores form; one that holds the cores holds all
+        of them.
         """
         op = self.ops[i]
         if op.kind is OpKind.COLLECTIVE and self.collectives_hold_cores:
             return (True,)
-        if self.resources(i) == (NET,) or op.latency_io_s >= op.latency_s:
+        single, spread, hbm = op.latency_s, op.latency_io_s, op.hbm_s
+        if self.resources(i) == (NET,) or (spread >= single and (hbm == 0 or spread == single)):
             return (False,)
-        if op.latency_io_s == 0 or all(self.capacity(r) == 1 for r in self.resources(i)):
+        one_core = all(self.capacity(r) == 1 for r in self.resources(i))
+        if spread == 0 or (one_core and spread < single and hbm == 0):
             return (True,)
         return (False, True)
 
