@@ -25,8 +25,9 @@ compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisati
 and every on-chip operator pays `kernel_latency_s` once. Every bandwidth grows with the design, so more
 cores, larger arrays, larger buffers or more bandwidth never make an operator slower, and no operator
 beats its compute bound or its HBM traffic bound. An operator's latency assumes the whole HBM
-bandwidth; `hbm_traffic_s` is the share of it that it keeps busy, which the layer schedule uses to
-share the bandwidth between operators run side by side (`phazec.solvers.schedule_problem`).
+bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
+`hw.device.hbm_shared`, to share the bandwidth between operators run side by side
+(`phazec.solvers.schedule_problem`).
 """
 
 from dataclasses import dataclass
@@ -175,7 +176,8 @@ def hbm_traffic_s(ops: OpTable, designs: Designs) -> F64:
     """Seconds each on-chip operator of `ops` keeps HBM busy at the device's memory utilisation of the
     bandwidth, [ops, designs]: the traffic its latency above is at least, on one core or all (a GEMM's
     blocked traffic, a fused op's GEMM's, a vector or attention op's own operand and result bytes).
-    The layer schedule shares the bandwidth between the operators it runs side by side with it."""
+    With `hw.device.hbm_shared` the layer schedule shares the bandwidth between the operators it runs
+    side by side (`phazec.cost.model.op_costs`)."""
     own_bytes = (ops.bytes_read + ops.bytes_written)[:, None] + np.zeros(len(designs))[None, :]
     gemms = np.flatnonzero((ops.kind == OpKind.GEMM) | (ops.kind == OpKind.FUSED))
     if gemms.size:
