@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic, validate
 from phazec.config import conf_dir, model_list, register, validate_train
+from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.summary import summarize
@@ -49,11 +51,20 @@ PLAN_JSON = "plan.json"
 
 
 def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig:
-    """The config `command` (`config`: phazec, `ir`: phazec-ir) composes for these overrides; a switch
-    given something other than true or false is a PhazecError (`phazec.validate.switches`)."""
+    """The config `command` (`config`: phazec, `ir`: phazec-ir, `plan`: phazec-plan) composes for these
+    overrides.
+
+    Raises:
+        PhazecError: Hydra cannot compose them (an unknown preset or key, a value of the wrong type: the
+            paragraph of `phazec.validate.hydra_message`), or a switch is given something other than true
+            or false (`phazec.validate.switches`).
+    """
     register()
-    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-        cfg = compose(command, overrides=list(overrides))
+    try:
+        with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+            cfg = compose(command, overrides=list(overrides))
+    except HydraException as err:
+        raise PhazecError(validate.hydra_message(err)) from err
     validate.switches(cfg, overrides)
     return cfg
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
@@ -18,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from phazec import validate
-from phazec.api import lower_config, plan_config, search_config
+from phazec.api import composed, lower_config, plan_config, search_config
 from phazec.config import conf_dir, register
 from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
@@ -148,9 +149,30 @@ def bad_command_line_exits_2() -> Iterator[None]:
         raise
 
 
-def _entry(app: Callable[[], None]) -> None:
-    """Run a Hydra app as a command: Python warnings go to the run's log file, not the terminal, and a
-    command line Hydra cannot compose exits 2."""
+HYDRA_FLAGS = (
+    "help", "hydra_help", "info", "cfg", "shell_completion", "config_path", "config_name", "config_dir",
+    "experimental_rerun",
+)  # fmt: skip
+"""Hydra's own command-line flags whose command `check_command_line` leaves to Hydra: they print
+something else or compose another config."""
+
+
+def check_command_line(command: str, argv: list[str]) -> None:
+    """Compose the command line's config (`phazec.api.composed`) before Hydra does, so that one it
+    cannot compose ends as any bad input does, with one paragraph and exit 2, not Hydra's several lines.
+    A multirun is checked without its sweeps (Hydra composes each job's values)."""
+    args = get_args_parser().parse_args(argv)
+    if any(getattr(args, flag) for flag in HYDRA_FLAGS):
+        return
+    with user_errors():
+        composed(command, validate.without_sweeps(args.overrides) if args.multirun else args.overrides)
+
+
+def _entry(app: Callable[[], None], command: str) -> None:
+    """Run a Hydra app as a command: a command line that does not compose ends with one paragraph and
+    exit 2, Python warnings go to the run's log file, not the terminal, and any other command line
+    Hydra rejects exits 2."""
+    check_command_line(command, sys.argv[1:])
     logging.captureWarnings(True)
     with bad_command_line_exits_2():
         app()
@@ -158,7 +180,7 @@ def _entry(app: Callable[[], None]) -> None:
 
 def main() -> None:
     """`phazec`: search the accelerator and training plan with the highest throughput."""
-    _entry(_search_app)
+    _entry(_search_app, "config")
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="ir")
@@ -174,7 +196,7 @@ def _ir_app(cfg: DictConfig) -> None:
 
 def ir_main() -> None:
     """`phazec-ir`: lower a model and print its layer table."""
-    _entry(_ir_app)
+    _entry(_ir_app, "ir")
 
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="plan")
@@ -190,4 +212,4 @@ def _plan_app(cfg: DictConfig) -> None:
 
 def plan_main() -> None:
     """`phazec-plan`: time one training plan as Megatron-LM runs it, with its breakdown and memory."""
-    _entry(_plan_app)
+    _entry(_plan_app, "plan")

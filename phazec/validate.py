@@ -2,14 +2,16 @@
 
 Each check raises a PhazecError naming the bad value and what would be valid. The groups' own range
 checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
-are built; these cover what crosses groups or lies outside the config: non-finite numbers anywhere,
-the model's dimensions, switches given something other than true or false, the directories written,
+are built; these cover what crosses groups or lies outside the config: a command line Hydra cannot
+compose (`hydra_message`, one paragraph instead of Hydra's several lines), non-finite numbers
+anywhere, the model's dimensions, switches given something other than true or false, the directories written,
 the worker count, and whether the fixed baseline plan can run on the system (a warning only: such a
 baseline is reported "not applicable" in the result, never a reason to drop a finished search).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -19,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
+from phazec.config import conf_dir
 from phazec.errors import PhazecError
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,57 @@ DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_emb
 
 MAX_SEQ_LEN = 1 << 20
 """The longest sequence length accepted (tokens): a million, beyond any model's context."""
+
+
+KEY_DETAILS = ("full_key:", "reference_type=", "object_type=")
+"""OmegaConf's lines locating a bad key in its own classes: the override already names the key."""
+
+
+def hydra_message(err: HydraException) -> str:
+    """Hydra's error for a command line it cannot compose, as one paragraph: its lines and OmegaConf's
+    cause as sentences, a list of available options comma-separated, without the config search path
+    and OmegaConf's class details; an override Hydra cannot parse is named first, and a key the schema
+    does not have is listed with the keys it has."""
+    cause = err.__cause__
+    if isinstance(cause, ConfigAttributeError) and dataclasses.is_dataclass(cause.object_type):
+        key = str(cause.full_key)
+        keys = ", ".join(field.name for field in dataclasses.fields(cause.object_type))
+        return f"{key} is not a key of {key.rpartition('.')[0] or 'the config'}; valid keys: {keys}."
+    lines = str(err).splitlines()
+    if isinstance(cause, OmegaConfBaseException):
+        lines += str(cause).splitlines()
+    sentences: list[str] = []
+    for raw in lines:
+        line = re.sub(r"^In '[^']*': ", "", raw.strip())
+        if line.startswith("Config search path"):
+            break
+        if not line or line.startswith(KEY_DETAILS):
+            continue
+        if raw.startswith("\t") and sentences:
+            sentences[-1] += f"{'' if sentences[-1].endswith(':') else ','} {line}"
+        else:
+            sentences.append(line)
+    text = " ".join(s if s.endswith((".", ":")) else f"{s}." for s in sentences)
+    if isinstance(err, MissingConfigException) and err.options is None and err.missing_cfg_file:
+        group = err.missing_cfg_file.partition("/")[0]  # a preset named in a list: Hydra lists none
+        presets = ", ".join(sorted(path.stem for path in (Path(conf_dir()) / group).glob("*.yaml")))
+        text += f" Available options in '{group}': {presets}."
+    if isinstance(err, OverrideParseException):
+        return f"{err.override} is not a valid override: {text}"
+    return text
+
+
+def without_sweeps(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The overrides of a command line that are not sweeps (`key=a,b`, `key=range(...)`).
+
+    Raises:
+        PhazecError: an override Hydra cannot parse (`hydra_message`).
+    """
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as err:
+        raise PhazecError(hydra_message(err)) from err
+    return [str(override.input_line) for override in parsed if not override.is_sweep_override()]
 
 
 def finite_numbers(node: Any, prefix: str = "") -> None:

@@ -3,6 +3,7 @@ files, unique run directories, worker lifetime and clean interrupts (issue 16's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -16,10 +17,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from phazec import api, atomic, sealed
+from phazec import api, atomic, sealed, validate
 from phazec.cli import conf_dir
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
+from phazec.hw.schema import DeviceConfig
 from phazec.report.plots import write_plots
 from phazec.rundir import unique_dir
 from phazec.search.executor import worker_count
@@ -396,6 +398,16 @@ def test_hydra_run_directories_of_two_runs_in_one_second(
     assert all((tmp_path / d).is_dir() for d in dirs)
 
 
+def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_path: Path) -> None:
+    with pytest.raises(PhazecError, match=r"^hw.device.fuse is not a key of hw.device; valid keys: shared_"):
+        api.search("hw.device.fuse=true", out_dir=tmp_path)
+    with pytest.raises(PhazecError, match=r"^Could not find 'hw/tpu'. Available options in 'hw': a100, h100"):
+        api.plan("hw=tpu", out_dir=tmp_path)
+    sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "tracking=none"]
+    assert validate.without_sweeps(sweeps) == ["train.microbatch=[8,16]", "tracking=none"]
+    assert not list(tmp_path.iterdir())
+
+
 def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
     """An unknown preset, run directories below a file (the default one, one named by hydra.run.dir
     and a sweep's named by hydra.sweep.dir) and a switch set to 2 (the commands run at once)."""
@@ -409,6 +421,9 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         "run.dir": ("main", "hydra.run.dir=outputs/run"),
         "sweep.dir": ("main", "-m", "hydra.sweep.dir=outputs/sweep"),
         "switch": ("plan_main", "hydra.run.dir=plan", "plan.sequence_parallel=2"),
+        "bool": ("main", "hw.device.fuse_elementwise=maybe"),
+        "key": ("plan_main", "hw.device.fuse=true"),
+        "grammar": ("main", "-m", "hw=tpuv4,tpu_small", "train.microbatch=[8]]"),
     }
     started = {
         name: subprocess.Popen(
@@ -421,7 +436,23 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         for name, (entry, *args) in commands.items()
     }
     ended = {name: (p.communicate(timeout=120)[1], p.returncode) for name, p in started.items()}
-    assert ended["unknown"][1] == 2 and "Could not find 'model/nope'" in ended["unknown"][0]
+    # Hydra's errors as one paragraph: the bad override and what is valid.
+    presets = ", ".join(sorted(p.stem for p in (Path(conf_dir()) / "model").glob("*.yaml")))
+    assert ended["unknown"] == (
+        f"phazec: error: Could not find 'model/nope'. Available options in 'model': {presets}.\n",
+        2,
+    )
+    assert ended["bool"] == (
+        "phazec: error: Error merging override hw.device.fuse_elementwise=maybe. Value 'maybe' is not a "
+        "valid bool (type str).\n",
+        2,
+    )
+    keys = ", ".join(field.name for field in dataclasses.fields(DeviceConfig))
+    message = f"phazec: error: hw.device.fuse is not a key of hw.device; valid keys: {keys}.\n"
+    assert ended["key"] == (message, 2)
+    assert ended["grammar"][1] == 2
+    assert ended["grammar"][0].startswith("phazec: error: train.microbatch=[8]] is not a valid override: ")
+    assert ended["grammar"][0].count("\n") == 1
     assert ended["switch"] == (
         "phazec: error: plan.sequence_parallel=2 is not valid: plan.sequence_parallel is a switch; give "
         "true or false.\n",

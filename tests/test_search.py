@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.search import explore
 from phazec.search.evaluate import Candidate, Evaluator, Knobs
-from phazec.search.run import run_search
+from phazec.search.run import run_search, tpuv4_baseline, tpuv4_designs
 from phazec.search.state import candidate_from_json, candidate_json, state_key
 from phazec.search.usage import USAGE_KEYS
 from phazec.solvers.placement import NoFeasiblePlacement, Placement, Stage
@@ -86,6 +87,25 @@ def test_single_tpuv4_design(tmp_path: Path, cache_dir: Path) -> None:
     rows = list(csv.DictReader((tmp_path / "explored.csv").open()))
     assert len(rows) == 1
     assert rows[0]["feasible"] == "True"
+
+
+def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, cache_dir: Path) -> None:
+    # A kernel latency on every op makes the TPUv4 slower; the baseline gets it too, so the TPUv4
+    # searched alone is exactly as fast as itself.
+    result = search(tmp_path, cache_dir, "model=bert_large", "hw=tpuv4", "hw.device.kernel_latency_s=2e-5")
+    baseline = result["baselines"]["tpuv4_optimal_placement"]
+    assert baseline["time_per_batch_s"] == result["time_per_batch_s"]
+    assert result["speedup_vs_tpuv4"] == 1.0
+
+
+def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:
+    conf = Path(conf_dir())
+    preset = tpuv4_designs(conf).device
+    shared = replace(preset, hbm_shared=True, kernel_latency_s=1e-5)
+    assert tpuv4_baseline(conf, shared).device == shared
+    gpu = enumerate_designs(hw_space_from_config(compose_config("hw=a100").hw)).device
+    assert tpuv4_baseline(conf, gpu).device == preset
+    assert tpuv4_baseline(conf, replace(preset, shared_cores=True)).device == preset
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from phazec.cost.network import network_latency_s
 from phazec.cost.ops import OpKind, OpTable
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.hw.device import is_template
 from phazec.hw.schema import CostConfig, plain_config
 from phazec.hw.system import System
 
@@ -99,7 +100,7 @@ def check_applies(model: LatencyModel, designs: Designs) -> None:
         PhazecError: `model` is `phaze` and the designs have a GEMM output tile or shared cores.
     """
     device = designs.device
-    if model.name == "phaze" and (device.gemm_tiles is not None or device.shared_cores):
+    if model.name == "phaze" and not is_template(device):
         raise PhazecError(
             "cost=phaze (the PHAZE reference's closed form) is meant for the TPU-like template only: its "
             "fixed per-core and DRAM bandwidths cap a GEMM near 85 * sqrt(array size) MACs per cycle, "

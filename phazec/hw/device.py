@@ -83,6 +83,12 @@ IDEAL = DeviceModel()
 """Every core at its peak, no per-kernel cost: the template's ideal chip."""
 
 
+def is_template(device: DeviceModel) -> bool:
+    """Whether a device model is of the template's kind of chip, as the TPU-like presets': separate
+    tensor and vector cores and systolic tiling (no `gemm_tiles`); a GPU preset's is not."""
+    return device.gemm_tiles is None and not device.shared_cores
+
+
 def _share(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise PhazecError(

@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.device import DeviceModel, is_template
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.bottleneck import write_bottleneck_gantt
 from phazec.report.progress import stage
@@ -146,6 +148,15 @@ def tpuv4_designs(conf_dir: Path) -> Designs:
     return enumerate_designs(hw_space_from_config(OmegaConf.load(conf_dir / "hw" / f"{TPUV4_PRESET}.yaml")))
 
 
+def tpuv4_baseline(conf_dir: Path, searched: DeviceModel) -> Designs:
+    """The TPUv4-like design as the baselines price it: with the searched space's device model when
+    that is of the template's kind (`is_template`), so that a change to the template's model, in a
+    preset or on the command line (`hw.device.hbm_shared=true`), prices both sides alike; with its
+    preset's own otherwise (a GPU's tiles and shared cores are not a TPU's)."""
+    tpuv4 = tpuv4_designs(conf_dir)
+    return replace(tpuv4, device=searched) if is_template(searched) else tpuv4
+
+
 def search_state(cfg: DictConfig, part: str = "") -> SearchState:
     """The on-disk state of the search with this config (`part`: a named sub-state of it)."""
     directory = default_cache_dir(cfg.cache_dir) / "search" / state_key(cfg)
@@ -155,9 +166,10 @@ def search_state(cfg: DictConfig, part: str = "") -> SearchState:
 def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict[str, Any]]:
     """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
     found design with that fixed plan. A fixed plan that cannot run on the system is reported as not
-    applicable, with the reason, and never fails the finished search."""
+    applicable, with the reason, and never fails the finished search. The TPUv4 is priced as
+    `tpuv4_baseline` says."""
     evaluator = job.evaluator
-    tpuv4 = tpuv4_designs(conf_dir)
+    tpuv4 = tpuv4_baseline(conf_dir, job.designs.device)
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
     return {
