@@ -56,8 +56,8 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
 
     Raises:
         PhazecError: Hydra cannot compose them (an unknown preset or key, a value of the wrong type: the
-            paragraph of `phazec.validate.hydra_message`), or a switch is given something other than true
-            or false (`phazec.validate.switches`).
+            paragraph of `phazec.validate.hydra_message`), or one fails `phazec.validate.command_line`
+            (a key appended that the schema does not have, a switch given other than true or false).
     """
     register()
     try:
@@ -65,7 +65,7 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
             cfg = compose(command, overrides=list(overrides))
     except HydraException as err:
         raise PhazecError(validate.hydra_message(err)) from err
-    validate.switches(cfg, overrides)
+    validate.command_line(cfg, overrides)
     return cfg
 
 

@@ -119,7 +119,7 @@ def _search_app(cfg: DictConfig) -> None:
     out_dir = output_dir()
     overrides = list(HydraConfig.get().overrides.task)
     try:
-        validate.switches(cfg, overrides)
+        validate.command_line(cfg, overrides)
         with interruptible():
             result = search_config(cfg, overrides, out_dir)
     except PhazecError as err:
@@ -188,7 +188,7 @@ def _ir_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
         with user_errors(), interruptible():
-            validate.switches(cfg, HydraConfig.get().overrides.task)
+            validate.command_line(cfg, HydraConfig.get().overrides.task)
             run_ir(cfg, output_dir())
     except Interrupted as err:
         exit_interrupted(err)
@@ -203,7 +203,7 @@ def ir_main() -> None:
 def _plan_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
-        validate.switches(cfg, HydraConfig.get().overrides.task)
+        validate.command_line(cfg, HydraConfig.get().overrides.task)
         with interruptible():
             run_plan(cfg, output_dir())
     except PhazecError as err:

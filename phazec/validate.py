@@ -3,9 +3,10 @@
 Each check raises a PhazecError naming the bad value and what would be valid. The groups' own range
 checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
 are built; these cover what crosses groups or lies outside the config: a command line Hydra cannot
-compose (`hydra_message`, one paragraph instead of Hydra's several lines), non-finite numbers
-anywhere, the model's dimensions, switches given something other than true or false, the directories written,
-the worker count, and whether the fixed baseline plan can run on the system (a warning only: such a
+compose (`hydra_message`, one paragraph instead of Hydra's several lines), a key appended with
+`+key=value` that the schema does not have (`schema_keys`), non-finite numbers anywhere, the model's
+dimensions, switches given something other than true or false, the directories written, the worker
+count, and whether the fixed baseline plan can run on the system (a warning only: such a
 baseline is reported "not applicable" in the result, never a reason to drop a finished search).
 """
 
@@ -47,10 +48,9 @@ def hydra_message(err: HydraException) -> str:
     and OmegaConf's class details; an override Hydra cannot parse is named first, and a key the schema
     does not have is listed with the keys it has."""
     cause = err.__cause__
-    if isinstance(cause, ConfigAttributeError) and dataclasses.is_dataclass(cause.object_type):
-        key = str(cause.full_key)
-        keys = ", ".join(field.name for field in dataclasses.fields(cause.object_type))
-        return f"{key} is not a key of {key.rpartition('.')[0] or 'the config'}; valid keys: {keys}."
+    fields = schema_fields(cause.object_type) if isinstance(cause, ConfigAttributeError) else None
+    if isinstance(cause, ConfigAttributeError) and fields is not None:
+        return unknown_key(str(cause.full_key), fields)
     lines = str(err).splitlines()
     if isinstance(cause, OmegaConfBaseException):
         lines += str(cause).splitlines()
@@ -73,6 +73,38 @@ def hydra_message(err: HydraException) -> str:
     if isinstance(err, OverrideParseException):
         return f"{err.override} is not a valid override: {text}"
     return text
+
+
+def schema_fields(kind: Any) -> list[str] | None:
+    """The field names of a schema dataclass; None for anything else (a plain dict node)."""
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return [field.name for field in dataclasses.fields(kind)]
+    return None
+
+
+def unknown_key(key: str, fields: list[str]) -> str:
+    """The message for a dotted `key` that its parent node's schema, with these fields, does not have."""
+    return f"{key} is not a key of {key.rpartition('.')[0] or 'the config'}; valid keys: {', '.join(fields)}."
+
+
+def schema_keys(node: DictConfig, path: str = "") -> None:
+    """Every key of a node the schema types is one of its fields. Hydra's `+key=value` appends a key
+    the schema does not have, which nothing would read: a misspelled `+hw.device.hbm_share=true` would
+    change nothing, silently."""
+    fields = schema_fields(OmegaConf.get_type(node))
+    for key, value in node.items_ex(resolve=False):
+        full = f"{path}.{key!s}" if path else str(key)
+        if fields is not None and key not in fields:
+            raise PhazecError(unknown_key(full, fields))
+        if isinstance(value, DictConfig):
+            schema_keys(value, full)
+
+
+def command_line(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
+    """The checks of a config composed from a command line: no key the schema lacks (`schema_keys`), and
+    every switch given true or false (`switches`)."""
+    schema_keys(cfg)
+    switches(cfg, overrides)
 
 
 def without_sweeps(overrides: list[str] | tuple[str, ...]) -> list[str]:

@@ -403,6 +403,9 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         api.search("hw.device.fuse=true", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"^Could not find 'hw/tpu'. Available options in 'hw': a100, h100"):
         api.plan("hw=tpu", out_dir=tmp_path)
+    # Hydra appends a key the schema lacks; nothing would read it.
+    with pytest.raises(PhazecError, match=r"^hw.device.hbm_share is not a key of hw.device; valid keys: "):
+        api.plan("+hw.device.hbm_share=true", out_dir=tmp_path)
     sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "tracking=none"]
     assert validate.without_sweeps(sweeps) == ["train.microbatch=[8,16]", "tracking=none"]
     assert not list(tmp_path.iterdir())
