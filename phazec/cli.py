@@ -159,13 +159,15 @@ something else or compose another config."""
 
 def check_command_line(command: str, argv: list[str]) -> None:
     """Compose the command line's config (`phazec.api.composed`) before Hydra does, so that one it
-    cannot compose ends as any bad input does, with one paragraph and exit 2, not Hydra's several lines.
-    A multirun is checked without its sweeps (Hydra composes each job's values)."""
+    cannot compose ends as any bad input does, with one paragraph and exit 2, not Hydra's several lines;
+    a multirun's with each value of its sweeps in turn (`phazec.validate.sweep_command_lines`), so that
+    a bad value fails before the first job, not when its own job's turn comes."""
     args = get_args_parser().parse_args(argv)
     if any(getattr(args, flag) for flag in HYDRA_FLAGS):
         return
     with user_errors():
-        composed(command, validate.without_sweeps(args.overrides) if args.multirun else args.overrides)
+        for overrides in validate.sweep_command_lines(args.overrides) if args.multirun else [args.overrides]:
+            composed(command, overrides)
 
 
 def _entry(app: Callable[[], None], command: str) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
@@ -107,8 +108,10 @@ def command_line(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> Non
     switches(cfg, overrides)
 
 
-def without_sweeps(overrides: list[str] | tuple[str, ...]) -> list[str]:
-    """The overrides of a command line that are not sweeps (`key=a,b`, `key=range(...)`).
+def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str]]:
+    """The command lines that check a multirun's overrides before its first job: the overrides that are
+    not sweeps, then those with each value of each choice sweep (`hw=tpuv4,tpu_small`) and the first
+    value of each range sweep in turn. Glob and interval sweeps are left to Hydra.
 
     Raises:
         PhazecError: an override Hydra cannot parse (`hydra_message`).
@@ -117,7 +120,16 @@ def without_sweeps(overrides: list[str] | tuple[str, ...]) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as err:
         raise PhazecError(hydra_message(err)) from err
-    return [str(override.input_line) for override in parsed if not override.is_sweep_override()]
+    fixed = [str(override.input_line) for override in parsed if not override.is_sweep_override()]
+    lines = [fixed]
+    for override in parsed:
+        if override.is_range_sweep() or (
+            override.is_choice_sweep() and not isinstance(override.value(), Glob)
+        ):
+            values = list(override.sweep_string_iterator())
+            for value in values if override.is_choice_sweep() else values[:1]:
+                lines.append([*fixed, f"{override.get_key_element()}={value}"])
+    return lines
 
 
 def finite_numbers(node: Any, prefix: str = "") -> None:

@@ -406,8 +406,14 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
     # Hydra appends a key the schema lacks; nothing would read it.
     with pytest.raises(PhazecError, match=r"^hw.device.hbm_share is not a key of hw.device; valid keys: "):
         api.plan("+hw.device.hbm_share=true", out_dir=tmp_path)
-    sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "tracking=none"]
-    assert validate.without_sweeps(sweeps) == ["train.microbatch=[8,16]", "tracking=none"]
+    sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "hw.num_vc=glob(*)"]
+    fixed = ["train.microbatch=[8,16]"]
+    assert validate.sweep_command_lines(sweeps) == [
+        fixed,
+        [*fixed, "hw=tpuv4"],
+        [*fixed, "hw=tpu_small"],
+        [*fixed, "search.seed=0"],
+    ]
     assert not list(tmp_path.iterdir())
 
 
@@ -427,6 +433,7 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         "bool": ("main", "hw.device.fuse_elementwise=maybe"),
         "key": ("plan_main", "hw.device.fuse=true"),
         "grammar": ("main", "-m", "hw=tpuv4,tpu_small", "train.microbatch=[8]]"),
+        "sweep": ("main", "-m", "hydra.sweep.dir=sweep", "hw=tpuv4,tpu_smal", "train.microbatch=[8],[16]"),
     }
     started = {
         name: subprocess.Popen(
@@ -456,6 +463,13 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
     assert ended["grammar"][1] == 2
     assert ended["grammar"][0].startswith("phazec: error: train.microbatch=[8]] is not a valid override: ")
     assert ended["grammar"][0].count("\n") == 1
+    # A bad value in a sweep fails before the first job runs.
+    hw = ", ".join(sorted(p.stem for p in (Path(conf_dir()) / "hw").glob("*.yaml")))
+    assert ended["sweep"] == (
+        f"phazec: error: Could not find 'hw/tpu_smal'. Available options in 'hw': {hw}.\n",
+        2,
+    )
+    assert not (tmp_path / "sweep").exists()
     assert ended["switch"] == (
         "phazec: error: plan.sequence_parallel=2 is not valid: plan.sequence_parallel is a switch; give "
         "true or false.\n",
