@@ -97,7 +97,7 @@ def schema_keys(node: DictConfig, path: str = "") -> None:
         full = f"{path}.{key!s}" if path else str(key)
         if fields is not None and key not in fields:
             raise PhazecError(unknown_key(full, fields))
-        if isinstance(value, DictConfig):
+        if isinstance(value, DictConfig) and not OmegaConf.is_missing(node, key):  # model=[] is missing
             schema_keys(value, full)
 
 
