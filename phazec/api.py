@@ -65,6 +65,8 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
             cfg = compose(command, overrides=list(overrides))
     except HydraException as err:
         raise PhazecError(validate.hydra_message(err)) from err
+    except ValueError as err:  # Hydra's for a group given null (`model=null`)
+        raise PhazecError(f"{str(err).rstrip('.')}; the command line was: {' '.join(overrides)}.") from err
     validate.command_line(cfg, overrides)
     return cfg
 

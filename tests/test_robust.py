@@ -405,6 +405,8 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         api.plan("hw=tpu", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"^model=\[\]: give a list of distinct model presets"):
         api.search("model=[]", out_dir=tmp_path)
+    with pytest.raises(PhazecError, match=r"^Config group override must be a string or a list. Got NoneType"):
+        api.search("model=null", out_dir=tmp_path)
     # Hydra appends a key the schema lacks; nothing would read it.
     with pytest.raises(PhazecError, match=r"^hw.device.hbm_share is not a key of hw.device; valid keys: "):
         api.plan("+hw.device.hbm_share=true", out_dir=tmp_path)
