@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from phazec import validate
 from phazec.api import composed, lower_config, plan_config, search_config
-from phazec.config import conf_dir, register
+from phazec.config import conf_dir, override_strings, register
 from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted, exit_interrupted, interruptible
 from phazec.plan import PlanReport
@@ -117,7 +117,7 @@ register()
 def _search_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     out_dir = output_dir()
-    overrides = list(HydraConfig.get().overrides.task)
+    overrides = override_strings(HydraConfig.get().overrides.task)
     try:
         validate.command_line(cfg, overrides)
         with interruptible():
@@ -190,7 +190,7 @@ def _ir_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
         with user_errors(), interruptible():
-            validate.command_line(cfg, HydraConfig.get().overrides.task)
+            validate.command_line(cfg, override_strings(HydraConfig.get().overrides.task))
             run_ir(cfg, output_dir())
     except Interrupted as err:
         exit_interrupted(err)
@@ -205,7 +205,7 @@ def ir_main() -> None:
 def _plan_app(cfg: DictConfig) -> None:
     _STARTED.append(True)
     try:
-        validate.command_line(cfg, HydraConfig.get().overrides.task)
+        validate.command_line(cfg, override_strings(HydraConfig.get().overrides.task))
         with interruptible():
             run_plan(cfg, output_dir())
     except PhazecError as err:

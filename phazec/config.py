@@ -10,7 +10,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import MISSING
+from omegaconf import MISSING, ListConfig, OmegaConf
 
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
@@ -247,6 +247,15 @@ def validate_search(search: SearchConfig) -> None:
             f"search.ray.retries={search.ray.retries} is not valid: give how many times Ray may run a "
             "failed batch again (0 or more)."
         )
+
+
+def override_strings(task: Any) -> list[str]:
+    """The command-line overrides Hydra keeps (`hydra.overrides.task`) as the strings given. Read item by
+    item, the list would resolve a value `${...}` (an interpolation of the job's config) in Hydra's own
+    node, where it names nothing."""
+    raw = OmegaConf.to_container(task, resolve=False) if isinstance(task, ListConfig) else task
+    assert isinstance(raw, list | tuple)
+    return [str(override) for override in raw]
 
 
 def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:

@@ -102,10 +102,26 @@ def schema_keys(node: DictConfig, path: str = "") -> None:
 
 
 def command_line(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
-    """The checks of a config composed from a command line: no key the schema lacks (`schema_keys`), and
-    every switch given true or false (`switches`)."""
+    """The checks of a config composed from a command line, which also resolve it (`resolve`): no key
+    the schema lacks (`schema_keys`), every interpolation resolvable, and every switch given true or
+    false (`switches`)."""
     schema_keys(cfg)
+    resolve(cfg)
     switches(cfg, overrides)
+
+
+def resolve(cfg: DictConfig) -> None:
+    """Resolve every interpolation of the config in place, so that a node read on its own (`hw` by
+    `hw_space_from_config`) holds values: a value `${...}` given on the command line names a key of the
+    whole config (`hw.num_vc=${hw.num_tc}`), and one that names no key fails here, not deep in the run."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)  # names the key that fails, which `resolve` does not
+    except OmegaConfBaseException as err:
+        reason = str(err).splitlines()[0].rstrip(".")
+        raise PhazecError(
+            f"{err.full_key}: {reason}; an interpolation ${{...}} must name a key of the config."
+        ) from err
+    OmegaConf.resolve(cfg)
 
 
 def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str]]:

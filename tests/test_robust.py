@@ -22,6 +22,7 @@ from phazec.cli import conf_dir
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from phazec.hw.schema import DeviceConfig
+from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.plots import write_plots
 from phazec.rundir import unique_dir
 from phazec.search.executor import worker_count
@@ -407,6 +408,8 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         api.search("model=[]", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"^Config group override must be a string or a list. Got NoneType"):
         api.search("model=null", out_dir=tmp_path)
+    with pytest.raises(PhazecError, match=r"^hw.num_tc: Interpolation key 'oops' not found; an "):
+        api.plan("hw=tpuv4", "hw.num_tc=${oops}", out_dir=tmp_path)
     # Hydra appends a key the schema lacks; nothing would read it.
     with pytest.raises(PhazecError, match=r"^hw.device.hbm_share is not a key of hw.device; valid keys: "):
         api.plan("+hw.device.hbm_share=true", out_dir=tmp_path)
@@ -419,6 +422,12 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         [*fixed, "search.seed=0"],
     ]
     assert not list(tmp_path.iterdir())
+
+
+def test_an_interpolation_on_the_command_line_is_resolved_in_the_whole_config() -> None:
+    # The hw node is read on its own, where ${hw.num_tc} would name nothing.
+    cfg = api.composed("plan", ["hw=tpuv4", "hw.num_vc=${hw.num_tc}"])
+    assert list(enumerate_designs(hw_space_from_config(cfg.hw)).num_vc) == [8]
 
 
 def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from phazec.config import model_list
+from phazec.config import model_list, override_strings
 from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted
 from phazec.report.result import headline_throughput, is_multi
@@ -110,7 +110,7 @@ def job_params(config: DictConfig) -> dict[str, str]:
         OmegaConf.masked_copy(config, [str(k) for k in config if k != "hydra"]), resolve=True
     )
     assert isinstance(values, dict)
-    names, _ = model_list([str(o) for o in config.hydra.overrides.task])
+    names, _ = model_list(override_strings(config.hydra.overrides.task))
     if names is not None and len(names) > 1:
         values["model"] = f"[{','.join(names)}]"
     return dict(flat_items(values))
@@ -272,13 +272,13 @@ class MlflowCallback(SweepCallback):
     def _start_parent(self, config: DictConfig) -> None:
         client = self._open(config)
         sweep_dir = Path(config.hydra.sweep.dir)
-        parsed = OverridesParser.create().parse_overrides([str(o) for o in config.hydra.overrides.task])
+        parsed = OverridesParser.create().parse_overrides(override_strings(config.hydra.overrides.task))
         self._shared_keys = [o.get_key_element() for o in parsed if not o.is_sweep_override()]
         declared = OmegaConf.select(config, "hydra.sweeper.params", default=None)
         run = client.create_run(self._experiment_id, run_name=f"sweep {sweep_dir.name}")
         self._parent_id = run.info.run_id
         client.log_param(
-            self._parent_id, "sweep_overrides", " ".join(str(o) for o in config.hydra.overrides.task)
+            self._parent_id, "sweep_overrides", " ".join(override_strings(config.hydra.overrides.task))
         )
         if declared is not None:
             client.log_param(self._parent_id, "sweep_params", json.dumps(OmegaConf.to_container(declared)))
@@ -286,7 +286,7 @@ class MlflowCallback(SweepCallback):
 
     def _job_name(self, config: DictConfig) -> str:
         """A single run's overrides; a sweep job's number and the overrides of the keys it sweeps."""
-        overrides = [str(o) for o in config.hydra.overrides.task]
+        overrides = override_strings(config.hydra.overrides.task)
         if self._parent_id is None:
             return " ".join(overrides) or "defaults"
         mine = [o for o in overrides if o.split("=", 1)[0] not in self._shared_keys]
