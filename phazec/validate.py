@@ -4,10 +4,11 @@ Each check raises a PhazecError naming the bad value and what would be valid. Th
 checks (`validate_search`, `validate_train`, the system and solver checks) run where their objects
 are built; these cover what crosses groups or lies outside the config: a command line Hydra cannot
 compose (`hydra_message`, one paragraph instead of Hydra's several lines), a key appended with
-`+key=value` that the schema does not have (`schema_keys`), non-finite numbers anywhere, the model's
-dimensions, switches given something other than true or false, the directories written, the worker
-count, and whether the fixed baseline plan can run on the system (a warning only: such a
-baseline is reported "not applicable" in the result, never a reason to drop a finished search).
+`+key=value` that the schema does not have (`schema_keys`), an interpolation that names no key
+(`resolve`), non-finite numbers anywhere, the model's dimensions, switches given something other than
+true or false, the directories written, the worker count, and whether the fixed baseline plan can run
+on the system (a warning only: such a baseline is reported "not applicable" in the result, never a
+reason to drop a finished search).
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def resolve(cfg: DictConfig) -> None:
         OmegaConf.to_container(cfg, resolve=True)  # names the key that fails, which `resolve` does not
     except OmegaConfBaseException as err:
         reason = str(err).splitlines()[0].rstrip(".")
+        where = err.full_key or "the config"
         raise PhazecError(
-            f"{err.full_key}: {reason}; an interpolation ${{...}} must name a key of the config."
+            f"{where}: {reason}; an interpolation ${{...}} must name a key of the config."
         ) from err
     OmegaConf.resolve(cfg)
 
