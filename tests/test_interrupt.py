@@ -1,6 +1,7 @@
 """Processes: SIGINT, SIGTERM and kill -9 of a `search.workers=2` search leave no process behind and
-the rerun resumes to the uninterrupted answer; Ctrl-C stops a sweep, and a Gurobi or HiGHS solve, as
-an interrupt; two searches share one new SQLite MLflow store and one cache."""
+the rerun resumes to the uninterrupted answer; a batch finished ahead of its turn is saved at once;
+Ctrl-C stops a sweep, and a Gurobi or HiGHS solve, as an interrupt; two searches share one new SQLite
+MLflow store and one cache."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from phazec.cost.model import MODELS
+from phazec.errors import PhazecError
+from phazec.hw.system import system_from_config
 from phazec.interrupt import Interrupted, interruptible
+from phazec.search import explore
+from phazec.search.evaluate import Evaluator, Knobs, Timings
+from phazec.search.pool import Workers
+from phazec.solvers.schema import SolverConfig
+from tests.conftest import compose_config
 from tests.test_search import QUICK, SMALL, answer, search
 
 OVERRIDES = (
@@ -232,9 +244,54 @@ def test_a_killed_worker_stops_the_search_with_one_paragraph_and_it_resumes(
     (error,) = [line for line in stderr.splitlines() if line.startswith("phazec: error:")]
     assert "the search stopped at batch " in error
     assert "a worker process ended before it finished (killed, out of memory" in error
-    assert error.endswith("The batches before it are saved; the same command resumes from them.")
+    assert error.endswith("Every batch that finished is saved; the same command resumes from them.")
     assert seconds < 5.0
     assert_resumes(tmp_path, cache, caplog)
+
+
+def test_a_batch_finished_ahead_of_its_turn_is_saved_at_once() -> None:
+    """Batches 1 and 2 finish while batch 0 still runs: both are saved before it (batch 0 finishes when
+    batch 2 is saved); each batch's timings join the evaluator's only when it is taken; batch 3, failed
+    ahead of its turn, stops the search only when its turn comes."""
+    evaluator = Evaluator(
+        graphs={},
+        system=system_from_config(compose_config(*SMALL).system),
+        latency_model=MODELS["tiled"],
+        solver=SolverConfig(),
+        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+    )
+    futures: list[Future[tuple[str, Timings]]] = [Future() for _ in range(4)]
+    futures[1].set_result(("one", Timings(ilp_solves=10)))
+    futures[2].set_result(("two", Timings(ilp_solves=100)))
+    futures[3].set_exception(BrokenProcessPool("a worker died"))
+    saves: list[int] = []
+
+    def save(i: int, batch: object, found: str, timings: Timings) -> str:
+        saves.append(i)
+        if i == 2:
+            futures[0].set_result(("zero", Timings(ilp_solves=1)))
+        return found.upper()
+
+    with Workers(evaluator, 2) as workers:  # no task is submitted to its processes: only read back
+        assert workers.lookahead == 4
+        taken = explore._in_order(
+            [np.array([i]) for i in range(4)],
+            workers,
+            saved=lambda i, batch: None,
+            submit=lambda batch: futures[int(batch[0])],
+            save=save,
+            wanted=lambda i: True,
+        )
+        assert next(taken)[2:] == ("ZERO", True)
+        assert saves == [1, 2, 0]
+        assert evaluator.timings.ilp_solves == 1
+        assert next(taken)[2:] == ("ONE", True)
+        assert next(taken)[2:] == ("TWO", True)
+        assert evaluator.timings.ilp_solves == 111
+        stopped = r"^the search stopped at batch 3 \(1 designs, the first design 3\): a worker process ended"
+        with pytest.raises(PhazecError, match=stopped):
+            next(taken)
+    assert saves == [1, 2, 0]
 
 
 def test_sigterm_is_interrupted_with_status_143() -> None:

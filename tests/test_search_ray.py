@@ -214,17 +214,17 @@ def test_a_batch_failing_every_attempt_stops_the_search_and_keeps_saved_batches(
     failed = int(error.split("the search stopped at batch ")[1].split()[0])
     assert f"batch {failed} (2 designs, the first design {2 * failed}): " in error
     assert "it failed on Ray 1 time(s) (search.ray.retries=0)" in error
-    assert sorted(p.name for p in state.glob("batch_*.json")) == [
-        f"batch_{i:06d}.json" for i in range(failed)
-    ]
+    saved = {int(p.stem.removeprefix("batch_")) for p in state.glob("batch_*.json")}
+    assert set(range(failed)) <= saved  # and any batch after it that finished ahead of its turn
+    assert failed not in saved
     assert not (tmp_path / "ray" / "result.json").exists()
 
     # The same command resumes from the saved batches (here on the local executor) to the same answer.
     with caplog.at_level(logging.INFO, logger="phazec.search.explore"):
         search(tmp_path / "resumed", cache_dir, *EXHAUSTIVE, "search.workers=1")
-    if failed:
+    if saved:
         (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
-        assert message.startswith(f"resumed {2 * failed} of {DESIGNS} evaluated designs")
+        assert message.startswith(f"resumed {2 * len(saved)} of {DESIGNS} evaluated designs")
     same_files(tmp_path / "local", tmp_path / "resumed")
 
 

@@ -25,7 +25,7 @@ class Executor(Protocol):
     """Runs `Evaluator` methods on batches of designs; a context manager whose exit drops unread work."""
 
     evaluator: Evaluator
-    """The search's evaluator (its timings collect every task's)."""
+    """The search's evaluator (its timings collect those of every batch the search takes)."""
     count: int
     """Batches evaluated at once."""
 
@@ -33,9 +33,9 @@ class Executor(Protocol):
         """Start a task on a batch."""
         ...
 
-    def result(self, future: Future[tuple[T, Timings]]) -> T:
-        """A task's result, its timings added to the evaluator's. Raises what the task raised, or
-        BatchFailedError when the executor gave up on the batch after its retries."""
+    def result(self, future: Future[tuple[T, Timings]]) -> tuple[T, Timings]:
+        """A finished task's result and timings. Raises what the task raised, or BatchFailedError when
+        the executor gave up on the batch after its retries."""
         ...
 
     @property

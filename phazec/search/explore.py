@@ -22,9 +22,10 @@ the design's peak power under `search.objective=throughput_per_watt`.
 
 Batches never depend on the number of workers: with several workers up to two per worker are
 evaluated ahead, and results are taken in batch order, so a search gives the same answer with any
-number of processes. The answer is the candidate of least cost, ties going to the first in design
-order, then microbatch, sequence parallelism and variant order, as an exhaustive search in design
-order finds it.
+number of processes. A batch is saved as soon as it finishes, ahead of its turn or not, so a killed
+search loses only the batches still running. The answer is the candidate of least cost, ties going
+to the first in design order, then microbatch, sequence parallelism and variant order, as an
+exhaustive search in design order finds it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -234,18 +235,22 @@ def bounded(
     bound_batches = chunks(kept.astype(np.int64), batch_designs)
     bounds_s = np.full(len(designs), np.inf)
     resumed = 0
+
+    def save(i: int, batch: NDArray[np.int64], found: NDArray[np.float64], _: Timings) -> NDArray[np.float64]:
+        state.put_bounds(i, batch, found)
+        return found
+
     with progress("bounds", len(kept), "design") as bar:
-        for i, batch, found, fresh in _in_order(
+        for _, batch, found, fresh in _in_order(
             bound_batches,
-            state.bounds,
-            lambda batch: workers.submit(Evaluator.lower_bounds_s, designs.take(batch)),
             workers,
-            lambda i: True,
+            saved=state.bounds,
+            submit=lambda batch: workers.submit(Evaluator.lower_bounds_s, designs.take(batch)),
+            save=save,
+            wanted=lambda i: True,
         ):
             bounds_s[batch] = found
-            if fresh:
-                state.put_bounds(i, batch, found)
-            else:
+            if not fresh:
                 resumed += len(batch)
             bar.update(len(batch))
     if resumed:
@@ -336,21 +341,24 @@ def explore(
     minimises `objective_cost` with `weight`."""
     tally = _Tally(weight=weight)
     total = None if strategy.ends_early else sum(len(b) for b in strategy.batches)
+
+    def save(i: int, batch: NDArray[np.int64], found: list[Candidate], timings: Timings) -> list[Candidate]:
+        taken = _global(batch, found)
+        state.put_candidates(i, batch, taken, timings.unproven)
+        return taken
+
     with progress(name, total, "design") as bar:
-        for i, batch, found, fresh in _in_order(
+        for i, batch, taken, fresh in _in_order(
             strategy.batches,
-            state.candidates,
-            lambda batch: workers.submit(Evaluator.evaluate, designs.take(batch)),
             workers,
-            lambda i: strategy.wanted(i, tally.best_s),
+            saved=state.candidates,
+            submit=lambda batch: workers.submit(Evaluator.evaluate, designs.take(batch)),
+            save=save,
+            wanted=lambda i: strategy.wanted(i, tally.best_s),
         ):
-            taken = _global(batch, found) if fresh else found
-            unproven = workers.evaluator.timings.unproven
-            if fresh:
-                state.put_candidates(i, batch, taken, unproven)
-            else:
+            if not fresh:
                 tally.resumed += len(batch)
-                unproven.update(state.unproven(i, batch))
+                workers.evaluator.timings.unproven.update(state.unproven(i, batch))
             strategy.record(tally.take(batch, taken))
             bar.set_postfix_str(", ".join(filter(None, [strategy.status(), tally.summary])), refresh=False)
             bar.update(len(batch))
@@ -372,37 +380,75 @@ def _global(batch: NDArray[np.int64], found: list[Candidate]) -> list[Candidate]
     return [Candidate(int(batch[c.design]), c.microbatch, c.result) for c in found]
 
 
+@dataclass(frozen=True)
+class _Finished(Generic[T]):
+    """A batch's result before its turn: read from the saved state (no timings), or finished ahead of
+    its turn and saved (its timings, added to the evaluator's when the batch is taken)."""
+
+    value: T
+    timings: Timings | None
+
+
 def _in_order(
     batches: list[NDArray[np.int64]],
+    workers: Executor,
+    *,
     saved: Callable[[int, NDArray[np.int64]], T | None],
     submit: Callable[[NDArray[np.int64]], Future[tuple[T, Timings]]],
-    workers: Executor,
+    save: Callable[[int, NDArray[np.int64], T, Timings], T],
     wanted: Callable[[int], bool],
 ) -> Iterator[tuple[int, NDArray[np.int64], T, bool]]:
     """(index, batch, result, fresh) of each batch in order while `wanted(index)`; fresh is False for a
     result read from the saved state.
 
     Batches ahead of the current one that are wanted now (by the best so far) are started early, so
-    every worker stays busy; one that turns out not to be wanted is never read.
+    every worker stays busy; one that turns out not to be wanted is never taken. Each batch is saved
+    (`save(index, batch, result, its timings)`, which returns the result as the search keeps it) as
+    soon as it finishes, ahead of its turn or not, so a killed search loses only the batches still
+    running. A batch's timings join the evaluator's when it is taken, and a batch that failed ahead of
+    its turn raises only when its turn comes, so neither depends on which batches finish first.
     """
-    pending: dict[int, Future[tuple[T, Timings]] | T] = {}
+    pending: dict[int, Future[tuple[T, Timings]] | _Finished[T]] = {}
     for i, batch in enumerate(batches):
         if not wanted(i):
             return
         for j in range(i, min(len(batches), i + workers.lookahead)):
             if j not in pending and wanted(j):
                 got = saved(j, batches[j])
-                pending[j] = submit(batches[j]) if got is None else got
+                pending[j] = submit(batches[j]) if got is None else _Finished(got, None)
+        while isinstance(pending[i], Future):
+            running = {
+                future: j
+                for j, future in pending.items()
+                if isinstance(future, Future) and (j == i or not (future.done() and future.exception()))
+            }
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for j in sorted(running[future] for future in done):
+                future = pending[j]
+                assert isinstance(future, Future)
+                if j == i or future.exception() is None:
+                    pending[j] = _finish(j, batches[j], future, save, workers)
         entry = pending.pop(i)
-        if isinstance(entry, Future):
-            try:
-                found = workers.result(entry)
-            except BatchFailedError as err:
-                raise PhazecError(
-                    f"the search stopped at batch {i} ({len(batch)} designs, the first design {batch[0]}): "
-                    f"{str(err).rstrip('.')}. The batches before it are saved; the same command resumes "
-                    "from them."
-                ) from err
-            yield i, batch, found, True
-        else:
-            yield i, batch, entry, False
+        assert isinstance(entry, _Finished)
+        if entry.timings is not None:
+            workers.evaluator.timings.add(entry.timings)
+        yield i, batch, entry.value, entry.timings is not None
+
+
+def _finish(
+    i: int,
+    batch: NDArray[np.int64],
+    future: Future[tuple[T, Timings]],
+    save: Callable[[int, NDArray[np.int64], T, Timings], T],
+    workers: Executor,
+) -> _Finished[T]:
+    """Batch i read from its finished task and saved, or the error saying where the search stopped."""
+    try:
+        found, timings = workers.result(future)
+    except BatchFailedError as err:
+        raise PhazecError(
+            f"the search stopped at batch {i} ({len(batch)} designs, the first design {batch[0]}): "
+            f"{str(err).rstrip('.')}. Every batch that finished is saved; the same command resumes "
+            "from them."
+        ) from err
+    return _Finished(save(i, batch, found, timings), timings)

@@ -95,26 +95,24 @@ class Workers:
         with deferred():  # a submit may start a worker: a signal waits until it has its data
             return self._pool.submit(_run_in_worker, task, designs)
 
-    def result(self, future: Future[tuple[T, Timings]]) -> T:
-        """A task's result; the seconds it took are added to the evaluator's timings. Raises
-        BatchFailedError when a worker process ended without finishing it (killed, out of memory, or a
-        crash in a solver or the C++ extension): the pool cannot run it again."""
+    def result(self, future: Future[tuple[T, Timings]]) -> tuple[T, Timings]:
+        """A task's result and timings. Raises BatchFailedError when a worker process ended without
+        finishing it (killed, out of memory, or a crash in a solver or the C++ extension): the pool
+        cannot run it again."""
         try:
-            value, timings = future.result()
+            return future.result()
         except BrokenExecutor as err:
             raise BatchFailedError(
                 f"a worker process ended before it finished (killed, out of memory, or a crash in a solver "
                 f"or the C++ extension; {str(err).rstrip('.')})"
             ) from err
-        self.evaluator.timings.add(timings)
-        return value
 
     def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop the workers at once: batches still running are not wanted (the search took what it
-        needed, or was interrupted; every batch it took is saved)."""
+        needed, or was interrupted; every batch that finished is saved)."""
         if self._pool is None:
             return
         processes = list(self._pool._processes.values())  # the executor's own map of its workers

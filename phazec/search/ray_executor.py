@@ -131,7 +131,7 @@ class RayWorkers:
         )
         self._pending: dict[Future[Any], tuple[Any, Any]] = {}
         self.batches_per_node: Counter[str] = Counter()
-        """Batches read so far, by the id of the node that ran them."""
+        """Batches finished so far (taken or not yet), by the id of the node that ran them."""
         log.info("Ray: %d CPUs in the cluster, %d batches at once", cpus, self.count)
 
     def submit(self, task: Task[T], designs: Designs) -> Future[tuple[T, Timings]]:
@@ -141,22 +141,20 @@ class RayWorkers:
         self._pending[future] = (found, node)
         return future
 
-    def result(self, future: Future[tuple[T, Timings]]) -> T:
-        """A task's result; the seconds it took are added to the evaluator's timings. Raises BatchFailedError
-        when the task failed on every attempt."""
+    def result(self, future: Future[tuple[T, Timings]]) -> tuple[T, Timings]:
+        """A task's result and timings. Raises BatchFailedError when the task failed on every attempt."""
         import ray
 
         _, node = self._pending.pop(future)
         try:
-            value, timings = future.result()
+            found = future.result()
             self.batches_per_node[ray.get(node)] += 1
         except ray.exceptions.RayError as err:
             raise BatchFailedError(
                 f"it failed on Ray {self._retries + 1} time(s) (search.ray.retries={self._retries}): "
                 f"{cause(err)}"
             ) from err
-        self.evaluator.timings.add(timings)
-        return value
+        return found
 
     def __enter__(self) -> RayWorkers:
         return self

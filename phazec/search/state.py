@@ -109,8 +109,7 @@ class SearchState:
         unproven: dict[str, tuple[float, float]],
     ) -> None:
         """Save the candidates (global design indices) of evaluated batch `index`, with the unproven
-        schedules the search has met so far (those of this batch among them), so that a resumed
-        search still lists them."""
+        schedules its evaluation used, so that a search resuming it still lists them."""
         self._write(
             f"batch_{index:06d}.json",
             designs,
