@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigTypeError, OmegaConfBaseException
 
 from phazec.config import conf_dir
 from phazec.errors import PhazecError
@@ -47,12 +47,15 @@ KEY_DETAILS = ("full_key:", "reference_type=", "object_type=")
 def hydra_message(err: HydraException) -> str:
     """Hydra's error for a command line it cannot compose, as one paragraph: its lines and OmegaConf's
     cause as sentences, a list of available options comma-separated, without the config search path
-    and OmegaConf's class details; an override Hydra cannot parse is named first, and a key the schema
-    does not have is listed with the keys it has."""
+    and OmegaConf's class details; an override Hydra cannot parse is named first, a key the schema
+    does not have is listed with the keys it has, and a list given for a mapping (or the reverse) says
+    which form to give."""
     cause = err.__cause__
     fields = schema_fields(cause.object_type) if isinstance(cause, ConfigAttributeError) else None
     if isinstance(cause, ConfigAttributeError) and fields is not None:
         return unknown_key(str(cause.full_key), fields)
+    if isinstance(cause, ConfigTypeError) and str(cause).startswith("Cannot merge") and cause.full_key:
+        return form_mismatch(str(err).splitlines()[0].removeprefix("Error merging override "), cause.full_key)
     lines = str(err).splitlines()
     if isinstance(cause, OmegaConfBaseException):
         lines += str(cause).splitlines()
@@ -75,6 +78,26 @@ def hydra_message(err: HydraException) -> str:
     if isinstance(err, OverrideParseException):
         return f"{err.override} is not a valid override: {text}"
     return text
+
+
+def form_mismatch(override: str, key: str) -> str:
+    """The message for an override that gives a list where the config holds a mapping, or the reverse:
+    Hydra merges an override into the node it replaces, and cannot merge the one into the other. A
+    hardware knob is a list on some presets and a range `{pow2: [lo, hi]}` on others."""
+    to_list = override.partition("=")[2].lstrip().startswith("[")
+    given, held = ("a list", "a mapping") if to_list else ("a mapping", "a list")
+    how = f"Give {key} as {held}."
+    if key.startswith("hw.") and key.count(".") == 1:
+        how = (
+            f"This preset gives {key} as a range: give {key}={{pow2:[lo,hi]}}, or {key}={{pow2:[v,v]}} "
+            "for one value v (a power of two)."
+            if to_list
+            else f"This preset lists {key}'s values: give a list, such as {key}=[1,2,4]."
+        )
+    return (
+        f"{override} cannot be applied: {key} holds {held} here, and an override is merged into the value "
+        f"it replaces, so {given} cannot replace it. {how}"
+    )
 
 
 def schema_fields(kind: Any) -> list[str] | None:

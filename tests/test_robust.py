@@ -413,6 +413,18 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
     # Hydra appends a key the schema lacks; nothing would read it.
     with pytest.raises(PhazecError, match=r"^hw.device.hbm_share is not a key of hw.device; valid keys: "):
         api.plan("+hw.device.hbm_share=true", out_dir=tmp_path)
+    # A list for a range, a range for a list: Hydra merges an override into the node it replaces.
+    with pytest.raises(PhazecError) as range_preset:
+        api.search("hw=tpu_area", "hw.num_tc=[4]", out_dir=tmp_path)
+    assert str(range_preset.value) == (
+        "hw.num_tc=[4] cannot be applied: hw.num_tc holds a mapping here, and an override is merged into the "
+        "value it replaces, so a list cannot replace it. This preset gives hw.num_tc as a range: give "
+        "hw.num_tc={pow2:[lo,hi]}, or hw.num_tc={pow2:[v,v]} for one value v (a power of two)."
+    )
+    with pytest.raises(PhazecError, match=r"preset lists hw.glb_bytes's values: give a list, such as hw.glb"):
+        api.search("hw=tpu_small", "hw.glb_bytes={pow2:[1,4]}", out_dir=tmp_path)
+    with pytest.raises(PhazecError, match=r"a mapping cannot replace it. Give model.tp_widths as a list.$"):
+        api.search("model.tp_widths={a:1}", out_dir=tmp_path)
     sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "hw.num_vc=glob(*)"]
     fixed = ["train.microbatch=[8,16]"]
     assert validate.sweep_command_lines(sweeps) == [
