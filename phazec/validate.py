@@ -151,26 +151,62 @@ def resolve(cfg: DictConfig) -> None:
 
 def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str]]:
     """The command lines that check a multirun's overrides before its first job: the overrides that are
-    not sweeps, then those with each value of each choice sweep (`hw=tpuv4,tpu_small`) and the first
-    value of each range sweep in turn. Glob and interval sweeps are left to Hydra.
+    not sweeps, then those with each value of each choice sweep (`hw=tpuv4,tpu_small`), each preset a
+    glob picks (`hw=glob(tpu*)`) and the first value of each range sweep in turn.
 
     Raises:
-        PhazecError: an override Hydra cannot parse (`hydra_message`).
+        PhazecError: an override Hydra cannot parse (`hydra_message`), a glob that picks no preset or
+            names no config group of phazec's, or an interval sweep for Hydra's basic sweeper.
     """
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as err:
         raise PhazecError(hydra_message(err)) from err
+    basic = not any(override.key_or_group == "hydra/sweeper" for override in parsed)
     fixed = [str(override.input_line) for override in parsed if not override.is_sweep_override()]
     lines = [fixed]
     for override in parsed:
-        if override.is_range_sweep() or (
-            override.is_choice_sweep() and not isinstance(override.value(), Glob)
-        ):
+        key = override.get_key_element()
+        if override.is_interval_sweep() and basic:
+            raise PhazecError(
+                f"{override.input_line} cannot be swept: an interval is sampled by a sweeper such as "
+                "Hydra's Optuna sweeper (hydra/sweeper=optuna), and a multirun uses Hydra's basic sweeper, "
+                "which takes values (key=a,b,c) or a range (key=range(start,stop,step))."
+            )
+        glob = override.value()
+        if isinstance(glob, Glob):
+            values = glob_presets(str(override.input_line), override.key_or_group, glob)
+        elif override.is_choice_sweep() or override.is_range_sweep():
             values = list(override.sweep_string_iterator())
-            for value in values if override.is_choice_sweep() else values[:1]:
-                lines.append([*fixed, f"{override.get_key_element()}={value}"])
+            values = values if override.is_choice_sweep() else values[:1]
+        else:
+            continue
+        lines += [[*fixed, f"{key}={value}"] for value in values]
     return lines
+
+
+def glob_presets(override: str, group: str, glob: Glob) -> list[str]:
+    """The presets of config group `group` that `glob` picks; [] for Hydra's own groups (hydra/...),
+    which phazec leaves to Hydra.
+
+    Raises:
+        PhazecError: `group` is not one of phazec's config groups, or the glob picks none of its presets.
+    """
+    if group == "hydra" or group.startswith("hydra/"):
+        return []
+    root = Path(conf_dir())
+    folder = root / group
+    groups = sorted(path.name for path in root.iterdir() if path.is_dir() and path.name != "hydra")
+    if not folder.is_dir():
+        raise PhazecError(
+            f"{override} cannot be swept: glob() picks presets of a config group ({', '.join(groups)}), "
+            f"and {group} is not one; sweep a value with key=a,b,c or key=range(start,stop,step)."
+        )
+    presets = sorted(path.stem for path in folder.glob("*.yaml"))
+    picked: list[str] = glob.filter(presets)
+    if not picked:
+        raise PhazecError(f"{override} picks no preset of {group}; its presets: {', '.join(presets)}.")
+    return picked
 
 
 def finite_numbers(node: Any, prefix: str = "") -> None:

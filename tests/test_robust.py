@@ -425,13 +425,26 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         api.search("hw=tpu_small", "hw.glb_bytes={pow2:[1,4]}", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"a mapping cannot replace it. Give model.tp_widths as a list.$"):
         api.search("model.tp_widths={a:1}", out_dir=tmp_path)
-    sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "hw.num_vc=glob(*)"]
+    sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "model=glob(bert*)"]
     fixed = ["train.microbatch=[8,16]"]
     assert validate.sweep_command_lines(sweeps) == [
         fixed,
         [*fixed, "hw=tpuv4"],
         [*fixed, "hw=tpu_small"],
         [*fixed, "search.seed=0"],
+        [*fixed, "model=bert_large"],
+    ]
+    hw = ", ".join(sorted(p.stem for p in (Path(conf_dir()) / "hw").glob("*.yaml")))
+    with pytest.raises(PhazecError, match=rf"^hw=glob\(nope\*\) picks no preset of hw; its presets: {hw}.$"):
+        validate.sweep_command_lines(["hw=glob(nope*)"])  # Hydra would launch no job and exit 0
+    with pytest.raises(
+        PhazecError, match=r"^search.seed=glob\(\*\) cannot be swept: glob\(\) picks presets of"
+    ):
+        validate.sweep_command_lines(["search.seed=glob(*)"])
+    with pytest.raises(PhazecError, match=r"^train.microbatch=interval\(1,4\) cannot be swept: an interval "):
+        validate.sweep_command_lines(["train.microbatch=interval(1,4)"])  # Hydra: a traceback
+    assert validate.sweep_command_lines(["hydra/sweeper=optuna", "search.seed=interval(0,1)"]) == [
+        ["hydra/sweeper=optuna"]
     ]
     assert not list(tmp_path.iterdir())
 
