@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Glob
+from hydra.core.override_parser.types import Glob, Override, RangeSweep
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigTypeError, OmegaConfBaseException
@@ -155,8 +155,9 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
     glob picks (`hw=glob(tpu*)`) and the first value of each range sweep in turn.
 
     Raises:
-        PhazecError: an override Hydra cannot parse (`hydra_message`), a glob that picks no preset or
-            names no config group of phazec's, or an interval sweep for Hydra's basic sweeper.
+        PhazecError: an override Hydra cannot parse (`hydra_message`), a range with no value, a glob
+            that picks no preset or names no config group of phazec's, or an interval sweep for Hydra's
+            basic sweeper.
     """
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -173,16 +174,34 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
                 "Hydra's Optuna sweeper (hydra/sweeper=optuna), and a multirun uses Hydra's basic sweeper, "
                 "which takes values (key=a,b,c) or a range (key=range(start,stop,step))."
             )
-        glob = override.value()
-        if isinstance(glob, Glob):
-            values = glob_presets(str(override.input_line), override.key_or_group, glob)
-        elif override.is_choice_sweep() or override.is_range_sweep():
+        value = override.value()
+        if isinstance(value, Glob):
+            values = glob_presets(str(override.input_line), override.key_or_group, value)
+        elif isinstance(value, RangeSweep):
+            values = range_start(override, value)
+        elif override.is_choice_sweep():
             values = list(override.sweep_string_iterator())
-            values = values if override.is_choice_sweep() else values[:1]
         else:
             continue
         lines += [[*fixed, f"{key}={value}"] for value in values]
     return lines
+
+
+def range_start(override: Override, sweep: RangeSweep) -> list[str]:
+    """The first value of a range sweep, as Hydra gives it to its first job, in a one-item list.
+
+    Raises:
+        PhazecError: the range has a step of 0 or no value (Hydra would stop with a traceback, or
+            launch no job and exit 0).
+    """
+    assert sweep.start is not None and sweep.stop is not None
+    if sweep.step == 0 or (sweep.stop - sweep.start) * sweep.step <= 0:
+        raise PhazecError(
+            f"{override.input_line} sweeps no value: range(start, stop, step) runs from start up to stop "
+            "(not included) by a step that is not 0 and points from start to stop, e.g. range(1,4) or "
+            "range(8,0,-2)."
+        )
+    return [next(override.sweep_string_iterator())]
 
 
 def glob_presets(override: str, group: str, glob: Glob) -> list[str]:

@@ -443,6 +443,17 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         validate.sweep_command_lines(["search.seed=glob(*)"])
     with pytest.raises(PhazecError, match=r"^train.microbatch=interval\(1,4\) cannot be swept: an interval "):
         validate.sweep_command_lines(["train.microbatch=interval(1,4)"])  # Hydra: a traceback
+    for empty in ("range(0)", "range(5,1)", "range(0,3,0)"):  # Hydra: no job and exit 0, or a traceback
+        with pytest.raises(PhazecError) as no_value:
+            validate.sweep_command_lines([f"search.seed={empty}"])
+        assert str(no_value.value).startswith(
+            f"search.seed={empty} sweeps no value: range(start, stop, step) "
+        )
+    assert validate.sweep_command_lines(["search.seed=range(8,0,-2)", "solver.mip_gap=range(0,1,0.5)"]) == [
+        [],
+        ["search.seed=8"],
+        ["solver.mip_gap=0.0"],
+    ]
     assert validate.sweep_command_lines(["hydra/sweeper=optuna", "search.seed=interval(0,1)"]) == [
         ["hydra/sweeper=optuna"]
     ]
