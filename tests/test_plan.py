@@ -4,6 +4,7 @@ GPT block; `phazec-plan` against `phazec` on the same fixed plan; bad plans."""
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import subprocess
 import sys
@@ -538,3 +539,29 @@ def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) ->
     plan = result["plan"]
     knobs = ("tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer")
     assert tuple(str(plan[k]) for k in knobs) in fastest
+
+
+def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) -> None:
+    """`phazec-plan -m`: only the command line's sweeps run (not the search knobs tpuv4's sweep file
+    declares), every job is read from its plan.json, and the best is the fastest plan that fits."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run(
+        [sys.executable, "-c", "from phazec.cli import plan_main; plan_main()", "-m", *PLAN,
+         "plan.microbatch=1,2", "system.hbm_gb=[80],[0.0001]", f"cache_dir={cache_dir}", "tracking=none",
+         f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with (sweep / "sweep_comparison.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["overrides"], r["status"]) for r in rows] == [
+        ("plan.microbatch=1 system.hbm_gb=[80]", "ok"),
+        ("plan.microbatch=1 system.hbm_gb=[0.0001]", "over HBM"),
+        ("plan.microbatch=2 system.hbm_gb=[80]", "ok"),
+        ("plan.microbatch=2 system.hbm_gb=[0.0001]", "over HBM"),
+    ]
+    throughputs = [float(r["throughput_samples_per_s"]) for r in rows]
+    assert throughputs[0] == throughputs[1] and throughputs[2] == throughputs[3]  # memory does not time
+    best = json.loads((sweep / "sweep_best.json").read_text())
+    assert best["job"] == (0 if throughputs[0] > throughputs[2] else 2)
+    assert best["result"]["samples_per_s"] == max(throughputs)

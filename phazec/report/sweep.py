@@ -1,9 +1,11 @@
 """The summary of a multirun sweep: every job's outcome, the overall best, a comparison table.
 
-A job is a directory of the sweep holding `.hydra/overrides.yaml`; it succeeded iff it holds
-`result.json`. The best job has the highest throughput (the first such job on ties), so the sweep's
-best equals one run searching the union of the jobs' knob lists. A job searching several models
-(`model=[a,b,...]`) is ranked by its mean throughput on its common design.
+A job is a directory of the sweep holding `.hydra/overrides.yaml`; it succeeded iff it holds its
+command's output: `result.json` (`phazec`), `plan.json` (`phazec-plan`) or `ir.json` (`phazec-ir`).
+The best job has the highest throughput (the first such job on ties), so a search sweep's best
+equals one run searching the union of the jobs' knob lists. A job searching several models
+(`model=[a,b,...]`) is ranked by its mean throughput on its common design; a plan by its own, if it
+fits in HBM; a lowering is not ranked.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 BEST_JSON = "sweep_best.json"
 COMPARISON_CSV = "sweep_comparison.csv"
 COMPARISON_TXT = "sweep_comparison.txt"
+OUTPUTS = {"search": "result.json", "plan": "plan.json", "ir": "ir.json"}
+"""The file each kind of job writes when it succeeds."""
 COLUMNS = (
     "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "area_mm2",
     "speedup_vs_tpuv4", "microbatch", "recompute", "tp", "pp", "dp", "hbm_bytes", "dir",
@@ -43,7 +47,18 @@ class SweepJob:
     """The job's command-line overrides."""
     dir: Path
     result: dict[str, Any] | None
-    """Its result.json; None when the job failed."""
+    """Its output (`OUTPUTS`); None when the job failed."""
+    kind: str = "search"
+    """Which command's output `result` is: a key of `OUTPUTS`."""
+
+    @property
+    def throughput(self) -> float | None:
+        """What the job is ranked by: a search's headline throughput, a plan's samples per second if it
+        fits in HBM; None for a failed job, a plan that does not fit and a lowering."""
+        r = self.result
+        if r is None or self.kind == "ir" or (self.kind == "plan" and not r["fits"]):
+            return None
+        return float(r["samples_per_s"]) if self.kind == "plan" else headline_throughput(r)
 
 
 @dataclass(frozen=True)
@@ -64,27 +79,39 @@ def gather(sweep_dir: Path) -> list[SweepJob]:
         hydra_cfg = OmegaConf.load(overrides_path.parent / "hydra.yaml")
         overrides = OmegaConf.to_container(OmegaConf.load(overrides_path))
         assert isinstance(overrides, list)
-        result_path = job_dir / "result.json"
-        result = json.loads(result_path.read_text()) if result_path.is_file() else None
-        jobs.append(SweepJob(int(hydra_cfg.hydra.job.num), [str(o) for o in overrides], job_dir, result))
+        kind = next((k for k, name in OUTPUTS.items() if (job_dir / name).is_file()), "search")
+        output = job_dir / OUTPUTS[kind]
+        result = json.loads(output.read_text()) if output.is_file() else None
+        num = int(hydra_cfg.hydra.job.num)
+        jobs.append(SweepJob(num, [str(o) for o in overrides], job_dir, result, kind))
     return sorted(jobs, key=lambda j: j.num)
 
 
 def best_job(jobs: list[SweepJob]) -> SweepJob | None:
-    """The succeeded job with the highest throughput, the first one on ties."""
-    done = [j for j in jobs if j.result is not None]
-    return max(done, key=lambda j: headline_throughput(j.result) if j.result else 0.0, default=None)
+    """The ranked job (`SweepJob.throughput`) with the highest throughput, the first one on ties."""
+    ranked = [(j.throughput, j) for j in jobs if j.throughput is not None]
+    return max(ranked, key=lambda pair: pair[0], default=(0.0, None))[1]
 
 
 def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
     """One row of the comparison table: the job's overrides except the `shared` ones, and its figures
     (empty for a failed job; for several models, the mean throughput and the common design's area
-    and HBM, the per-model figures being in its result.json)."""
+    and HBM, the per-model figures being in its result.json; for a plan, its figures and "over HBM"
+    when it does not fit; for a lowering, none)."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     own = " ".join(o for o in job.overrides if o not in shared)
     row.update(job=job.num, status="failed", overrides=own, dir=str(job.dir))
     r = job.result
-    if r is not None and is_multi(r):
+    if r is not None and job.kind == "ir":
+        row.update(status="ok")
+    elif r is not None and job.kind == "plan":
+        row.update(
+            status="ok" if r["fits"] else "over HBM",
+            throughput_samples_per_s=r["samples_per_s"],
+            time_per_batch_s=r["time_per_batch_s"],
+            **{key: r[key] for key in ("microbatch", "recompute", "tp", "pp", "dp")},
+        )
+    elif r is not None and is_multi(r):
         row.update(
             status="ok",
             throughput_samples_per_s=headline_throughput(r),

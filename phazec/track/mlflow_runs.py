@@ -356,14 +356,15 @@ class MlflowCallback(SweepCallback):
         client = self._client()
         failed_jobs = sum(j.result is None for j in summary.jobs)
         metrics = {"jobs": float(len(summary.jobs)), "jobs_failed": float(failed_jobs)}
-        if summary.best is not None and summary.best.result is not None:
-            metrics |= job_metrics(summary.best.result) | {"best_job": float(summary.best.num)}
+        best = summary.best
+        if best is not None and best.result is not None:
+            figures = plan_metrics if best.kind == "plan" else job_metrics
+            metrics |= figures(best.result) | {"best_job": float(best.num)}
         self._log_metrics(self._parent_id, metrics)
         for path in summary.paths:
             client.log_artifact(self._parent_id, str(path))
         ran = [{"job": j.num, "overrides": j.overrides, "status": "ok" if j.result else "failed"}
                for j in summary.jobs]  # fmt: skip
         client.log_dict(self._parent_id, {"jobs": ran}, JOBS_JSON)
-        client.set_terminated(self._parent_id, "FAILED" if failed or failed_jobs else "FINISHED")
         status = "KILLED" if self.interrupted else "FAILED" if failed or failed_jobs else "FINISHED"
         client.set_terminated(self._parent_id, status)
