@@ -174,11 +174,11 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
                 "Hydra's Optuna sweeper (hydra/sweeper=optuna), and a multirun uses Hydra's basic sweeper, "
                 "which takes values (key=a,b,c) or a range (key=range(start,stop,step))."
             )
-        value = override.value()
-        if isinstance(value, Glob):
-            values = glob_presets(str(override.input_line), override.key_or_group, value)
-        elif isinstance(value, RangeSweep):
-            values = range_start(override, value)
+        sweep = override.value()
+        if isinstance(sweep, Glob):
+            values = glob_presets(str(override.input_line), override.key_or_group, sweep)
+        elif isinstance(sweep, RangeSweep):
+            values = range_start(override, sweep)
         elif override.is_choice_sweep():
             values = list(override.sweep_string_iterator())
         else:

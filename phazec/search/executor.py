@@ -2,8 +2,8 @@
 
 `search.executor=local` uses worker processes on this machine (`phazec.search.pool.Workers`); `ray`
 sends each batch as a Ray task to a cluster (`phazec.search.ray_executor.RayWorkers`). Either way a
-batch's result is read when the search asks for it, in its own order, so the answer does not depend on
-the executor, the number of workers or which finishes first.
+batch is saved as soon as it finishes and taken in the search's own order, so the answer does not
+depend on the executor, the number of workers or which finishes first.
 """
 
 from __future__ import annotations

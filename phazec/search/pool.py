@@ -4,7 +4,7 @@ Each worker gets a copy of the Evaluator once (pickled when it starts) and share
 schedule cache, whose files are written atomically. Workers ignore SIGINT (the parent handles it),
 exit as soon as their parent is gone (even after kill -9), and are terminated when the pool is left,
 so no worker outlives its search. A task runs one Evaluator method on one batch
-and returns its result with the seconds the worker spent on it; the caller reads results in its
+and returns its result with the seconds the worker spent on it; the caller takes results in its
 own order, so the answer never depends on how many workers there are or which finishes first.
 """
 
