@@ -283,6 +283,12 @@ def conf_dir() -> str:
     return str(packaged if packaged.is_dir() else here.parent / "conf")
 
 
+def group_presets(group: str, root: Path | None = None) -> list[str]:
+    """The names of config group `group`'s presets (its YAML files) under `root` (default: `conf_dir()`),
+    sorted; none for a folder that does not exist."""
+    return sorted(path.stem for path in (root or Path(conf_dir())).joinpath(group).glob("*.yaml"))
+
+
 def register() -> None:
     """Register the schema with Hydra and the run-directory resolver; called before composition."""
     ConfigStore.instance().store(name="phazec_schema", node=Config)

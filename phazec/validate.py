@@ -28,7 +28,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigTypeError, OmegaConfBaseException
 
-from phazec.config import conf_dir
+from phazec.config import conf_dir, group_presets
 from phazec.errors import PhazecError
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,7 @@ def hydra_message(err: HydraException) -> str:
     text = " ".join(s if s.endswith((".", ":")) else f"{s}." for s in sentences)
     if isinstance(err, MissingConfigException) and err.options is None and err.missing_cfg_file:
         group = err.missing_cfg_file.partition("/")[0]  # a preset named in a list: Hydra lists none
-        presets = ", ".join(sorted(path.stem for path in (Path(conf_dir()) / group).glob("*.yaml")))
-        text += f" Available options in '{group}': {presets}."
+        text += f" Available options in '{group}': {', '.join(group_presets(group))}."
     if isinstance(err, OverrideParseException):
         return f"{err.override} is not a valid override: {text}"
     return text
@@ -221,7 +220,7 @@ def glob_presets(override: str, group: str, glob: Glob) -> list[str]:
             f"{override} cannot be swept: glob() picks presets of a config group ({', '.join(groups)}), "
             f"and {group} is not one; sweep a value with key=a,b,c or key=range(start,stop,step)."
         )
-    presets = sorted(path.stem for path in folder.glob("*.yaml"))
+    presets = group_presets(group)
     picked: list[str] = glob.filter(presets)
     if not picked:
         raise PhazecError(f"{override} picks no preset of {group}; its presets: {', '.join(presets)}.")

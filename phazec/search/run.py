@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 from phazec import atomic, validate
-from phazec.config import validate_search
+from phazec.config import group_presets, validate_search
 from phazec.configure import Job, setup
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
@@ -302,8 +302,8 @@ def model_preset(conf_dir: Path, name: str, overrides: dict[str, Any] | None = N
     `model.<key>` overrides (key without the `model.` prefix) applied."""
     path = conf_dir / "model" / f"{name}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
-        raise PhazecError(f"unknown model preset {name!r} in the model list; presets: {', '.join(known)}.")
+        known = ", ".join(group_presets("model", conf_dir))
+        raise PhazecError(f"unknown model preset {name!r} in the model list; presets: {known}.")
     node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
     for key, value in (overrides or {}).items():
         OmegaConf.update(node, key, value, merge=True)
