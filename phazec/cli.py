@@ -113,23 +113,35 @@ def run_ir(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 register()
 
 
-@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
-def _search_app(cfg: DictConfig) -> None:
+def _job(cfg: DictConfig, work: Callable[[DictConfig, list[str], Path], object]) -> None:
+    """A Hydra job of any of the commands: check the command line, then do `work` with the config, the
+    command line's overrides and the run directory. A PhazecError leaves as a `JobError`, so Hydra
+    records the job as failed and its callbacks see it (`UserErrorExit` ends a single run, a multirun
+    goes on with its other jobs); a signal leaves as `Interrupted`."""
     _STARTED.append(True)
-    out_dir = output_dir()
     overrides = override_strings(HydraConfig.get().overrides.task)
     try:
         validate.command_line(cfg, overrides)
         with interruptible():
-            result = search_config(cfg, overrides, out_dir)
+            work(cfg, overrides, output_dir())
     except PhazecError as err:
         raise JobError(str(err)) from err
+
+
+def _print_search(cfg: DictConfig, overrides: list[str], out_dir: Path) -> None:
+    """Search as configured, print the result's tables and write its files to `out_dir`."""
+    result = search_config(cfg, overrides, out_dir)
     if is_multi(result):
         for name in result["model"]:
             print(result_table(json.loads((out_dir / name / "result.json").read_text())))
         print(multi_table(result))
     else:
         print(result_table(result))
+
+
+@hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
+def _search_app(cfg: DictConfig) -> None:
+    _job(cfg, _print_search)
 
 
 _STARTED: list[bool] = []
@@ -187,13 +199,7 @@ def main() -> None:
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="ir")
 def _ir_app(cfg: DictConfig) -> None:
-    _STARTED.append(True)
-    try:
-        with user_errors(), interruptible():
-            validate.command_line(cfg, override_strings(HydraConfig.get().overrides.task))
-            run_ir(cfg, output_dir())
-    except Interrupted as err:
-        exit_interrupted(err)
+    _job(cfg, lambda cfg, overrides, out_dir: run_ir(cfg, out_dir))
 
 
 def ir_main() -> None:
@@ -203,13 +209,7 @@ def ir_main() -> None:
 
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="plan")
 def _plan_app(cfg: DictConfig) -> None:
-    _STARTED.append(True)
-    try:
-        validate.command_line(cfg, override_strings(HydraConfig.get().overrides.task))
-        with interruptible():
-            run_plan(cfg, output_dir())
-    except PhazecError as err:
-        raise JobError(str(err)) from err
+    _job(cfg, lambda cfg, overrides, out_dir: run_plan(cfg, out_dir))
 
 
 def plan_main() -> None:

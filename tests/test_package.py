@@ -46,8 +46,10 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_di
     (wheel,) = dist.glob("phazec-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         packaged = {name for name in archive.namelist() if name.startswith("phazec/conf/")}
+        plugin = "hydra_plugins/phazec_sweeper/sweeper.py" in archive.namelist()
     presets = {f"phazec/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")}
     assert presets and packaged == presets
+    assert plugin  # phazec's sweeper, which Hydra finds only in the hydra_plugins package
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
@@ -88,3 +90,9 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_di
     assert {p.relative_to(cache).parts[0] for p in created} == {"schedules", "search"}
     assert {stat.S_IMODE(p.stat().st_mode) for p in created} == {0o777 & ~UMASK}
     assert not (tmp_path / "phazec.db").exists()
+
+    # A multirun: Hydra finds phazec's sweeper (the configs' default) in the installed wheel.
+    run(venv / "bin" / "phazec-ir", "-m", "model=bert_large", "parallel.tp=1,2", f"cache_dir={cache}",
+        "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+    summary = (tmp_path / "sweep" / "sweep_comparison.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in summary[1:]] == [["0", "ok"], ["1", "ok"]]

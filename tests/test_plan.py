@@ -560,6 +560,12 @@ def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) 
         ("plan.microbatch=2 system.hbm_gb=[80]", "ok"),
         ("plan.microbatch=2 system.hbm_gb=[0.0001]", "over HBM"),
     ]
+    assert list(rows[0]) == [
+        "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch",
+        "recompute", "tp", "pp", "dp", "memory_bytes", "hbm_bytes", "dir", "error",
+    ]  # fmt: skip
+    assert [r["hbm_bytes"] for r in rows] == ["80000000000", "100000"] * 2
+    assert all(int(r["memory_bytes"]) > 100_000 for r in rows)
     throughputs = [float(r["throughput_samples_per_s"]) for r in rows]
     assert throughputs[0] == throughputs[1] and throughputs[2] == throughputs[3]  # memory does not time
     best = json.loads((sweep / "sweep_best.json").read_text())

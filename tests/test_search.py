@@ -113,7 +113,10 @@ def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:
     [
         (("search.strategy=random",), r"search.strategy='random' is not a strategy"),
         (("train.microbatch=[3]",), r"train.microbatch values \[3\] do not divide the global batch 4096"),
-        (("system.hbm_gb=[0.001]",), r"no training plan fits in HBM of \[0.0\] GB on any design\. The plan"),
+        (
+            ("system.hbm_gb=[0.001]",),
+            r"no training plan fits in HBM of \[0.001\] GB on any design\. The plan",
+        ),
         (("hw.area_budget_mm2=1.0",), r"area"),
         (("search.workers=0",), r"search.workers=0 is not valid: give a number of processes >= 1"),
         (

@@ -7,6 +7,7 @@ through the session's cache directory.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -143,6 +144,7 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
 
 
 def test_failed_job_ends_failed_and_the_other_job_finishes(tmp_path: Path, cache_dir: Path) -> None:
+    # The failing job first, in batches of one: Hydra's basic sweeper would stop after it.
     uri = f"sqlite:///{tmp_path / 'store' / 'runs.db'}"
     (tmp_path / "store").mkdir()
     done = phazec(
@@ -151,21 +153,33 @@ def test_failed_job_ends_failed_and_the_other_job_finishes(tmp_path: Path, cache
         "-m",
         *JOB,
         "train.microbatch=[8]",
-        "system.hbm_gb=[32],[0.001]",
+        "system.hbm_gb=[0.001],[32]",
+        "hydra.sweeper.max_batch_size=1",
         f"tracking.uri={uri}",
     )
     assert done.returncode == 1
-    assert "no training plan fits in HBM" in done.stderr and "Traceback" not in done.stderr
+    sweep_dir = job_dirs(tmp_path)[0].parent
+    message = (
+        f"phazec: error: 1 of 2 jobs of the sweep failed; every job's outcome is in "
+        f"{sweep_dir.relative_to(tmp_path) / 'sweep_comparison.txt'}, each failed job's error in error.txt "
+        "in its directory.\n  job 0 (system.hbm_gb=[0.001]): no training plan fits in HBM of [0.001] GB "
+        "on any design."
+    )
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and "HYDRA_FULL_ERROR" not in done.stderr
+    assert "job 0 failed: no training plan fits" in done.stdout  # said when it failed, too
     parent, *children = runs(uri)
     statuses = {c.data.params["system.hbm_gb"]: c.info.status for c in children}
     assert statuses == {"[32.0]": "FINISHED", "[0.001]": "FAILED"}
     (failed,) = (c for c in children if c.info.status == "FAILED")
-    assert failed.data.tags["error"].startswith("no training plan fits in HBM of [0.0] GB")
+    assert failed.data.tags["error"].startswith("no training plan fits in HBM of [0.001] GB")
     assert artifacts(uri, failed.info.run_id) == {"error.txt", "hydra/config.yaml"}
     assert (parent.info.status, parent.data.metrics["jobs_failed"]) == ("FAILED", 1.0)
     assert (tmp_path / "store" / "mlartifacts").is_dir()
-    csv_lines = (job_dirs(tmp_path)[0].parent / COMPARISON_CSV).read_text().splitlines()
-    assert [line.split(",")[1] for line in csv_lines[1:]] == ["ok", "failed"]
+    error_txt = (job_dirs(tmp_path)[0] / "error.txt").read_text()
+    assert error_txt == failed.data.tags["error"] + "\n"  # a PhazecError's paragraph, no traceback
+    rows = list(csv.DictReader((sweep_dir / COMPARISON_CSV).open()))
+    assert [(row["status"], row["error"]) for row in rows] == [("failed", error_txt.strip()), ("ok", "")]
 
 
 def test_single_run_user_error_exits_2_and_its_run_fails(tmp_path: Path, cache_dir: Path) -> None:
@@ -221,6 +235,35 @@ def test_ir_logs_no_run_unless_asked_and_then_a_finished_one(tmp_path: Path, cac
     assert run.info.status == "FINISHED"
     assert (run.data.params["model.name"], run.data.params["parallel.tp"]) == ("bert_large", "1")
     assert artifacts(uri, run.info.run_id) == {"ir.json", "hydra/config.yaml"}
+
+
+def test_a_failed_lowering_fails_its_run_and_an_ir_sweep_runs_every_job(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    bad = ["model=bert_large", "parallel.tp=1", "model.seq_len=-1"]
+    single = phazec(tmp_path / "single", cache_dir, *bad, "tracking=mlflow", entry="ir_main")
+    assert single.returncode == 2
+    assert "phazec: error: model.seq_len=-1 must be a positive number of tokens" in single.stderr
+    (run,) = runs(f"sqlite:///{tmp_path / 'single' / 'phazec.db'}")
+    assert (run.info.status, run.data.tags["error"]) == (
+        "FAILED", "model.seq_len=-1 must be a positive number of tokens, e.g. 2048."
+    )  # fmt: skip
+    swept = phazec(tmp_path / "sweep", cache_dir, "-m", *bad[:2], "model.seq_len=-1,512", entry="ir_main")
+    assert swept.returncode == 1
+    assert "job 0 (model.seq_len=-1): model.seq_len=-1 must be a positive number of tokens" in swept.stderr
+    failed, lowered = job_dirs(tmp_path / "sweep")
+    assert (failed / "error.txt").is_file() and not (failed / "ir.json").exists()
+    assert (lowered / "ir.json").is_file()
+    rows = list(csv.DictReader((failed.parent / COMPARISON_CSV).open()))
+    assert [row["status"] for row in rows] == ["failed", "ok"]
+    # BERT-large: embeddings (30522 + 512 + 2 rows of 1024, a layer norm), 24 blocks (weights, biases,
+    # two layer norms), the MLM head's transform, layer norm and output bias (its weight is the tied
+    # word embedding).
+    embedding, block, head = 31_036 * 1024 + 2048, 12 * 1024**2 + 9 * 1024 + 2 * 2048, 1024**2 + 3072 + 30_522
+    assert (rows[1]["parameters"], rows[1]["seq_len"], rows[1]["layers"]) == (
+        str(embedding + 24 * block + head), "512", "26"
+    )  # fmt: skip
+    assert rows[0]["error"] == "model.seq_len=-1 must be a positive number of tokens, e.g. 2048."
 
 
 def test_job_logs_to_a_real_mlflow_server(tmp_path: Path, cache_dir: Path) -> None:

@@ -5,7 +5,8 @@ command's output: `result.json` (`phazec`), `plan.json` (`phazec-plan`) or `ir.j
 The best job has the highest throughput (the first such job on ties), so a search sweep's best
 equals one run searching the union of the jobs' knob lists. A job searching several models
 (`model=[a,b,...]`) is ranked by its mean throughput on its common design; a plan by its own, if it
-fits in HBM; a lowering is not ranked.
+fits in HBM; a lowering is not ranked. A failed job's directory holds `error.txt`, its error's one-line
+message first (`phazec.track.sweep`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,24 @@ log = logging.getLogger(__name__)
 BEST_JSON = "sweep_best.json"
 COMPARISON_CSV = "sweep_comparison.csv"
 COMPARISON_TXT = "sweep_comparison.txt"
+ERROR_TXT = "error.txt"
+KINDS = {"config": "search", "plan": "plan", "ir": "ir"}
+"""The kind of job each command's config (Hydra's `hydra.job.config_name`) runs."""
 OUTPUTS = {"search": "result.json", "plan": "plan.json", "ir": "ir.json"}
 """The file each kind of job writes when it succeeds."""
-COLUMNS = (
-    "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "area_mm2",
-    "speedup_vs_tpuv4", "microbatch", "recompute", "tp", "pp", "dp", "hbm_bytes", "dir",
-)  # fmt: skip
+FIGURES = {
+    "search": ("throughput_samples_per_s", "time_per_batch_s", "area_mm2", "speedup_vs_tpuv4", "microbatch",
+               "recompute", "tp", "pp", "dp", "hbm_bytes"),
+    "plan": ("throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch", "recompute", "tp", "pp",
+             "dp", "memory_bytes", "hbm_bytes"),
+    "ir": ("parameters", "seq_len", "layers", "forward_flops_per_sample"),
+}  # fmt: skip
+"""The figures the comparison table shows for each kind of sweep."""
+
+
+def columns(kind: str) -> tuple[str, ...]:
+    """The comparison table's columns for a sweep of jobs of one kind (a key of `OUTPUTS`)."""
+    return ("job", "status", "overrides", *FIGURES[kind], "dir", "error")
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,8 @@ class SweepJob:
     """Its output (`OUTPUTS`); None when the job failed."""
     kind: str = "search"
     """Which command's output `result` is: a key of `OUTPUTS`."""
+    error: str = ""
+    """A failed job's one-line error (the first line of its `error.txt`; empty if it wrote none)."""
 
     @property
     def throughput(self) -> float | None:
@@ -79,11 +94,13 @@ def gather(sweep_dir: Path) -> list[SweepJob]:
         hydra_cfg = OmegaConf.load(overrides_path.parent / "hydra.yaml")
         overrides = OmegaConf.to_container(OmegaConf.load(overrides_path))
         assert isinstance(overrides, list)
-        kind = next((k for k, name in OUTPUTS.items() if (job_dir / name).is_file()), "search")
+        kind = KINDS.get(str(hydra_cfg.hydra.job.config_name), "search")
         output = job_dir / OUTPUTS[kind]
         result = json.loads(output.read_text()) if output.is_file() else None
         num = int(hydra_cfg.hydra.job.num)
-        jobs.append(SweepJob(num, [str(o) for o in overrides], job_dir, result, kind))
+        error_path = job_dir / ERROR_TXT
+        error = error_path.read_text().partition("\n")[0] if result is None and error_path.is_file() else ""
+        jobs.append(SweepJob(num, [str(o) for o in overrides], job_dir, result, kind, error))
     return sorted(jobs, key=lambda j: j.num)
 
 
@@ -93,22 +110,42 @@ def best_job(jobs: list[SweepJob]) -> SweepJob | None:
     return max(ranked, key=lambda pair: pair[0], default=(0.0, None))[1]
 
 
+def shared_overrides(jobs: list[SweepJob]) -> set[str]:
+    """The overrides every job of a sweep has."""
+    return set.intersection(*(set(j.overrides) for j in jobs))
+
+
+def own_overrides(job: SweepJob, shared: set[str]) -> str:
+    """The job's overrides except the `shared` ones (those of every job), space-separated."""
+    return " ".join(o for o in job.overrides if o not in shared)
+
+
 def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
     """One row of the comparison table: the job's overrides except the `shared` ones, and its figures
-    (empty for a failed job; for several models, the mean throughput and the common design's area
-    and HBM, the per-model figures being in its result.json; for a plan, its figures and "over HBM"
-    when it does not fit; for a lowering, none)."""
-    row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
-    own = " ".join(o for o in job.overrides if o not in shared)
-    row.update(job=job.num, status="failed", overrides=own, dir=str(job.dir))
+    (`FIGURES`; empty for a failed job; for several models, the mean throughput and the common design's
+    area and HBM, the per-model figures being in its result.json; for a plan, "over HBM" when it does
+    not fit; for a lowering, the whole model's parameters and forward FLOPs per sample)."""
+    row: dict[str, Any] = dict.fromkeys(columns(job.kind), "")
+    row.update(
+        job=job.num, status="failed", overrides=own_overrides(job, shared), dir=str(job.dir), error=job.error
+    )
     r = job.result
     if r is not None and job.kind == "ir":
-        row.update(status="ok")
+        row.update(
+            status="ok",
+            parameters=r["parameters"],
+            seq_len=r["seq_len"],
+            layers=len(r["layers"]),
+            forward_flops_per_sample=sum(layer["forward_flops_per_sample"] for layer in r["layers"]),
+        )
     elif r is not None and job.kind == "plan":
         row.update(
             status="ok" if r["fits"] else "over HBM",
             throughput_samples_per_s=r["samples_per_s"],
             time_per_batch_s=r["time_per_batch_s"],
+            mfu=r["mfu"],
+            memory_bytes=r["memory"]["total_bytes"],
+            hbm_bytes=r["memory"]["hbm_bytes"],
             **{key: r[key] for key in ("microbatch", "recompute", "tp", "pp", "dp")},
         )
     elif r is not None and is_multi(r):
@@ -137,17 +174,18 @@ def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
 
 
 def comparison_csv(rows: list[dict[str, Any]]) -> str:
-    """The rows as CSV with a header, floats at full precision."""
+    """The rows (of one kind of job, at least one) as CSV with a header, floats at full precision."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: repr(v) if isinstance(v, float) else v for k, v in row.items()} for row in rows)
     return out.getvalue()
 
 
 def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
-    """The rows as an aligned text table, the best job marked with `*`."""
-    shown = [c for c in COLUMNS if c != "dir"]
+    """The rows (of one kind of job, at least one) as an aligned text table without directories and
+    errors, the best job marked with `*`."""
+    shown = [c for c in rows[0] if c not in ("dir", "error")]
     body = [
         [
             f"{row['job']}{'*' if best is not None and row['job'] == best.num else ''}",
@@ -169,7 +207,7 @@ def write_summary(sweep_dir: Path) -> Summary:
         log.info("no job of the sweep ran, so %s has no summary", sweep_dir)
         return Summary([], None, [])
     best = best_job(jobs)
-    shared = set.intersection(*(set(j.overrides) for j in jobs))
+    shared = shared_overrides(jobs)
     rows = [comparison_row(j, shared) for j in jobs]
     best_record = None
     if best is not None:
@@ -186,3 +224,28 @@ def write_summary(sweep_dir: Path) -> Summary:
     failed = sum(j.result is None for j in jobs)
     log.info("sweep of %d jobs (%d failed) summarised in %s", len(jobs), failed, sweep_dir)
     return Summary(jobs, best, paths)
+
+
+FAILURES_LISTED = 10
+"""At most this many failed jobs are named in `failure_message`; the comparison table lists them all."""
+
+
+def failure_message(summary: Summary) -> str | None:
+    """How a sweep with failed jobs ends: how many failed, where its summary is, and each failed job's
+    own overrides and error (the first `FAILURES_LISTED`); None when no job failed."""
+    failed = [j for j in summary.jobs if j.result is None]
+    if not failed:
+        return None
+    shared = shared_overrides(summary.jobs)
+    lines = [
+        f"{len(failed)} of {len(summary.jobs)} jobs of the sweep failed; every job's outcome is in "
+        f"{summary.paths[2]}, each failed job's error in {ERROR_TXT} in its directory."
+    ]
+    lines += [
+        f"  job {j.num} ({own_overrides(j, shared) or 'the shared overrides only'}): "
+        f"{j.error or 'it wrote no ' + ERROR_TXT}"
+        for j in failed[:FAILURES_LISTED]
+    ]
+    if len(failed) > FAILURES_LISTED:
+        lines.append(f"  and {len(failed) - FAILURES_LISTED} more")
+    return "\n".join(lines)

@@ -110,7 +110,8 @@ def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> Ph
             f"(t={need.t}, recompute={need.recompute}), dominated by {need.dominant}."
         )
     return PhazecError(
-        f"no training plan fits in HBM of {[round(h / 1e9, 1) for h in hbm_bytes]} GB on any design.{detail} "
+        f"no training plan fits in HBM of [{', '.join(f'{h / 1e9:g}' for h in hbm_bytes)}] GB on any "
+        f"design.{detail} "
         "Add a larger size to system.hbm_gb, allow recompute (train.recompute=[false,true]) or more "
         "tensor-parallel widths (model.tp_widths)."
     )

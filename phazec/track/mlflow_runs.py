@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,11 +29,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from phazec.config import model_list, override_strings
-from phazec.errors import PhazecError
 from phazec.interrupt import Interrupted
 from phazec.report.result import headline_throughput, is_multi
-from phazec.report.sweep import Summary
-from phazec.track.sweep import SweepCallback
+from phazec.report.sweep import ERROR_TXT, Summary
+from phazec.track.sweep import SweepCallback, error_message, error_text, one_line
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -175,11 +173,6 @@ def model_metrics(result: dict[str, Any], model: str | None) -> dict[str, float 
         if baseline["throughput_samples_per_s"]:
             metrics[f"speedup_vs_{name}"] = throughput / baseline["throughput_samples_per_s"]
     return metrics
-
-
-def one_line(error: BaseException) -> str:
-    """An error as one line: its type and its message with whitespace collapsed."""
-    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 class MlflowCallback(SweepCallback):
@@ -334,9 +327,8 @@ class MlflowCallback(SweepCallback):
             status = "FINISHED"
         else:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
-            message = " ".join(str(error).split()) if isinstance(error, PhazecError) else one_line(error)
-            client.set_tag(self._run_id, ERROR_TAG, message[:5000])
-            client.log_text(self._run_id, "".join(traceback.format_exception(error)), "error.txt")
+            client.set_tag(self._run_id, ERROR_TAG, error_message(error)[:5000])
+            client.log_text(self._run_id, error_text(error), ERROR_TXT)
             status = "KILLED" if isinstance(error, Interrupted) else "FAILED"
         client.set_terminated(self._run_id, status)
         log.info(
