@@ -54,10 +54,16 @@ def user_errors() -> Iterator[None]:
         sys.exit(2)
 
 
+_STARTED: list[bool] = []
+"""Holds True once a job or a multirun has started in this process: Hydra exits 1 both for a bad
+command line (before any job) and for a crash inside a job, and a sweep with failed jobs exits 1;
+only the first is bad input."""
+
+
 class JobError(PhazecError, CompactHydraException):
-    """A PhazecError leaving a `phazec` job: Hydra records the job as failed (its callbacks see the
-    failure), a multirun prints the paragraph without a traceback, and a single run ends through
-    `UserErrorExit`."""
+    """A PhazecError leaving a job of any command: Hydra records the job as failed (its callbacks see
+    the failure), a multirun goes on and names it when it ends (`phazec.track.sweep`), and a single
+    run ends through `UserErrorExit`."""
 
 
 class UserErrorExit(Callback):
@@ -73,8 +79,11 @@ class UserErrorExit(Callback):
         make_dir(config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Create the sweep directory, or end with one paragraph and exit 2 if it cannot be."""
+        """Create the sweep directory, or end with one paragraph and exit 2 if it cannot be. The
+        command line composed, so a later exit 1 is a failed job's (which may run in another process
+        under a parallel launcher), not bad input."""
         make_dir(config.hydra.sweep.dir)
+        _STARTED.append(True)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Exit 2 with the job's message if it failed with a PhazecError; exit 130 or 143 with the
@@ -142,11 +151,6 @@ def _print_search(cfg: DictConfig, overrides: list[str], out_dir: Path) -> None:
 @hydra.main(version_base=None, config_path=conf_dir(), config_name="config")
 def _search_app(cfg: DictConfig) -> None:
     _job(cfg, _print_search)
-
-
-_STARTED: list[bool] = []
-"""Holds True once a job has started: Hydra exits 1 both for a bad command line (before any job) and
-for a crash inside a job; only the first is bad input."""
 
 
 @contextlib.contextmanager

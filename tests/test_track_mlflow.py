@@ -248,8 +248,12 @@ def test_a_failed_lowering_fails_its_run_and_an_ir_sweep_runs_every_job(
     assert (run.info.status, run.data.tags["error"]) == (
         "FAILED", "model.seq_len=-1 must be a positive number of tokens, e.g. 2048."
     )  # fmt: skip
-    swept = phazec(tmp_path / "sweep", cache_dir, "-m", *bad[:2], "model.seq_len=-1,512", entry="ir_main")
-    assert swept.returncode == 1
+    # In parallel (joblib's processes): the failure is the job's, so the exit status is still 1.
+    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    swept = phazec(
+        tmp_path / "sweep", cache_dir, "-m", *bad[:2], "model.seq_len=-1,512", *parallel, entry="ir_main"
+    )
+    assert swept.returncode == 1, swept.stderr
     assert "job 0 (model.seq_len=-1): model.seq_len=-1 must be a positive number of tokens" in swept.stderr
     failed, lowered = job_dirs(tmp_path / "sweep")
     assert (failed / "error.txt").is_file() and not (failed / "ir.json").exists()
