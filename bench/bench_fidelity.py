@@ -28,6 +28,7 @@ kernel latency (`fit_device`). Every other device constant comes from NeuSight's
 written into conf/hw/<chip>.yaml by hand.
 """
 
+import argparse
 import csv
 import sys
 import time
@@ -353,10 +354,23 @@ def fit_chips(prepared: list[Prepared]) -> dict[str, Fit]:
 def main() -> None:
     """Per-kernel report, then every expressible run: row, measured, predicted, error and the exposed DP
     sync; then the summary."""
-    overrides = tuple(arg for arg in sys.argv[1:] if arg != "--fit")
+    parser = argparse.ArgumentParser(
+        prog="bench_fidelity.py", description=(__doc__ or "").split("\n\n")[0],
+        epilog="The module docstring says how rows are predicted, split and fitted.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fit", action="store_true",
+        help="refit each chip's hw.device.gemm_utilisation (and one kernel_latency_s) on its calibration "
+        "rows before predicting; without it, the hw presets' values",
+    )  # fmt: skip
+    parser.add_argument(
+        "overrides", nargs="*", metavar="hw.device.KEY=VALUE", help="a device-model override for every row"
+    )
+    args = parser.parse_args()
+    overrides = tuple(args.overrides)
     bad = [arg for arg in overrides if not arg.startswith("hw.device.") or "=" not in arg]
     if bad:
-        sys.exit(f"bench_fidelity.py: {bad[0]!r} is not an option; give --fit and hw.device.<key>=<value>.")
+        parser.error(f"{bad[0]!r} is not a device-model override: give hw.device.<key>=<value>")
     start = time.perf_counter()
     for gpu in fidelity_kernels.GPUS:
         fidelity_kernels.report(gpu)
@@ -372,7 +386,7 @@ def main() -> None:
         prepared.append(prepare(run, overrides))
         print(f"lowered {run.row_id}: {time.perf_counter() - start:.0f} s", flush=True)
     print(f"lowered {len(prepared)} runs: {time.perf_counter() - start:.0f} s")
-    fitted = fit_chips(prepared) if "--fit" in sys.argv else {}
+    fitted = fit_chips(prepared) if args.fit else {}
     errors: dict[tuple[str, str], list[float]] = {}
     print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}"
           f" {'DP sync s':>10s}")  # fmt: skip
