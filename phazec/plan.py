@@ -23,7 +23,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
-from phazec.passes.attention import core_scores
+from phazec.passes.attention import core_ops
 from phazec.passes.cost import class_costs
 from phazec.search.evaluate import Evaluator, Knobs
 from phazec.solvers.placement import (
@@ -347,10 +347,7 @@ def layer_figures(
                 if op.kind is OpKind.COLLECTIVE:
                     comm_s += float(op_costs.all_cores_s[i, 0])
         graph = cls.graph
-        scores = core_scores(graph, model.seq_len)
-        core = sum(
-            flops(op, graph, microbatch) for op in graph.ops if scores.intersection(op.inputs, op.outputs)
-        )
+        core = sum(flops(graph.ops[i], graph, microbatch) for i in core_ops(graph, model.seq_len))
         per_class.append(LayerFigures(comm_s, totals[0], totals[1], core))
     return [per_class[layer.cls] for layer in model.layers]
 

@@ -25,7 +25,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, LayerKind, Model, Op, OpKind
 from phazec.ir.ops import GemmDims, flash_dims, flops
-from phazec.passes.attention import Attention, is_causal
+from phazec.passes.attention import Attention, core_ops, is_causal
 from phazec.passes.cost import op_table, op_work
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.training import training_pipeline
@@ -121,6 +121,19 @@ def test_fused_softmax_by_hand(causal: bool, mask_bytes: int) -> None:
     # Scale, mask and their gradients are gone; QK^T, dropout and AV stay.
     types = [op.op_type for op in cls.graph.ops if set(op.outputs) & score_tensors(cls.graph)]
     assert types == ["MatMul", "ScaleMaskSoftmax", "Dropout"]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "op_types"),
+    [
+        ("unfused", ["Fused", "Where", "Softmax", "Dropout", "MatMul"]),  # QK^T fused with its scale
+        ("fused_softmax", ["MatMul", "ScaleMaskSoftmax", "Dropout", "MatMul"]),
+        ("flash", []),  # no scores reach HBM: the kernel's backward recomputes them
+    ],
+)
+def test_the_core_ops_are_what_selective_recompute_repeats(kernel: str, op_types: list[str]) -> None:
+    graph = with_kernel(kernel).classes[0].graph
+    assert [graph.ops[i].op_type for i in core_ops(graph, S)] == op_types
 
 
 def test_unfused_leaves_the_model_alone_and_bad_kernels_are_named() -> None:

@@ -477,6 +477,30 @@ def test_bad_plans_needing_the_model_are_named(override: str, message: str, cach
         predict_plan(compose_config(*overrides))
 
 
+def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> None:
+    """Selective recompute repeats each attention core's ops (QK^T through AV): on the template's
+    unfused attention they take time and count in HFU; a flash kernel's backward recomputes the
+    scores itself, so there it adds nothing."""
+    reports = {
+        (kernel, mode): predict_plan(
+            compose_config(
+                *PLAN, f"cache_dir={cache_dir}", f"plan.recompute={mode}", f"hw.device.attention={kernel}"
+            )
+        )
+        for kernel in ("unfused", "flash")
+        for mode in ("none", "selective")
+    }
+    unfused, plain = reports["unfused", "selective"], reports["unfused", "none"]
+    assert unfused.breakdown.recompute_s > 0 and plain.breakdown.recompute_s == 0
+    assert unfused.time_per_batch_s > plain.time_per_batch_s
+    assert unfused.hfu > unfused.mfu and plain.hfu == plain.mfu  # HFU counts the repeated FLOPs
+    flash = reports["flash", "selective"]
+    assert (
+        flash.breakdown.recompute_s == 0
+        and flash.time_per_batch_s == reports["flash", "none"].time_per_batch_s
+    )
+
+
 def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
     tight = compose_config(*PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]")
     report = predict_plan(tight)

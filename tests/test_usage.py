@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -95,7 +97,7 @@ def _placement() -> Placement:
 
 
 def test_plan_utilisation_and_energy_by_hand() -> None:
-    per_layer = np.array([[1.0, 1.0, 2.0], [2.0, 2.0, 3.0]])  # forward row, backward row
+    per_layer = np.array([[1.0, 1.0, 2.0], [2.0, 2.0, 3.0], [0.5, 0.5, 1.0]])  # forward, backward, core
     work = LayerWork(
         tc_busy_s=per_layer,
         vc_busy_s=per_layer / 2,
@@ -108,6 +110,7 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
         param_bytes=(1000, 500),
         samples_per_batch=64,
         forward_runs=(2.0, 1.0),
+        core_runs=(0.0, 0.0),
     )
     usage = plan_usage(_placement(), work, plan)
     # Per microbatch, stage 0 (recompute: forward twice) runs 2 * (1 + 1) + (2 + 2) = 8 core-seconds of
@@ -125,6 +128,11 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
     assert iteration["network"] == pytest.approx(672.0 + (1600 + 5000) * 80 * PJ, rel=1e-15)
     assert iteration["total"] == pytest.approx(168 * 10 + 6600 * 80 * PJ, rel=1e-15)
     assert usage["energy_per_sample_j"]["total"] == pytest.approx(iteration["total"] / 64, rel=1e-15)
+    # Selective recompute in stage 0 instead: it repeats its layers' attention cores, 2 + 4 + 1 = 7
+    # core-seconds per microbatch (28/80 of its TCs), and the energy is 2 x 4 x (7 x 2 + 5 x 1) = 152 J.
+    selective = plan_usage(_placement(), work, replace(plan, forward_runs=(1.0, 1.0), core_runs=(1.0, 0.0)))
+    assert selective["tensor_core_utilisation_bottleneck"] == 0.35
+    assert selective["energy_per_iteration_j"]["compute"] == 152.0
 
 
 def test_neighbours_are_one_step_away() -> None:

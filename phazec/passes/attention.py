@@ -124,6 +124,13 @@ def core_scores(graph: Graph, seq_len: int) -> set[str]:
     return found
 
 
+def core_ops(graph: Graph, seq_len: int) -> list[int]:
+    """Indices of the ops that read or write an attention core's scores (`core_scores`: QK^T, mask,
+    softmax, dropout, AV): what selective recompute repeats in the backward pass."""
+    scores = core_scores(graph, seq_len)
+    return [i for i, op in enumerate(graph.ops) if scores & {*op.inputs, *op.outputs}]
+
+
 def unscaled(graph: Graph, name: str, consumers: dict[str, list[Op]], producers: dict[str, Op]) -> Op | None:
     """The elementwise op that scales `name` by a scalar for the scores product alone, or None."""
     op = producers.get(name)

@@ -23,7 +23,7 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
-from phazec.passes.attention import core_scores
+from phazec.passes.attention import core_ops
 from phazec.passes.cost import class_costs, sequence_split_width
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.schedule import schedule_problem
@@ -425,10 +425,8 @@ def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np
     """Per design: the summed all-core latency of the forward ops that read or write an attention
     core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`): what selective recompute repeats."""
     total = np.zeros(forward.all_cores_s.shape[1])
-    scores = core_scores(graph, seq_len)
-    for i, op in enumerate(graph.ops):
-        if scores.intersection(op.inputs, op.outputs):
-            total = total + forward.all_cores_s[i]
+    for i in core_ops(graph, seq_len):
+        total = total + forward.all_cores_s[i]
     return total
 
 

@@ -8,9 +8,10 @@ energy comes from `phazec.cost.energy` split into compute (MACs and vector-lane 
 buffers (per-core and global), HBM and network (collectives inside the layer).
 
 A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
-stage: forward, backward, and under full recompute the forward again except in the last stage
-under PHAZE's rule (the placement model's `stage_mode`; selective recompute's repeated attention
-core is not counted). Per device of a stage:
+stage: forward, backward, and where the stage recomputes (the placement model's `stage_mode`: not
+the last stage under PHAZE's rule) the forward again under full recompute, or its attention cores'
+ops under selective recompute, each spread over every core of its kind, one after another, as the
+placement model times them (`phazec.search.evaluate.attention_core_s`). Per device of a stage:
 
     utilisation = microbatches * busy core-seconds per microbatch / (cores * time per batch)
 
@@ -26,6 +27,7 @@ the global batch. Sources of the per-event energies: `phazec.hw.energy` (Horowit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,8 @@ from numpy.typing import NDArray
 from phazec.cost.energy import ENERGY_PARTS, op_energy_parts_j
 from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
+from phazec.ir.core import Graph
+from phazec.passes.attention import core_ops
 from phazec.passes.cost import class_costs, op_table, sequence_split_width
 from phazec.search.evaluate import Candidate, Evaluator
 from phazec.solvers.placement import Placement, mode_of_stage, stage_costs
@@ -46,10 +50,11 @@ F64 = NDArray[np.float64]
 
 @dataclass(frozen=True)
 class LayerWork:
-    """What one device does for each layer and one microbatch; arrays [2, layers] (forward, backward)."""
+    """What one device does for each layer and one microbatch."""
 
     tc_busy_s: F64
-    """Tensor-core core-seconds."""
+    """Tensor-core core-seconds; arrays here are [3, layers]: forward, backward, and the attention
+    core's forward ops (what selective recompute repeats)."""
     vc_busy_s: F64
     """Vector-core core-seconds."""
     energy_j: dict[str, F64]
@@ -69,27 +74,49 @@ class PlanWork:
     samples_per_batch: int
     forward_runs: tuple[float, ...]
     """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
-    model's `stage_mode`), else 1 (selective recompute repeats only the attention core, not counted)."""
+    model's `stage_mode`), else 1."""
+    core_runs: tuple[float, ...]
+    """Per stage, attention-core repeats per microbatch: 1 where the stage recomputes selectively, else 0."""
+
+
+def _stage_runs(placement: Placement, last_stage_recomputes: bool, mode: str) -> tuple[float, ...]:
+    """Per stage of a plan, 1.0 where the stage recomputes in `mode`, else 0.0."""
+    s = placement.stage_count
+    return tuple(
+        float(mode_of_stage(placement.recompute, last_stage_recomputes, i, s) == mode) for i in range(s)
+    )
 
 
 def forward_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
     """Per stage of a plan, the forward passes per microbatch (see `PlanWork.forward_runs`)."""
-    s = placement.stage_count
-    return tuple(
-        2.0 if mode_of_stage(placement.recompute, last_stage_recomputes, i, s) == "full" else 1.0
-        for i in range(s)
-    )
+    return tuple(1.0 + full for full in _stage_runs(placement, last_stage_recomputes, "full"))
 
 
 def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float]:
     """Core-seconds a schedule keeps the tensor cores and the vector cores busy."""
+    return _busy_core_s(problem, found.duration_s, found.spread)
+
+
+def _busy_core_s(
+    problem: ScheduleProblem, duration_s: Sequence[float], spread: Sequence[bool]
+) -> tuple[float, float]:
+    """Core-seconds of the problem's ops run for `duration_s`, each over every core of its kind where
+    `spread`, else one."""
     busy = {TC: 0.0, VC: 0.0}
     for i in range(len(problem.ops)):
         for resource in problem.resources(i):
             if resource in busy:
-                cores = problem.capacity(resource) if found.spread[i] else 1
-                busy[resource] += found.duration_s[i] * cores
+                cores = problem.capacity(resource) if spread[i] else 1
+                busy[resource] += duration_s[i] * cores
     return busy[TC], busy[VC]
+
+
+def core_busy_s(problem: ScheduleProblem, graph: Graph, seq_len: int) -> tuple[float, float]:
+    """Core-seconds of a forward graph's attention-core ops (`core_ops`) on a problem built from it,
+    each spread over every core of its kind (`ScheduleOp.latency_io_s`)."""
+    core = {graph.ops[i].name for i in core_ops(graph, seq_len)}
+    duration_s = [op.latency_io_s if op.name in core else 0.0 for op in problem.ops]
+    return _busy_core_s(problem, duration_s, [True] * len(problem.ops))
 
 
 def layer_work(
@@ -97,7 +124,7 @@ def layer_work(
 ) -> LayerWork:
     """Each layer's busy core-seconds and energy on the one design of `design`, at width t."""
     model = evaluator.graphs[t]
-    shape = (2, len(model.classes))
+    shape = (3, len(model.classes))
     tc_s, vc_s = np.zeros(shape), np.zeros(shape)
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
@@ -121,19 +148,28 @@ def layer_work(
             parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1, split), design)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
+            if direction == 0:
+                tc_s[2, c], vc_s[2, c] = core_busy_s(problem, graph, model.seq_len)
+                core = core_ops(graph, model.seq_len)
+                for part in ENERGY_PARTS:
+                    energy[part][2, c] = float(parts[part][core].sum())
     layer_class = np.array([layer.cls for layer in model.layers])
     return LayerWork(
         tc_s[:, layer_class], vc_s[:, layer_class], {part: e[:, layer_class] for part, e in energy.items()}
     )
 
 
-def _per_microbatch(placement: Placement, layers: F64, runs: tuple[float, ...]) -> F64:
-    """Per stage, the sum over its layers of `runs` forward passes and one backward pass of a
-    [2, layers] array."""
+def _per_microbatch(placement: Placement, layers: F64, plan: PlanWork) -> F64:
+    """Per stage, the sum over its layers of a [3, layers] array's forward passes, backward pass and
+    attention-core repeats (`plan.forward_runs`, one, `plan.core_runs`)."""
     out = np.zeros(placement.stage_count)
     for i, stage in enumerate(placement.stages):
         rows = list(stage.layers)
-        out[i] = layers[0, rows].sum() * runs[i] + layers[1, rows].sum()
+        out[i] = (
+            layers[0, rows].sum() * plan.forward_runs[i]
+            + layers[1, rows].sum()
+            + layers[2, rows].sum() * plan.core_runs[i]
+        )
     return out
 
 
@@ -148,15 +184,11 @@ def plan_usage(placement: Placement, work: LayerWork, plan: PlanWork) -> dict[st
         ("tensor_core", work.tc_busy_s, plan.num_tc),
         ("vector_core", work.vc_busy_s, plan.num_vc),
     ):
-        per_device = (
-            m * _per_microbatch(placement, busy_s, plan.forward_runs) / (cores * placement.time_per_batch_s)
-        )
+        per_device = m * _per_microbatch(placement, busy_s, plan) / (cores * placement.time_per_batch_s)
         usage[f"{name}_utilisation_bottleneck"] = float(per_device[bottleneck])
         usage[f"{name}_utilisation_mean"] = float((per_device * devices).sum() / devices.sum())
     iteration_j = {
-        part: float(
-            d * m * (_per_microbatch(placement, work.energy_j[part], plan.forward_runs) * devices).sum()
-        )
+        part: float(d * m * (_per_microbatch(placement, work.energy_j[part], plan) * devices).sum())
         for part in ENERGY_PARTS
     }
     transfers = 2.0 * m * d * sum(plan.cut_bytes)
@@ -225,5 +257,6 @@ class Usage:
             param_bytes=tuple(c.param_bytes for c in costs),
             samples_per_batch=problem.microbatch_count * microbatch,
             forward_runs=forward_runs(placement, self.evaluator.knobs.last_stage_recomputes),
+            core_runs=_stage_runs(placement, self.evaluator.knobs.last_stage_recomputes, "selective"),
         )
         return plan_usage(placement, self._work[key], plan)
