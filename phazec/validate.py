@@ -155,8 +155,8 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
 
     Raises:
         PhazecError: an override Hydra cannot parse (`hydra_message`), a range with no value, a glob
-            that picks no preset or names no config group of phazec's, or an interval sweep for Hydra's
-            basic sweeper.
+            that picks no preset or names no config group of phazec's, or an interval sweep for phazec's
+            sweeper (`hydra_plugins.phazec_sweeper`), which like Hydra's basic one cannot sample.
     """
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -170,8 +170,8 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
         if override.is_interval_sweep() and basic:
             raise PhazecError(
                 f"{override.input_line} cannot be swept: an interval is sampled by a sweeper such as "
-                "Hydra's Optuna sweeper (hydra/sweeper=optuna), and a multirun uses Hydra's basic sweeper, "
-                "which takes values (key=a,b,c) or a range (key=range(start,stop,step))."
+                "Hydra's Optuna sweeper (hydra/sweeper=optuna), and a multirun uses phazec's sweeper, which "
+                "like Hydra's basic one takes values (key=a,b,c) or a range (key=range(start,stop,step))."
             )
         sweep = override.value()
         if isinstance(sweep, Glob):
