@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from phazec.configure import setup
 from phazec.errors import PhazecError
+from phazec.search.wham import stage_works
+from phazec.solvers.placement import Placement, Stage
+from tests.conftest import compose_config
 from tests.test_search import SMALL, answer, search
 
 WHAM_FRACTION = 1.0
@@ -42,6 +46,20 @@ def test_wham_is_repeatable_and_never_beats_exhaustive(tmp_path: Path, cache_dir
         int(top["glb_bytes"]),
     )
     assert per_watt["search"]["designs_evaluated"] < 37
+
+
+def test_a_selective_stage_repeats_its_attention_cores_and_the_last_stage_does_not(cache_dir: Path) -> None:
+    job = setup(compose_config("model=bert_large", "hw=tpuv4", f"cache_dir={cache_dir}", "tracking=none"))
+    classes = [layer.cls for layer in job.evaluator.graphs[1].layers]
+    assert classes == [0] + [1] * 24 + [2]  # embedding, 24 blocks, head
+    placement = Placement(
+        stages=(Stage(tuple(range(13)), 1, 1.0, 0), Stage(tuple(range(13, 26)), 1, 1.0, 0)),
+        t=1, d=1, recompute="selective", hbm_bytes=10**10, microbatches_per_pipeline=1,
+        time_per_batch_s=1.0, throughput_samples_per_s=1.0, fits_hbm=True,
+    )  # fmt: skip
+    first, last = stage_works(job.evaluator, placement)
+    assert first.runs == ((0, 1.0, 1.0), (1, 12.0, 12.0)) and first.core_runs == ((0, 1.0), (1, 12.0))
+    assert last.runs == ((1, 12.0, 12.0), (2, 1.0, 1.0)) and last.core_runs == ()  # PHAZE's rule
 
 
 def test_throughput_per_watt_picks_another_design(tmp_path: Path, cache_dir: Path) -> None:

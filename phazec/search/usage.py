@@ -92,6 +92,11 @@ def forward_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[flo
     return tuple(1.0 + full for full in _stage_runs(placement, last_stage_recomputes, "full"))
 
 
+def core_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
+    """Per stage of a plan, the attention-core repeats per microbatch (see `PlanWork.core_runs`)."""
+    return _stage_runs(placement, last_stage_recomputes, "selective")
+
+
 def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float]:
     """Core-seconds a schedule keeps the tensor cores and the vector cores busy."""
     return _busy_core_s(problem, found.duration_s, found.spread)
@@ -257,6 +262,6 @@ class Usage:
             param_bytes=tuple(c.param_bytes for c in costs),
             samples_per_batch=problem.microbatch_count * microbatch,
             forward_runs=forward_runs(placement, self.evaluator.knobs.last_stage_recomputes),
-            core_runs=_stage_runs(placement, self.evaluator.knobs.last_stage_recomputes, "selective"),
+            core_runs=core_runs(placement, self.evaluator.knobs.last_stage_recomputes),
         )
         return plan_usage(placement, self._work[key], plan)

@@ -9,7 +9,8 @@ As implemented:
 2. Local search, per pipeline stage of the best plan found so far (stages whose layers have the same
    classes are searched once). A stage's cost on a design is its compute time per microbatch, the
    sum over its layers of the exact forward and backward schedules' makespans (the forward twice
-   under recompute, except in the last stage, as the placement model counts it) at the plan's
+   under full recompute, and the attention cores once more under selective recompute, except in the
+   last stage, as the placement model counts it) at the plan's
    microbatch and tensor-parallel width, times the objective's weight (`phazec.search.objective`).
    The search keeps the `search.top_k` designs of least cost seen, and expands the best of them not
    yet expanded until all k are expanded. Expanding a design:
@@ -65,7 +66,7 @@ from phazec.ir.core import Graph
 from phazec.passes.cost import class_costs
 from phazec.report.progress import progress
 from phazec.search import usage
-from phazec.search.evaluate import Candidate, Evaluator, best
+from phazec.search.evaluate import Candidate, Evaluator, attention_core_s, best
 from phazec.search.executor import Executor
 from phazec.search.explore import Exhaustive, Found, chunks, explore
 from phazec.search.state import SearchState
@@ -162,16 +163,22 @@ class StageWork:
 
     runs: tuple[tuple[int, float, float], ...]
     """(class, forward runs, backward runs) per microbatch, by class index."""
+    core_runs: tuple[tuple[int, float], ...]
+    """(class, attention-core repeats) per microbatch, by class index: selective recompute's."""
 
 
 def stage_works(evaluator: Evaluator, placement: Placement) -> list[StageWork]:
     """The distinct stages of a plan, as runs of layer classes."""
     model = evaluator.graphs[placement.t]
     out: list[StageWork] = []
-    runs = usage.forward_runs(placement, evaluator.knobs.last_stage_recomputes)
+    last = evaluator.knobs.last_stage_recomputes
+    runs, core = usage.forward_runs(placement, last), usage.core_runs(placement, last)
     for i, stage in enumerate(placement.stages):
-        counts = Counter(model.layers[layer].cls for layer in stage.layers)
-        work = StageWork(tuple((c, n * runs[i], float(n)) for c, n in sorted(counts.items())))
+        counts = sorted(Counter(model.layers[layer].cls for layer in stage.layers).items())
+        work = StageWork(
+            tuple((c, n * runs[i], float(n)) for c, n in counts),
+            tuple((c, n * core[i]) for c, n in counts if core[i]),
+        )
         if work not in out:
             out.append(work)
     return out
@@ -244,6 +251,10 @@ class LocalSearch:
                 for p in range(len(picked)):
                     problem = self.evaluator.schedule_problem(graph, costs, on, p)
                     cost[p] += runs * self.evaluator.schedule_s(problem)
+        for cls_index, repeats in stage.core_runs:
+            costs, graph, _ = self._graphs(cls_index, picked, 1.0, 1.0)[0]  # the forward graph
+            seq_len = self.evaluator.graphs[self.t].seq_len
+            cost += repeats * attention_core_s(graph, costs, seq_len)
         for p, d in enumerate(picked.tolist()):
             pool[d] = float(cost[p]) * (1.0 if self.weight is None else float(self.weight[d]))
             self.scheduled.add(d)
