@@ -40,9 +40,10 @@ def error_message(error: BaseException) -> str:
 
 
 def error_text(error: BaseException) -> str:
-    """A failed job's `error.txt`: `error_message` on the first line, then, for an error that is not a
-    PhazecError (a bug, not bad input), its traceback."""
-    trace = "" if isinstance(error, PhazecError) else "".join(traceback.format_exception(error))
+    """A failed job's `error.txt`: `error_message` on the first line, then, for an error that is neither
+    a PhazecError nor a signal's `Interrupted` (a bug, not bad input or a stop), its traceback."""
+    expected = isinstance(error, PhazecError | Interrupted)
+    trace = "" if expected else "".join(traceback.format_exception(error))
     return f"{error_message(error)}\n{trace}"
 
 
