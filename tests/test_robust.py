@@ -483,6 +483,13 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         "key": ("plan_main", "hw.device.fuse=true"),
         "grammar": ("main", "-m", "hw=tpuv4,tpu_small", "train.microbatch=[8]]"),
         "sweep": ("main", "-m", "hydra.sweep.dir=sweep", "hw=tpuv4,tpu_smal", "train.microbatch=[8],[16]"),
+        "batch": (
+            "ir_main",
+            "-m",
+            "hydra.sweep.dir=batch",
+            "parallel.tp=1,2",
+            "hydra.sweeper.max_batch_size=0",
+        ),
     }
     started = {
         name: subprocess.Popen(
@@ -519,6 +526,12 @@ def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:
         2,
     )
     assert not (tmp_path / "sweep").exists()
+    assert ended["batch"] == (
+        "phazec: error: hydra.sweeper.max_batch_size=0 is not valid: give the number of jobs to launch at "
+        "once, at least 1, or null for all of them.\n",
+        2,
+    )
+    assert not list((tmp_path / "b").glob("*/.hydra"))  # no job ran
     assert ended["switch"] == (
         "phazec: error: plan.sequence_parallel=2 is not valid: plan.sequence_parallel is a switch; give "
         "true or false.\n",

@@ -31,8 +31,19 @@ class PhazecSweeper(BasicSweeper):
     """Hydra's basic sweeper that runs every batch whatever the jobs' outcomes (the module docstring)."""
 
     def sweep(self, arguments: list[str]) -> list[Sequence[JobReturn]]:
-        """Run every job of the sweep; returns each batch's job returns, failed jobs' included."""
+        """Run every job of the sweep; returns each batch's job returns, failed jobs' included. A
+        `max_batch_size` below 1 (Hydra's sweeper fails an assertion) ends the command with one
+        paragraph and exit 2, before any job."""
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            from phazec.cli import user_errors
+            from phazec.errors import PhazecError
+
+            with user_errors():
+                raise PhazecError(
+                    f"hydra.sweeper.max_batch_size={self.max_batch_size} is not valid: give the number of "
+                    "jobs to launch at once, at least 1, or null for all of them."
+                )
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])
         self.overrides = self.split_arguments(overrides, self.max_batch_size)
