@@ -116,11 +116,11 @@ def _busy_core_s(
     return busy[TC], busy[VC]
 
 
-def core_busy_s(problem: ScheduleProblem, graph: Graph, seq_len: int) -> tuple[float, float]:
-    """Core-seconds of a forward graph's attention-core ops (`core_ops`) on a problem built from it,
-    each spread over every core of its kind (`ScheduleOp.latency_io_s`)."""
-    core = {graph.ops[i].name for i in core_ops(graph, seq_len)}
-    duration_s = [op.latency_io_s if op.name in core else 0.0 for op in problem.ops]
+def core_busy_s(problem: ScheduleProblem, graph: Graph, core: list[int]) -> tuple[float, float]:
+    """Core-seconds of a forward graph's attention-core ops (`core`: their indices, `core_ops`) on a
+    problem built from it, each spread over every core of its kind (`ScheduleOp.latency_io_s`)."""
+    names = {graph.ops[i].name for i in core}
+    duration_s = [op.latency_io_s if op.name in names else 0.0 for op in problem.ops]
     return _busy_core_s(problem, duration_s, [True] * len(problem.ops))
 
 
@@ -154,8 +154,8 @@ def layer_work(
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:
-                tc_s[2, c], vc_s[2, c] = core_busy_s(problem, graph, model.seq_len)
                 core = core_ops(graph, model.seq_len)
+                tc_s[2, c], vc_s[2, c] = core_busy_s(problem, graph, core)
                 for part in ENERGY_PARTS:
                     energy[part][2, c] = float(parts[part][core].sum())
     layer_class = np.array([layer.cls for layer in model.layers])
