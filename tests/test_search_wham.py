@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from phazec.configure import setup
 from phazec.errors import PhazecError
-from phazec.search.wham import stage_works
+from phazec.search.wham import LocalSearch, StageWork, stage_works
 from phazec.solvers.placement import Placement, Stage
 from tests.conftest import compose_config
 from tests.test_search import SMALL, answer, search
@@ -60,6 +61,23 @@ def test_a_selective_stage_repeats_its_attention_cores_and_the_last_stage_does_n
     first, last = stage_works(job.evaluator, placement)
     assert first.runs == ((0, 1.0, 1.0), (1, 12.0, 12.0)) and first.core_runs == ((0, 1.0), (1, 12.0))
     assert last.runs == ((1, 12.0, 12.0), (2, 1.0, 1.0)) and last.core_runs == ()  # PHAZE's rule
+
+
+def test_the_local_search_grows_what_shortens_the_repeated_attention_cores(cache_dir: Path) -> None:
+    """A stage whose only work is selective recompute's repeated attention cores: growing from the
+    smallest design must find designs that run those cores faster (with no critical operators to
+    read, only the cores' own gain can pick the neighbours)."""
+    job = setup(compose_config(*SMALL, f"cache_dir={cache_dir}", "tracking=none"))
+    local = LocalSearch(job.evaluator, job.designs, microbatch=1, t=1, top_k=4, weight=None)
+    stage = StageWork(runs=(), core_runs=((1, 12.0),))
+    start = len(job.designs) - 1
+    picked = np.array(range(len(job.designs)))
+    core_s = local.core_s(stage, picked)
+    top = local.run(stage, start)
+    assert len(local.scheduled) > 1 and len(top) == 4
+    assert min(core_s[top]) < core_s[start]
+    by_core_s = sorted(local.scheduled, key=lambda d: (core_s[d], d))
+    assert sorted(top, key=lambda d: (core_s[d], d)) == by_core_s[:4]
 
 
 def test_throughput_per_watt_picks_another_design(tmp_path: Path, cache_dir: Path) -> None:

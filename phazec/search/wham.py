@@ -21,9 +21,10 @@ As implemented:
      or depth, vector-core count or width, global buffer) at its next larger value, alone or with one
      other knob at its next smaller value (a trade that keeps the area budget), the rest equal;
    - keeps the neighbours whose growth shortens the critical operators (the cost model's latency of
-     each critical op in the mode its schedule ran it, weighted by how often the stage runs it):
-     these grow the resources the critical operators are bound by, tensor cores for critical GEMMs,
-     vector lanes for critical vector ops, the buffer where traffic binds;
+     each critical op in the mode its schedule ran it, weighted by how often the stage runs it, plus
+     the attention cores a selective stage repeats): these grow the resources the critical
+     operators are bound by, tensor cores for critical GEMMs, vector lanes for critical vector ops,
+     the buffer where traffic binds;
    - schedules the stage on each kept neighbour (cached exact schedules) and adds it to the pool.
 3. Global search: the union of every stage's top-k designs not evaluated yet is evaluated with the
    full placement DP (batches of `search.batch_designs`, saved and resumed like the other
@@ -226,6 +227,8 @@ class LocalSearch:
                     k = names[problem.ops[i].name]
                     latency = costs.all_cores_s[k] if found.spread[i] else costs.single_core_s[k]
                     gain += runs * (latency[0] - latency[1:])
+        core_s = self.core_s(stage, picked)
+        gain += core_s[0] - core_s[1:]
         grown = [n for n, g in zip(near, gain, strict=True) if g > 0]
         if grown:
             self._price(stage, np.array(grown), pool)
@@ -242,6 +245,16 @@ class LocalSearch:
             out.append((costs.backward, cls.backward, backward_runs))
         return out
 
+    def core_s(self, stage: StageWork, picked: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Per picked design: the time of the attention cores the stage repeats under selective
+        recompute, per microbatch."""
+        total = np.zeros(len(picked))
+        seq_len = self.evaluator.graphs[self.t].seq_len
+        for cls_index, repeats in stage.core_runs:
+            costs, graph, _ = self._graphs(cls_index, picked, 1.0, 1.0)[0]  # the forward graph
+            total += repeats * attention_core_s(graph, costs, seq_len)
+        return total
+
     def _price(self, stage: StageWork, picked: NDArray[np.int64], pool: dict[int, float]) -> None:
         """Add each picked design's stage cost to the pool."""
         cost = np.zeros(len(picked))
@@ -251,10 +264,7 @@ class LocalSearch:
                 for p in range(len(picked)):
                     problem = self.evaluator.schedule_problem(graph, costs, on, p)
                     cost[p] += runs * self.evaluator.schedule_s(problem)
-        for cls_index, repeats in stage.core_runs:
-            costs, graph, _ = self._graphs(cls_index, picked, 1.0, 1.0)[0]  # the forward graph
-            seq_len = self.evaluator.graphs[self.t].seq_len
-            cost += repeats * attention_core_s(graph, costs, seq_len)
+        cost += self.core_s(stage, picked)
         for p, d in enumerate(picked.tolist()):
             pool[d] = float(cost[p]) * (1.0 if self.weight is None else float(self.weight[d]))
             self.scheduled.add(d)
