@@ -338,7 +338,9 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
     assert result["design"] is not None and result["throughput_samples_per_s"] > 0
     from phazec.report.table import result_table
 
-    assert f"not applicable: the plan {why[:20]}" in result_table(result)
+    table = result_table(result)
+    assert "not applicable (below)" in table and "0.00x" not in table  # no throughput to compare
+    assert f"tpuv4 megatron plan: not applicable: the plan {why[:20]}" in table
 
 
 def test_workers_above_the_core_count_are_capped(caplog: pytest.LogCaptureFixture) -> None:

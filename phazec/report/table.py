@@ -76,9 +76,7 @@ def _design_text(design: dict[str, Any] | None) -> str:
     )
 
 
-def _plan_text(plan: dict[str, Any] | None, not_applicable: str | None = None) -> str:
-    if not_applicable is not None:
-        return f"not applicable: {not_applicable}"
+def _plan_text(plan: dict[str, Any] | None) -> str:
     if plan is None:
         return "no plan fits"
     recompute = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
@@ -94,12 +92,16 @@ def result_table(result: dict[str, Any]) -> str:
         [
             name.replace("_", " "),
             _design_text(entry["design"]),
-            _plan_text(entry["plan"], entry.get("not_applicable")),
-            f"{entry['throughput_samples_per_s']:.4g}",
-            f"{entry['throughput_samples_per_s'] / reference:.2f}x" if reference else "-",
+            "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"]),
+            *_throughput_text(entry["throughput_samples_per_s"], reference),
             *_usage_text(entry),
         ]
         for name, entry in rows
+    ]
+    reasons = [
+        f"{name.replace('_', ' ')}: not applicable: {entry['not_applicable']}"
+        for name, entry in rows
+        if "not_applicable" in entry
     ]
     search = result["search"]
     header = (
@@ -108,7 +110,14 @@ def result_table(result: dict[str, Any]) -> str:
     )
     usage = ["TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"]
     table = render(["", "design", "plan", "samples/s", "vs TPUv4", *usage], body)
-    return f"{header}\n{table}"
+    return "\n".join([header, table, *reasons])
+
+
+def _throughput_text(samples_per_s: float, reference: float) -> list[str]:
+    """Throughput and its ratio to the reference's; dashes for an entry with no plan (0 samples/s)."""
+    if not samples_per_s:
+        return ["-", "-"]
+    return [f"{samples_per_s:.4g}", f"{samples_per_s / reference:.2f}x" if reference else "-"]
 
 
 def _usage_text(entry: dict[str, Any]) -> list[str]:
