@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
 from phazec.config import conf_dir
 
@@ -65,6 +66,17 @@ def test_readme_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
     shown = command("main", "--config-dir", "chips", "hw=my_chip", "--cfg", "job", "--resolve", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "  name: my_chip\n  num_tc:\n  - 4\n" in shown.stdout
+
+
+@pytest.mark.parametrize("hw", sorted(p.stem for p in (Path(conf_dir()) / "hw").glob("*.yaml")))
+def test_every_hw_preset_gets_the_declared_sweep_and_plans_and_lowerings_none(hw: str) -> None:
+    """`phazec -m` runs conf/sweep/default.yaml on every hw preset; `phazec-plan -m` and `phazec-ir -m`
+    sweep only their command lines."""
+    declared = {"train.microbatch": "[1],[2],[4],[8]", "train.recompute": "[false],[true]"}
+    with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+        for name, params in (("config", declared), ("plan", None), ("ir", None)):
+            cfg = compose(name, overrides=[f"hw={hw}"], return_hydra_config=True)
+            assert cfg.hydra.sweeper.params == params, name
 
 
 @pytest.mark.parametrize(
