@@ -76,6 +76,39 @@ def test_unscoped_graph_is_one_block(tmp_path: Path) -> None:
     assert model.edges == []
 
 
+def toy_attention(path: Path, lengths: tuple[int, ...]) -> Path:
+    """One attention core per length s: q[1,2,s,4] x kT[1,2,4,s] -> Softmax -> x v[1,2,s,4]."""
+    nodes, inputs = [], []
+    for i, s in enumerate(lengths):
+        for name, shape in ((f"q{i}", [1, 2, s, 4]), (f"kT{i}", [1, 2, 4, s]), (f"v{i}", [1, 2, s, 4])):
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        nodes += [
+            helper.make_node("MatMul", [f"q{i}", f"kT{i}"], [f"scores{i}"], name=f"/layers.{i}/qk/MatMul"),
+            helper.make_node("Softmax", [f"scores{i}"], [f"probs{i}"], name=f"/layers.{i}/Softmax", axis=-1),
+            helper.make_node("MatMul", [f"probs{i}", f"v{i}"], [f"out{i}"], name=f"/layers.{i}/av/MatMul"),
+        ]
+    outputs = [helper.make_tensor_value_info(f"out{i}", TensorProto.FLOAT, None) for i in range(len(lengths))]
+    graph = helper.make_graph(nodes, "attention", inputs, outputs)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(("lengths", "given", "seq_len"), [((16,), 0, 16), ((16, 16), 0, 16), ((16, 8), 0, 0),
+                                                           ((16, 8), 8, 8)])  # fmt: skip
+def test_the_sequence_length_is_read_from_the_attention_scores(
+    tmp_path: Path, lengths: tuple[int, ...], given: int, seq_len: int
+) -> None:
+    """A user's ONNX file: s of the products [.., s, d] x [.., d, s] when they agree, else what
+    model.seq_len gives (0 when neither says: no scores to find)."""
+    path = toy_attention(tmp_path / "attention.onnx", lengths)
+    assert load_model(
+        ModelConfig(name="att", source="onnx", path=str(path), seq_len=given), tmp_path
+    ).seq_len == (seq_len)
+    assert lower_onnx(toy_mlp(tmp_path / "toy.onnx"), "toy").seq_len == 0  # [B, H] x [H, H]: no scores
+    with pytest.raises(PhazecError, match=r"model.seq_len=-1 is not valid: give the ONNX model's sequence"):
+        load_model(ModelConfig(name="att", source="onnx", path=str(path), seq_len=-1), tmp_path)
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(PhazecError, match=r"does not exist; give model.path"):
         load_model(ModelConfig(name="onnx", source="onnx", path=str(tmp_path / "nope.onnx")), tmp_path)

@@ -31,6 +31,11 @@ def validate(cfg: ModelConfig) -> None:
         raise PhazecError(f"model.source={cfg.source!r} is not a model source; valid: {list(SOURCES)}.")
     if cfg.source == "onnx":
         onnx_path(cfg.path)
+        if cfg.seq_len < 0:
+            raise PhazecError(
+                f"model.seq_len={cfg.seq_len} is not valid: give the ONNX model's sequence length in "
+                "tokens, or 0 to read it from its attention scores."
+            )
         return
     if cfg.seq_len <= 0:
         raise PhazecError(f"model.seq_len={cfg.seq_len} must be a positive number of tokens, e.g. 2048.")
@@ -57,5 +62,20 @@ def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:
     """Lower a model preset to the IR, exporting (and caching) Hugging Face models to ONNX first."""
     validate(cfg)
     if cfg.source == "onnx":
-        return lower_onnx(Path(cfg.path).expanduser(), cfg.name)
+        model = lower_onnx(Path(cfg.path).expanduser(), cfg.name, cfg.seq_len)
+        if not cfg.seq_len:
+            say_seq_len(model)
+        return model
     return lower_onnx(exported_onnx(cfg, cache_dir), cfg.name, cfg.seq_len)
+
+
+def say_seq_len(model: Model) -> None:
+    """Log the sequence length read from an ONNX model's attention scores, or warn that none was."""
+    if model.seq_len:
+        log.info("model.seq_len=%d, read from the ONNX model's attention scores", model.seq_len)
+        return
+    log.warning(
+        "no attention scores of one sequence length found in the ONNX model (products [.., s, d] x "
+        "[.., d, s]): its attention is priced op by op as exported (no flash or fused-softmax kernel, "
+        "no selective recompute) and its tokens/s reads 0; give model.seq_len=<tokens> if it has one"
+    )

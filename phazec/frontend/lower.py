@@ -58,7 +58,8 @@ class _Onnx:
 
 
 def lower_onnx(path: Path, name: str, seq_len: int = 0) -> Model:
-    """Lower an ONNX file with static shapes to a Model; bad files raise PhazecError."""
+    """Lower an ONNX file with static shapes to a Model; bad files raise PhazecError. A `seq_len` of 0
+    is read from the graph (`scores_length`)."""
     proto = load_proto(path)
     graph = read_graph(proto, path)
     layer_of = assign_layers(graph)
@@ -368,7 +369,23 @@ def build_model(graph: _Onnx, layer_of: list[LayerKey], name: str, seq_len: int)
         layers.append(Layer(li, label, kind, cls))
     edges = layer_edges(graph, producer_layer, readers)
     parameter_count = sum(graph.tensors[p].numel() for p in graph.parameters)
+    seq_len = seq_len or scores_length([c.graph for c in classes])
     return Model(name, layers, edges, classes, parameter_count, seq_len)
+
+
+def scores_length(graphs: list[Graph]) -> int:
+    """The sequence length s of the attention scores' products, [.., s, d] x [.., d, s] -> [.., s, s]
+    with s > 1, when every such product in the graphs agrees on it; else 0."""
+    lengths = set()
+    for graph in graphs:
+        for op in graph.ops:
+            if op.op_type != "MatMul" or len(op.inputs) != 2:
+                continue
+            a, b = (graph.tensors[i].shape for i in op.inputs)
+            out = graph.tensors[op.outputs[0]].shape
+            if len(out) == len(a) == len(b) == 4 and out[-1] == out[-2] == a[-2] == b[-1] > 1:
+                lengths.add(out[-1])
+    return lengths.pop() if len(lengths) == 1 else 0
 
 
 def layer_graph(graph: _Onnx, nodes: list[Any], layer: int, readers: dict[str, set[int]]) -> Graph:

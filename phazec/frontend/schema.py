@@ -31,7 +31,7 @@ class ModelConfig:
     hf_config: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the architecture's config class (source=hf)."""
     seq_len: int = 0
-    """Sequence length in tokens (source=hf)."""
+    """Sequence length in tokens (source=hf; source=onnx: 0 reads it from the attention scores)."""
     dtype: str = "bfloat16"
     """Element type of weights and activations (source=hf): `bfloat16`, `float16` or `float32`."""
     tp_widths: list[int] = field(default_factory=lambda: [1])
