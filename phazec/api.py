@@ -113,7 +113,7 @@ def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
     tp = cfg.parallel.tp
     training, _ = training_rows(
         model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer,
-        attention=cfg.hw.device.attention, causal=is_causal(model_cfg.arch),
+        attention=cfg.hw.device.attention, causal=is_causal(model_cfg.arch, model_cfg.causal),
         fuse_elementwise=bool(cfg.hw.device.fuse_elementwise),
     )  # fmt: skip
     text = "\n".join([

@@ -119,7 +119,8 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
         graphs = training_graphs(
             model, list(model_cfg.tp_widths if widths is None else widths), knobs.optimizer,
             cfg.parallel.vocab_parallel, attention=designs.device.attention,
-            causal=is_causal(model_cfg.arch), fuse_elementwise=designs.device.fuse_elementwise,
+            causal=is_causal(model_cfg.arch, model_cfg.causal),
+            fuse_elementwise=designs.device.fuse_elementwise,
         )  # fmt: skip
     evaluator = Evaluator(
         graphs=graphs,

@@ -22,10 +22,12 @@ from phazec.configure import training_graphs
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
+from phazec.frontend.export import exported_onnx
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, system_from_config
 from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
+from phazec.passes.attention import is_causal
 from phazec.passes.cost import class_costs, neighbour_gemms, op_table, overlap_collectives, sequence_split
 from phazec.passes.memory import megatron_bytes
 from phazec.plan import predict_plan
@@ -425,6 +427,22 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
     assert timed["time_per_batch_s"] == report.time_per_batch_s
     assert timed["breakdown"]["bubble_s"] == report.breakdown.bubble_s
+
+
+def test_an_onnx_file_told_it_is_causal_plans_as_its_preset(cache_dir: Path) -> None:
+    """The preset's own exported file as a user's ONNX model: the sequence length read from its
+    attention scores and `model.causal=true` give the preset's plan, figure for figure."""
+    common = ("hw=a100", "system=dgx_a100", "system.devices=8", "system.global_batch=16", "plan.tp=1",
+              "plan.pp=1", "plan.dp=8", "plan.microbatch=2", "plan.recompute=selective",
+              f"cache_dir={cache_dir}")  # fmt: skip
+    preset = api.plan(*TINY, *common)
+    model_cfg = OmegaConf.to_object(compose_config(*TINY).model)
+    assert isinstance(model_cfg, ModelConfig)
+    path = exported_onnx(model_cfg, cache_dir)
+    told = api.plan("model=onnx", f"model.path={path}", "model.causal=true", "tracking=none", *common)
+    for key in ("time_per_batch_s", "tokens_per_s", "model_tflops_per_device", "breakdown", "memory"):
+        assert told[key] == preset[key], key
+    assert is_causal("", None) is False and is_causal("GPT2LMHeadModel", False) is False
 
 
 BAD_PLANS = [

@@ -40,3 +40,6 @@ class ModelConfig:
     """The model's fixed Megatron-style plan, compared against in every result."""
     path: str = ""
     """ONNX file to lower (source=onnx); its shapes must be static."""
+    causal: bool | None = None
+    """Whether the attention is causal (a fused kernel masks by position and skips masked tiles);
+    None: from `arch` (`phazec.passes.attention.is_causal`), false for an ONNX file."""

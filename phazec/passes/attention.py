@@ -45,9 +45,10 @@ CAUSAL_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 """Hugging Face architectures whose attention is causal (GPT-2's `GPT2LMHeadModel`, `*ForCausalLM`)."""
 
 
-def is_causal(arch: str) -> bool:
-    """Whether a Hugging Face architecture name is a causal (decoder) language model."""
-    return arch.endswith(CAUSAL_ARCH_SUFFIXES)
+def is_causal(arch: str, given: bool | None = None) -> bool:
+    """Whether a model's attention is causal: `given` (`model.causal`) if set, else whether the Hugging
+    Face architecture name is a causal (decoder) language model."""
+    return arch.endswith(CAUSAL_ARCH_SUFFIXES) if given is None else given
 
 
 def check_kernel(kernel: str) -> str:
