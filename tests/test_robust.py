@@ -340,7 +340,7 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
 
     table = result_table(result)
     assert "not applicable (below)" in table and "0.00x" not in table  # no throughput to compare
-    assert f"tpuv4 megatron plan: not applicable: the plan {why[:20]}" in table
+    assert f"tpuv4 megatron plan and found design megatron plan: not applicable: the plan {why[:20]}" in table
 
 
 def test_workers_above_the_core_count_are_capped(caplog: pytest.LogCaptureFixture) -> None:

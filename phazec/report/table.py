@@ -66,6 +66,10 @@ def layer_table(rows: Sequence[LayerRow]) -> str:
     return render(headers, body)
 
 
+BASELINES = ("tpuv4_optimal_placement", "tpuv4_megatron_plan", "found_design_megatron_plan")
+"""The baselines of a search's result, in the order its table lists them under the found plan."""
+
+
 def _design_text(design: dict[str, Any] | None) -> str:
     if design is None:
         return "-"
@@ -86,7 +90,7 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
 def result_table(result: dict[str, Any]) -> str:
     """The found design against the TPUv4 design and the fixed Megatron-style plan."""
     found = {"design": result["design"], "plan": result["plan"], **result}
-    rows = [("found design, optimal plan", found), *result["baselines"].items()]
+    rows = [("found design, optimal plan", found), *((name, result["baselines"][name]) for name in BASELINES)]
     reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
     body = [
         [
@@ -98,11 +102,11 @@ def result_table(result: dict[str, Any]) -> str:
         ]
         for name, entry in rows
     ]
-    reasons = [
-        f"{name.replace('_', ' ')}: not applicable: {entry['not_applicable']}"
-        for name, entry in rows
-        if "not_applicable" in entry
-    ]
+    why: dict[str, list[str]] = {}
+    for name, entry in rows:
+        if "not_applicable" in entry:
+            why.setdefault(entry["not_applicable"], []).append(name.replace("_", " "))
+    reasons = [f"{' and '.join(names)}: not applicable: {reason}" for reason, names in why.items()]
     search = result["search"]
     header = (
         f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
