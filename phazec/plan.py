@@ -117,6 +117,8 @@ class PlanReport:
     recompute: str
     sequence_parallel: bool
     interleave: int
+    optimizer: str
+    """`train.optimizer`: `sgd` (no state) or `adam` (mixed-precision Adam)."""
     distributed_optimizer: bool
     devices: int
     """Devices the plan uses: tp * pp * dp."""
@@ -291,6 +293,7 @@ def plan_report(
         recompute=str(plan.recompute),
         sequence_parallel=bool(plan.sequence_parallel),
         interleave=int(plan.interleave),
+        optimizer=str(cfg.train.optimizer),
         distributed_optimizer=bool(plan.distributed_optimizer),
         devices=devices,
         microbatches_per_pipeline=placement.microbatches_per_pipeline,

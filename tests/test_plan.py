@@ -403,13 +403,14 @@ PLAN = (
 
 
 def test_phazec_plan_and_phazec_give_the_same_time(
-    cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = compose_config(*PLAN, f"cache_dir={cache_dir}")
     with caplog.at_level(logging.WARNING):
         report = run_plan(cfg, tmp_path)
     assert "baseline" not in caplog.text  # gpt2_xl's baseline (1024 devices) is the search's, not the plan's
-    assert (tmp_path / "plan.json").is_file()
+    assert json.loads((tmp_path / "plan.json").read_text())["optimizer"] == "adam"
+    assert "\noptimizer state (adam)  " in capsys.readouterr().out
     parts = report.breakdown.total_s
     assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)
     assert report.fits and report.warning is None

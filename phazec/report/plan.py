@@ -11,6 +11,7 @@ def plan_table(report: PlanReport) -> str:
     b, mem = report.breakdown, report.memory
     sp = ", sequence parallel" if report.sequence_parallel else ""
     interleave = f", interleave {report.interleave}" if report.interleave > 1 else ""
+    distributed = ", distributed" if report.distributed_optimizer else ""
     header = (
         f"{report.model}: tp {report.tp} x pp {report.pp} x dp {report.dp} = {report.devices} devices, "
         f"microbatch {report.microbatch}, recompute {report.recompute}{sp}{interleave}; layers per stage "
@@ -36,7 +37,7 @@ def plan_table(report: PlanReport) -> str:
     memory = [
         ("weights", mem.weights_bytes),
         ("gradients", mem.gradients_bytes),
-        ("optimizer state", mem.optimizer_state_bytes),
+        (f"optimizer state ({report.optimizer}{distributed})", mem.optimizer_state_bytes),
         (f"activations ({mem.in_flight} in flight)", mem.activation_stash_bytes),
         ("recompute working set", mem.activation_working_bytes),
         ("total", mem.total_bytes),
