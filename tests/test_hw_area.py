@@ -17,6 +17,8 @@ from phazec.hw.area import (
     tpuv4_area_mm2,
     vc_buffer_bytes,
 )
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from tests.conftest import compose_config
 
 
 def _one(**knobs: int) -> float:
@@ -72,9 +74,13 @@ def test_out_of_range_size_is_an_error_even_with_interpolation() -> None:
         sram_um2(np.array([256 * MIB]), GLB_SRAM_UM2, "global buffer", interpolate=True)
 
 
-def test_interpolation_is_linear_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="phazec.hw.area"):
-        area = sram_um2(np.array([48 * MIB]), GLB_SRAM_UM2, "global buffer", interpolate=True)
+def test_interpolation_is_linear_and_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    area = sram_um2(np.array([48 * MIB]), GLB_SRAM_UM2, "global buffer", interpolate=True)
     assert area.tolist() == [(46750900.0 + 88605700.0) / 2]
-    assert "interpolated" in caplog.text
-    assert "50331648" in caplog.text
+    with caplog.at_level(logging.INFO, logger="phazec.hw"):
+        enumerate_designs(hw_space_from_config(compose_config("hw=a100").hw))  # a 40 MiB L2
+    (line,) = [r.getMessage() for r in caplog.records if "interpolated" in r.getMessage()]
+    assert line == (
+        "hw space a100: global buffer sizes [41943040] bytes are between area-table entries: area "
+        "interpolated linearly"
+    )

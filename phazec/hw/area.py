@@ -73,6 +73,26 @@ def vc_buffer_bytes(vc_width: IntArray) -> IntArray:
     return buffer_bytes
 
 
+def between_entries(size_bytes: IntArray, table: dict[int, float], what: str, interpolate: bool) -> list[int]:
+    """The sizes strictly between two entries of `table` (priced by interpolation), sorted and distinct.
+
+    Raises:
+        PhazecError: a size is off the table (outside its range, or between entries without `interpolate`).
+    """
+    sizes = np.asarray(size_bytes, dtype=np.int64)
+    keys = np.array(sorted(table), dtype=np.int64)
+    on_table = np.isin(sizes, keys)
+    in_range = (sizes >= keys[0]) & (sizes <= keys[-1])
+    bad = ~on_table & (~in_range | (not interpolate))
+    if bad.any():
+        hint = "" if interpolate else ", or set hw.sram_interpolation=true for sizes between entries"
+        raise PhazecError(
+            f"The {what} size {int(sizes[bad][0])} bytes is not in the SRAM area table; "
+            f"valid sizes are {', '.join(str(int(k)) for k in keys)} bytes{hint}."
+        )
+    return sorted({int(s) for s in sizes[~on_table]})
+
+
 def sram_um2(
     size_bytes: IntArray, table: dict[int, float], what: str, interpolate: bool = False
 ) -> FloatArray:
@@ -85,27 +105,13 @@ def sram_um2(
         interpolate: price sizes strictly between two table entries linearly between them.
 
     Raises:
-        PhazecError: a size is off the table (outside its range, or between entries without `interpolate`).
+        PhazecError: a size is off the table (see `between_entries`).
     """
-    sizes = np.asarray(size_bytes, dtype=np.int64)
-    keys = np.array(sorted(table), dtype=np.int64)
+    between_entries(size_bytes, table, what, interpolate)
+    sizes = np.asarray(size_bytes, dtype=np.float64)
+    keys = np.array(sorted(table), dtype=np.float64)
     areas = np.array([table[int(k)] for k in keys], dtype=np.float64)
-    on_table = np.isin(sizes, keys)
-    in_range = (sizes >= keys[0]) & (sizes <= keys[-1])
-    bad = ~on_table & (~in_range | (not interpolate))
-    if bad.any():
-        hint = "" if interpolate else ", or set hw.sram_interpolation=true for sizes between entries"
-        raise PhazecError(
-            f"The {what} size {int(sizes[bad][0])} bytes is not in the SRAM area table; "
-            f"valid sizes are {', '.join(str(int(k)) for k in keys)} bytes{hint}."
-        )
-    if not on_table.all():
-        logger.warning(
-            "%s sizes %s bytes are between area-table entries: area interpolated linearly",
-            what,
-            sorted({int(s) for s in sizes[~on_table]}),
-        )
-    return np.interp(sizes.astype(np.float64), keys.astype(np.float64), areas)
+    return np.interp(sizes, keys, areas)
 
 
 def area_mm2(

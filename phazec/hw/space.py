@@ -14,7 +14,7 @@ from phazec.hw.area import (
     CORE_SRAM_UM2,
     GLB_SRAM_UM2,
     area_mm2,
-    sram_um2,
+    between_entries,
     tc_buffer_bytes,
     tpuv4_area_mm2,
     vc_buffer_bytes,
@@ -141,17 +141,25 @@ def validate_fraction(name: str, value: Any) -> float:
 
 
 def validate_sram_sizes(space: HwSpace) -> None:
-    """Check that every buffer size the space can produce is priced by the area tables.
+    """Check that every buffer size the space can produce is priced by the area tables, and log the
+    sizes priced by interpolation between entries.
 
     Raises:
         PhazecError: a size is off the tables (and interpolation was not asked for).
     """
     pairs = np.array(list(itertools.product(space.tc_width, space.tc_depth)), dtype=np.int64)
     vc_widths = np.array(space.vc_width or space.tc_width, dtype=np.int64)
-    interpolate = space.sram_interpolation
-    sram_um2(tc_buffer_bytes(pairs[:, 0], pairs[:, 1]), CORE_SRAM_UM2, "tensor-core buffer", interpolate)
-    sram_um2(vc_buffer_bytes(vc_widths), CORE_SRAM_UM2, "vector-core buffer", interpolate)
-    sram_um2(np.array(space.glb_bytes, dtype=np.int64), GLB_SRAM_UM2, "global buffer", interpolate)
+    for sizes, table, what in (
+        (tc_buffer_bytes(pairs[:, 0], pairs[:, 1]), CORE_SRAM_UM2, "tensor-core buffer"),
+        (vc_buffer_bytes(vc_widths), CORE_SRAM_UM2, "vector-core buffer"),
+        (np.array(space.glb_bytes, dtype=np.int64), GLB_SRAM_UM2, "global buffer"),
+    ):
+        between = between_entries(sizes, table, what, space.sram_interpolation)
+        if between:
+            logger.info(
+                "hw space %s: %s sizes %s bytes are between area-table entries: area interpolated linearly",
+                space.name, what, between,
+            )  # fmt: skip
 
 
 def hw_space_from_config(node: Any) -> HwSpace:
