@@ -1,4 +1,5 @@
-"""The frontend on every preset at full depth: exact parameter counts, exact block FLOPs, layer graphs."""
+"""The frontend on every preset (at full depth, except `conftest.SHALLOW`): exact parameter counts, exact
+block FLOPs, layer graphs."""
 
 from __future__ import annotations
 
