@@ -10,6 +10,7 @@ import pytest
 
 from phazec.configure import setup
 from phazec.errors import PhazecError
+from phazec.report.table import result_table
 from phazec.search.wham import LocalSearch, StageWork, stage_works
 from phazec.solvers.placement import Placement, Stage
 from tests.conftest import compose_config
@@ -97,6 +98,8 @@ def test_throughput_per_watt_picks_another_design(tmp_path: Path, cache_dir: Pat
     assert fast["throughput_samples_per_s"] > frugal["throughput_samples_per_s"]
     assert frugal["throughput_per_watt"] > fast["throughput_per_watt"]
     assert frugal["objective"] == "throughput_per_watt"
+    assert "(exhaustive, best throughput_per_watt) in" in result_table(frugal).splitlines()[0]
+    assert "(exhaustive) in" in result_table(fast).splitlines()[0]
     # Brute force over explored.csv: each answer is the best row under its own objective.
     rows = list(csv.DictReader((tmp_path / "throughput" / "explored.csv").open()))
     feasible = [r for r in rows if r["feasible"] == "True"]

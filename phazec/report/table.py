@@ -108,9 +108,10 @@ def result_table(result: dict[str, Any]) -> str:
             why.setdefault(entry["not_applicable"], []).append(name.replace("_", " "))
     reasons = [f"{' and '.join(names)}: not applicable: {reason}" for reason, names in why.items()]
     search = result["search"]
+    objective = "" if result["objective"] == "throughput" else f", best {result['objective']}"
     header = (
         f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
-        f"({search['strategy']}) in {search['wall_s']:.1f} s"
+        f"({search['strategy']}{objective}) in {search['wall_s']:.1f} s"
     )
     usage = ["TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"]
     table = render(["", "design", "plan", "samples/s", "vs TPUv4", *usage], body)
