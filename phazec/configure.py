@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from phazec import validate
 from phazec.config import validate_search, validate_train
-from phazec.cost.model import latency_model_from_config
+from phazec.cost.model import check_applies, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
@@ -113,6 +113,8 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    latency_model = latency_model_from_config(cfg.cost)
+    check_applies(latency_model, designs)  # before a lowering that can take minutes
     with stage("lowering"):
         model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
     with stage("training graphs"):
@@ -125,7 +127,7 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
     evaluator = Evaluator(
         graphs=graphs,
         system=system,
-        latency_model=latency_model_from_config(cfg.cost),
+        latency_model=latency_model,
         solver=solver,
         knobs=knobs,
         cache=ScheduleCache(default_cache_dir(cfg.cache_dir) / "schedules"),

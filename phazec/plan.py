@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 from phazec.config import PlanConfig
 from phazec.configure import setup
 from phazec.errors import PhazecError
-from phazec.hw.designs import Designs
+from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.space import HwSpace, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
@@ -173,6 +174,18 @@ def check_plan(plan: PlanConfig, devices: int, global_batch: int) -> None:
         )
 
 
+def check_one_design(space: HwSpace) -> None:
+    """The space is one design (every knob one value), or PhazecError naming the knobs that vary."""
+    several = {knob: len(values) for knob in KNOBS if len(values := getattr(space, knob) or ()) > 1}
+    if several:
+        varied = ", ".join(f"hw.{knob} ({count} values)" for knob, count in several.items())
+        raise PhazecError(
+            f"hw={space.name} spans more than one design ({varied}); phazec-plan times one: use a preset "
+            "with one value per knob (hw=a100, hw=h100, hw=tpuv4) or pin each knob, e.g. hw.num_tc=[8] "
+            "(hw.num_tc={pow2:[8,8]} on a range preset such as tpu_area)."
+        )
+
+
 def plan_stages(model: Model, plan: PlanConfig) -> Stages:
     """Megatron's stages: the blocks split evenly (or `plan.layers` per stage), the embedding first,
     the head last; every stage's block count divisible by the interleave."""
@@ -233,12 +246,8 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
     plan = cfg.plan
     system = system_from_config(cfg.system)
     check_plan(plan, system.devices, system.global_batch)
+    check_one_design(hw_space_from_config(cfg.hw))
     job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
-    if len(job.designs) != 1:
-        raise PhazecError(
-            f"hw={cfg.hw.name} spans {len(job.designs)} designs; phazec-plan times one: use a preset with "
-            "one value per knob (hw=a100, hw=h100, hw=tpuv4) or pin each knob, e.g. hw.num_tc=[8]."
-        )
     report = time_plan(cfg, job.evaluator, job.designs)
     if report.warning is not None:
         if plan.require_fit:

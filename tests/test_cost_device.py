@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
+from phazec.configure import setup
 from phazec.cost.model import MODELS, OpCosts, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.errors import PhazecError
@@ -26,6 +27,7 @@ from phazec.passes.schedule import schedule_problem
 from phazec.solvers.schedule import ScheduleCache, schedule
 from phazec.solvers.schedule_problem import OpKind as ScheduleKind
 from phazec.solvers.schema import SolverConfig
+from tests.conftest import compose_config
 from tests.test_cost_tiled import design_strategy, growth, op_strategy
 
 SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
@@ -212,6 +214,13 @@ def test_cost_phaze_is_refused_on_gpu_presets() -> None:
         with pytest.raises(PhazecError, match=r"cost=phaze .* meant for the TPU-like template only"):
             op_costs(ops, _preset(name), SYSTEM, MODELS["phaze"])
     op_costs(ops, _preset("tpuv4"), SYSTEM, MODELS["phaze"])  # the template keeps the reference's model
+
+
+def test_cost_phaze_on_a_gpu_preset_is_refused_before_the_lowering(tmp_path: Path) -> None:
+    cfg = compose_config("hw=h100", "cost=phaze", f"cache_dir={tmp_path}", "tracking=none")
+    with pytest.raises(PhazecError, match=r"cost=phaze .* meant for the TPU-like template only"):
+        setup(cfg)
+    assert not (tmp_path / "onnx").exists()  # Llama 2 7B was never exported
 
 
 @pytest.mark.parametrize(

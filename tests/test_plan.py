@@ -448,6 +448,11 @@ def test_an_onnx_file_told_it_is_causal_plans_as_its_preset(cache_dir: Path) -> 
 
 BAD_PLANS = [
     (
+        "hw=tpu_small",
+        r"hw=tpu_small spans more than one design \(hw.num_tc \(3 values\), hw.tc_width \(2 values\), "
+        r"hw.tc_depth \(2 values\), hw.num_vc \(2 values\), hw.glb_bytes \(2 values\)\); phazec-plan times",
+    ),
+    (
         "plan.recompute=some",
         r"plan.recompute='some' is not a recompute mode; valid: \['none', 'selective', 'full'\]",
     ),
@@ -472,8 +477,10 @@ BAD_PLANS = [
 
 @pytest.mark.parametrize(("override", "message"), BAD_PLANS)
 def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> None:
+    """Each is refused before the model is lowered (nothing exported into the empty cache)."""
     with pytest.raises(PhazecError, match=message):
         predict_plan(compose_config(*PLAN, *override.split(), f"cache_dir={tmp_path}"))
+    assert not (tmp_path / "onnx").exists()
 
 
 @pytest.mark.parametrize(
@@ -483,7 +490,6 @@ def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> Non
         ("plan.layers=[2,1]", r"plan.layers=\[2, 1\] is not valid: give 2 positive block counts"),
         ("plan.tp=8", r"tensor-parallel width 8 does not divide"),
         ("plan.pp=3", r"plan.pp=3 does not divide the model's 2 transformer blocks; choose a divisor of 2"),
-        ("hw=tpu_small", r"hw=tpu_small spans \d+ designs; phazec-plan times one"),
     ],
 )
 def test_bad_plans_needing_the_model_are_named(override: str, message: str, cache_dir: Path) -> None:

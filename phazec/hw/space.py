@@ -140,26 +140,23 @@ def validate_fraction(name: str, value: Any) -> float:
     return float(value)
 
 
-def validate_sram_sizes(space: HwSpace) -> None:
-    """Check that every buffer size the space can produce is priced by the area tables, and log the
-    sizes priced by interpolation between entries.
+def interpolated_sizes(space: HwSpace) -> dict[str, list[int]]:
+    """Per buffer kind, the sizes the space can produce that lie between two entries of the area
+    tables (priced by interpolation).
 
     Raises:
         PhazecError: a size is off the tables (and interpolation was not asked for).
     """
     pairs = np.array(list(itertools.product(space.tc_width, space.tc_depth)), dtype=np.int64)
     vc_widths = np.array(space.vc_width or space.tc_width, dtype=np.int64)
-    for sizes, table, what in (
-        (tc_buffer_bytes(pairs[:, 0], pairs[:, 1]), CORE_SRAM_UM2, "tensor-core buffer"),
-        (vc_buffer_bytes(vc_widths), CORE_SRAM_UM2, "vector-core buffer"),
-        (np.array(space.glb_bytes, dtype=np.int64), GLB_SRAM_UM2, "global buffer"),
-    ):
-        between = between_entries(sizes, table, what, space.sram_interpolation)
-        if between:
-            logger.info(
-                "hw space %s: %s sizes %s bytes are between area-table entries: area interpolated linearly",
-                space.name, what, between,
-            )  # fmt: skip
+    return {
+        what: between_entries(sizes, table, what, space.sram_interpolation)
+        for sizes, table, what in (
+            (tc_buffer_bytes(pairs[:, 0], pairs[:, 1]), CORE_SRAM_UM2, "tensor-core buffer"),
+            (vc_buffer_bytes(vc_widths), CORE_SRAM_UM2, "vector-core buffer"),
+            (np.array(space.glb_bytes, dtype=np.int64), GLB_SRAM_UM2, "global buffer"),
+        )
+    }
 
 
 def hw_space_from_config(node: Any) -> HwSpace:
@@ -188,7 +185,7 @@ def hw_space_from_config(node: Any) -> HwSpace:
         sram_interpolation=values["sram_interpolation"],
         device=device_from_config(values["device"]),
     )
-    validate_sram_sizes(space)
+    interpolated_sizes(space)  # raises for a buffer size off the area tables
     return space
 
 
@@ -212,6 +209,12 @@ def enumerate_designs(space: HwSpace) -> Designs:
     Raises:
         PhazecError: no design is within the budgets.
     """
+    for what, sizes in interpolated_sizes(space).items():
+        if sizes:
+            logger.info(
+                "hw space %s: %s sizes %s bytes are between area-table entries: area interpolated linearly",
+                space.name, what, sizes,
+            )  # fmt: skip
     grid = _grid(space)
     areas = area_mm2(**grid, interpolate=space.sram_interpolation)
     cores = {name: grid[name] for name in KNOBS if name != "glb_bytes"}
