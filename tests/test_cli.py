@@ -28,7 +28,8 @@ STAGES = ("lowering", "training graphs", "search", "baselines", "bottleneck sche
 def command(
     name: str, *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`phazec` (name `main`) or `phazec-ir` (`ir_main`) in a fresh interpreter started in `cwd`."""
+    """`phazec` (name `main`), `phazec-ir` (`ir_main`) or `phazec-plan` (`plan_main`) in a fresh
+    interpreter started in `cwd`."""
     code = f"from phazec.cli import {name}; {name}()"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=cwd, env={**os.environ, **(env or {})},
@@ -39,13 +40,15 @@ def command(
 def test_help_says_what_each_command_does_and_names_every_group_and_preset(tmp_path: Path) -> None:
     search_help = command("main", "--help", cwd=tmp_path)
     ir_help = command("ir_main", "--help", cwd=tmp_path)
-    assert search_help.returncode == ir_help.returncode == 0
+    plan_help = command("plan_main", "--help", cwd=tmp_path)
+    assert search_help.returncode == ir_help.returncode == plan_help.returncode == 0
     assert search_help.stdout.startswith("phazec: co-search an accelerator design")
     assert ir_help.stdout.startswith("phazec-ir: lower a model")
+    assert plan_help.stdout.startswith("phazec-plan: time ONE training plan")
     groups = sorted(p for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra")
     assert [g.name for g in groups] == ["cost", "hw", "model", "search", "solver", "sweep", "system",
                                         "tracking", "train"]  # fmt: skip
-    for text in (search_help.stdout, ir_help.stdout):
+    for text in (search_help.stdout, ir_help.stdout, plan_help.stdout):
         for group in groups:
             (line,) = [line for line in text.splitlines() if line.startswith(f"{group.name}: ")]
             assert line.removeprefix(f"{group.name}: ").split(", ") == sorted(
