@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,20 @@ def test_the_sequence_length_is_read_from_the_attention_scores(
     assert lower_onnx(toy_mlp(tmp_path / "toy.onnx"), "toy").seq_len == 0  # [B, H] x [H, H]: no scores
     with pytest.raises(PhazecError, match=r"model.seq_len=-1 is not valid: give the ONNX model's sequence"):
         load_model(ModelConfig(name="att", source="onnx", path=str(path), seq_len=-1), tmp_path)
+
+
+def test_a_given_sequence_length_its_scores_disagree_with_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = toy_attention(tmp_path / "attention.onnx", (16,))
+    with caplog.at_level(logging.WARNING, logger="phazec.frontend"):
+        model = load_model(ModelConfig(name="att", source="onnx", path=str(path), seq_len=8), tmp_path)
+    assert model.seq_len == 8
+    assert "model.seq_len=8, but the ONNX model's attention scores are 16 long" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="phazec.frontend"):
+        load_model(ModelConfig(name="att", source="onnx", path=str(path), seq_len=16), tmp_path)
+    assert not caplog.text
 
 
 def test_missing_file(tmp_path: Path) -> None:

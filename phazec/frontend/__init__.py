@@ -10,7 +10,7 @@ from omegaconf import MISSING
 
 from phazec.errors import PhazecError
 from phazec.frontend.export import DTYPES, exported_onnx
-from phazec.frontend.lower import lower_onnx
+from phazec.frontend.lower import lower_onnx, scores_length
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
 
@@ -63,14 +63,23 @@ def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:
     validate(cfg)
     if cfg.source == "onnx":
         model = lower_onnx(Path(cfg.path).expanduser(), cfg.name, cfg.seq_len)
-        if not cfg.seq_len:
-            say_seq_len(model)
+        say_seq_len(model, cfg.seq_len)
         return model
     return lower_onnx(exported_onnx(cfg, cache_dir), cfg.name, cfg.seq_len)
 
 
-def say_seq_len(model: Model) -> None:
-    """Log the sequence length read from an ONNX model's attention scores, or warn that none was."""
+def say_seq_len(model: Model, given: int) -> None:
+    """Log the sequence length read from an ONNX model's attention scores, or warn that none was, or
+    that the `given` one (`model.seq_len`) is not its scores' length."""
+    if given:
+        read = scores_length([cls.graph for cls in model.classes])
+        if read and read != given:
+            log.warning(
+                "model.seq_len=%d, but the ONNX model's attention scores are %d long: no attention core "
+                "is found at %d, so its attention is priced op by op as exported",
+                given, read, given,
+            )  # fmt: skip
+        return
     if model.seq_len:
         log.info("model.seq_len=%d, read from the ONNX model's attention scores", model.seq_len)
         return
