@@ -167,10 +167,12 @@ def check_plan(plan: PlanConfig, devices: int, global_batch: int) -> None:
             "(system.global_batch); choose a divisor of it."
         )
     microbatches = global_batch // plan.microbatch
-    if plan.dp > microbatches:
+    if microbatches % plan.dp:
         raise PhazecError(
-            f"plan.dp={plan.dp} is more than the {microbatches} microbatches of a batch (global batch "
-            f"{global_batch} / microbatch {plan.microbatch}); every replica needs at least one."
+            f"plan.dp={plan.dp} does not divide the {microbatches} microbatches of a batch (global batch "
+            f"{global_batch} / microbatch {plan.microbatch}): Megatron-LM gives every replica the same "
+            f"number; choose a dp that divides {microbatches}, or a global batch divisible by microbatch "
+            f"x dp = {plan.microbatch * plan.dp}."
         )
 
 

@@ -464,7 +464,11 @@ BAD_PLANS = [
     ("plan.microbatch=0", r"plan.microbatch=0 is not valid: it must be a positive integer"),
     (
         "system.devices=32 plan.microbatch=4 plan.dp=8",
-        r"plan.dp=8 is more than the 4 microbatches of a batch \(global batch 16 / microbatch 4\)",
+        r"plan.dp=8 does not divide the 4 microbatches of a batch \(global batch 16 / microbatch 4\)",
+    ),
+    (
+        "system.devices=12 plan.dp=3",
+        r"plan.dp=3 does not divide the 8 microbatches .* divisible by microbatch x dp = 6\.",
     ),
     (
         "system.hbm_gb=[nan]",
