@@ -249,6 +249,12 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
     system = system_from_config(cfg.system)
     check_plan(plan, system.devices, system.global_batch)
     check_one_design(hw_space_from_config(cfg.hw))
+    if plan.sequence_parallel and plan.tp == 1:
+        log.warning(
+            "plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it, as Megatron-LM "
+            "turns it off there."
+        )
+        plan.sequence_parallel = False
     job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
     report = time_plan(cfg, job.evaluator, job.designs)
     if report.warning is not None:

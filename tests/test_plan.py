@@ -530,6 +530,19 @@ def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> Non
     )
 
 
+def test_sequence_parallelism_without_tensor_parallelism_is_warned_and_off(
+    cache_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At tp 1 sequence parallelism splits nothing: warned, then timed and reported as off (Megatron-LM
+    turns it off there), so the report equals the plan without it."""
+    common = (*PLAN, f"cache_dir={cache_dir}", "plan.tp=1", "system.devices=4")
+    with caplog.at_level(logging.WARNING):
+        asked = predict_plan(compose_config(*common, "plan.sequence_parallel=true"))
+    assert "plan.sequence_parallel=true splits nothing at plan.tp=1" in caplog.text
+    assert asked == predict_plan(compose_config(*common, "plan.sequence_parallel=false"))
+    assert not asked.sequence_parallel
+
+
 def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
     tight = compose_config(*PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]")
     report = predict_plan(tight)
