@@ -249,12 +249,7 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
     system = system_from_config(cfg.system)
     check_plan(plan, system.devices, system.global_batch)
     check_one_design(hw_space_from_config(cfg.hw))
-    if plan.sequence_parallel and plan.tp == 1:
-        log.warning(
-            "plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it, as Megatron-LM "
-            "turns it off there."
-        )
-        plan.sequence_parallel = False
+    drop_inert_features(plan)
     job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
     report = time_plan(cfg, job.evaluator, job.designs)
     if report.warning is not None:
@@ -262,6 +257,26 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")
         log.warning("%s", report.warning)
     return report
+
+
+def drop_inert_features(plan: DictConfig) -> None:
+    """Turn off, with a warning, what splits nothing in this plan (sequence parallelism at tp 1, model
+    chunks at pp 1): Megatron-LM turns the first off and refuses the second; timed without them, the
+    report says they were off."""
+    inert = (
+        (
+            "sequence_parallel",
+            False,
+            plan.sequence_parallel and plan.tp == 1,
+            "plan.sequence_parallel=true",
+            "tp",
+        ),
+        ("interleave", 1, plan.interleave > 1 and plan.pp == 1, f"plan.interleave={plan.interleave}", "pp"),
+    )
+    for key, off, applies, asked, width in inert:
+        if applies:
+            log.warning("%s splits nothing at plan.%s=1; timed without it.", asked, width)
+            plan[key] = off
 
 
 def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanReport:
@@ -325,7 +340,7 @@ def plan_report(
         breakdown=breakdown(figures, stages, [layer.comm_s for layer in layers]),
         memory=fullest(figures),
         fits=placement.fits_hbm,
-        warning=None if placement.fits_hbm else not_fit_warning(fullest(figures)),
+        warning=None if placement.fits_hbm else not_fit_warning(fullest(figures), plan),
     )
 
 
@@ -413,8 +428,9 @@ def fullest(figures: PlanFigures) -> DeviceMemory:
     )
 
 
-def not_fit_warning(memory: DeviceMemory) -> str:
-    """How much the fullest stage is over HBM and what dominates it."""
+def not_fit_warning(memory: DeviceMemory, plan: DictConfig) -> str:
+    """How much the fullest stage is over HBM, what dominates it, and the remedies the plan does not use
+    yet."""
     parts = {
         "weights": memory.weights_bytes,
         "gradients": memory.gradients_bytes,
@@ -423,10 +439,27 @@ def not_fit_warning(memory: DeviceMemory) -> str:
         "the recompute working set": memory.activation_working_bytes,
     }
     dominant = max(parts, key=lambda name: parts[name])
+    sharded = "" if plan.dp > 1 else " with dp > 1"
+    remedies = [
+        remedy
+        for remedy, unused in (
+            ("full recompute (plan.recompute=full)", plan.recompute == "selective"),
+            ("recompute (plan.recompute=selective or full)", plan.recompute == "none"),
+            (
+                f"a distributed optimizer (plan.distributed_optimizer=true){sharded}",
+                not plan.distributed_optimizer,
+            ),
+            (
+                "sequence parallelism (plan.sequence_parallel=true)",
+                plan.tp > 1 and not plan.sequence_parallel,
+            ),
+        )
+        if unused
+    ]
+    listed = "".join(f"{remedy}, " for remedy in remedies)
     return (
         f"the plan does not fit: stage {memory.stage} needs {memory.total_bytes / 1e9:.2f} GB per device, "
         f"{-memory.headroom_bytes / 1e9:.2f} GB over the {memory.hbm_bytes / 1e9:g} GB of HBM; the largest "
-        f"part is {dominant} ({parts[dominant] / 1e9:.2f} GB). Try recompute (plan.recompute=selective or "
-        "full), a distributed optimizer (plan.distributed_optimizer=true), sequence parallelism or more "
-        "tensor/pipeline parallelism."
+        f"part is {dominant} ({parts[dominant] / 1e9:.2f} GB). Try {listed}{'or ' if remedies else ''}more "
+        "tensor or pipeline parallelism."
     )

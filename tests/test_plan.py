@@ -530,17 +530,28 @@ def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> Non
     )
 
 
-def test_sequence_parallelism_without_tensor_parallelism_is_warned_and_off(
-    cache_dir: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("inert", "plain", "message"),
+    [
+        (
+            "plan.sequence_parallel=true",
+            "plan.sequence_parallel=false",
+            "plan.sequence_parallel=true splits nothing at plan.tp=1",
+        ),
+        ("plan.interleave=2", "plan.interleave=1", "plan.interleave=2 splits nothing at plan.pp=1"),
+    ],
+)
+def test_what_splits_nothing_is_warned_and_off(
+    inert: str, plain: str, message: str, cache_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """At tp 1 sequence parallelism splits nothing: warned, then timed and reported as off (Megatron-LM
-    turns it off there), so the report equals the plan without it."""
-    common = (*PLAN, f"cache_dir={cache_dir}", "plan.tp=1", "system.devices=4")
+    """Sequence parallelism at tp 1 and model chunks at pp 1 split nothing: warned, then timed and
+    reported as off, so the report equals the plan without them."""
+    common = (*PLAN, f"cache_dir={cache_dir}", "plan.tp=1", "plan.pp=1", "system.devices=2")
     with caplog.at_level(logging.WARNING):
-        asked = predict_plan(compose_config(*common, "plan.sequence_parallel=true"))
-    assert "plan.sequence_parallel=true splits nothing at plan.tp=1" in caplog.text
-    assert asked == predict_plan(compose_config(*common, "plan.sequence_parallel=false"))
-    assert not asked.sequence_parallel
+        asked = predict_plan(compose_config(*common, inert))
+    assert message in caplog.text
+    assert asked == predict_plan(compose_config(*common, plain))
+    assert not asked.sequence_parallel and asked.interleave == 1
 
 
 def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
@@ -548,6 +559,15 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
     report = predict_plan(tight)
     assert not report.fits and report.memory.headroom_bytes < 0
     assert report.warning is not None and "the plan does not fit: stage" in report.warning
+    assert report.warning.endswith(  # only what the plan does not use yet (it recomputes fully)
+        "Try a distributed optimizer (plan.distributed_optimizer=true), sequence parallelism "
+        "(plan.sequence_parallel=true), or more tensor or pipeline parallelism."
+    )
+    every = compose_config(
+        *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.distributed_optimizer=true",
+        "plan.sequence_parallel=true",
+    )  # fmt: skip
+    assert str(predict_plan(every).warning).endswith("Try more tensor or pipeline parallelism.")
     strict = compose_config(
         *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.require_fit=true"
     )
