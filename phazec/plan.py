@@ -161,6 +161,12 @@ def check_plan(plan: PlanConfig, devices: int, global_batch: int) -> None:
             f"{devices} devices (system.devices); choose widths whose product divides it, or set "
             f"system.devices={width}."
         )
+    if plan.interleave > 1 and plan.pp == 1:
+        raise PhazecError(
+            f"plan.interleave={plan.interleave} needs plan.pp > 1: it splits each pipeline stage into model "
+            "chunks, and at pp 1 there is no pipeline (Megatron-LM refuses it too); set plan.interleave=1 "
+            "or plan.pp > 1."
+        )
     if global_batch % plan.microbatch:
         raise PhazecError(
             f"plan.microbatch={plan.microbatch} does not divide the global batch {global_batch} "
@@ -249,7 +255,9 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
     system = system_from_config(cfg.system)
     check_plan(plan, system.devices, system.global_batch)
     check_one_design(hw_space_from_config(cfg.hw))
-    drop_inert_features(plan)
+    if plan.sequence_parallel and plan.tp == 1:
+        log.warning("plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it.")
+        plan.sequence_parallel = False  # as Megatron-LM turns it off
     job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
     report = time_plan(cfg, job.evaluator, job.designs)
     if report.warning is not None:
@@ -257,26 +265,6 @@ def predict_plan(cfg: DictConfig) -> PlanReport:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")
         log.warning("%s", report.warning)
     return report
-
-
-def drop_inert_features(plan: DictConfig) -> None:
-    """Turn off, with a warning, what splits nothing in this plan (sequence parallelism at tp 1, model
-    chunks at pp 1): Megatron-LM turns the first off and refuses the second; timed without them, the
-    report says they were off."""
-    inert = (
-        (
-            "sequence_parallel",
-            False,
-            plan.sequence_parallel and plan.tp == 1,
-            "plan.sequence_parallel=true",
-            "tp",
-        ),
-        ("interleave", 1, plan.interleave > 1 and plan.pp == 1, f"plan.interleave={plan.interleave}", "pp"),
-    )
-    for key, off, applies, asked, width in inert:
-        if applies:
-            log.warning("%s splits nothing at plan.%s=1; timed without it.", asked, width)
-            plan[key] = off
 
 
 def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanReport:
