@@ -77,12 +77,16 @@ def test_square_gemm_in_waves_by_hand() -> None:
 
 
 def test_few_tiles_split_the_reduction() -> None:
-    # One 256x128 output tile with k = 4096 on 108 cores: a 64-way split fills 64 cores in one wave,
-    # 256 * 128 * 64 MACs at 1024 * 0.5 per cycle + 8 = 4104 cycles (128 ways would take two waves).
+    # One 256x128 output tile with k = 4096 on 108 cores: a 108-way split fills every core in one wave,
+    # 256 * 128 * ceil(4096 / 108) = 256 * 128 * 38 MACs at 1024 * 0.5 per cycle + 8 = 2440 cycles (a
+    # power-of-two split would stop at 64 ways, 4104 cycles on 64 cores; 109 ways would take two waves).
+    # Three tiles split 36 ways: 256 * 128 * ceil(4096 / 36) / 512 + 8 = 7304 cycles.
     # On one core no split helps: 256 * 128 * 4096 / 512 + 8 cycles.
     device = DeviceModel(True, ((256, 128),), 0.5, 8.0, 1.0, 0.0)
     costs = _costs(_gemm(256, 4096, 128), _designs(device, GPU_ROW))
-    assert costs.all_cores_s[0, 0] == 4104 / 1.41e9
+    assert costs.all_cores_s[0, 0] == 2440 / 1.41e9
+    three = _costs(_gemm(256, 4096, 384), _designs(device, GPU_ROW))
+    assert three.all_cores_s[0, 0] == 7304 / 1.41e9
     assert costs.single_core_s[0, 0] == (256 * 128 * 4096 / 512 + 8) / 1.41e9
 
 

@@ -96,18 +96,15 @@ def gemm_compute_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
     return cycles
 
 
-SPLITS = 2.0 ** np.arange(13)
-"""Split-K ways tried for a tile-and-wave GEMM: 1, 2, 4 .. 4096, each only while the split tiles fit in
-one wave (a split fills idle cores)."""
-
-
 def gemm_wave_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
     """Cycles of each GEMM as output tiles in waves over `cores` ([1, designs]) under the device model
-    (`phazec.hw.device`; needs `gemm_tiles`): the fastest tile and split-K of the device's.
+    (`phazec.hw.device`; needs `gemm_tiles`): the fastest tile of the device's, with split-K.
 
     A tile of rows x cols with the reduction split s ways takes rows * cols * ceil(k / s) MACs at
     utilisation * w * d per cycle plus the tile overhead; batch * ceil(m / rows) * ceil(n / cols) * s
-    tiles run in ceil(tiles / cores) waves. A split (s > 1) is tried only when its tiles fit in one wave.
+    tiles run in ceil(tiles / cores) waves. When the tiles fill less than one wave the reduction is split
+    as many ways as fit in it, s = floor(cores / tiles) (fewer MACs per tile, the same one wave);
+    otherwise s = 1.
     """
     device = designs.device
     assert device.gemm_tiles is not None
@@ -116,10 +113,9 @@ def gemm_wave_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
     best = np.full(np.broadcast_shapes(m.shape, peak.shape), np.inf)
     for rows, cols in device.gemm_tiles:
         tiles = batch * np.ceil(m / rows) * np.ceil(n / cols)
-        for split in SPLITS:
-            tile_cycles = rows * cols * np.ceil(k / split) / peak + device.gemm_tile_overhead_cycles
-            cycles = np.ceil(tiles * split / cores) * tile_cycles
-            best = np.minimum(best, np.where((split == 1) | (tiles * split <= cores), cycles, np.inf))
+        split = np.maximum(1.0, np.floor(cores / tiles))
+        tile_cycles = rows * cols * np.ceil(k / split) / peak + device.gemm_tile_overhead_cycles
+        best = np.minimum(best, np.ceil(tiles * split / cores) * tile_cycles)
     return best
 
 

@@ -6,9 +6,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
 
 - `gemm_tiles`: a GEMM's output is cut into tiles of rows x cols, each computed by one core over its
   share of the reduction (a GPU thread block); the tiles run in waves over the cores, and a ragged last
-  wave or a padded edge tile costs as much as a full one (NeuSight's tile-and-wave model). The
-  reduction may be split s ways (s a power of two, split-K) to fill idle cores. Like cuBLAS's
-  heuristics, the fastest tile and split is taken. None keeps the template's weight-stationary systolic
+  wave or a padded edge tile costs as much as a full one (NeuSight's tile-and-wave model). Tiles that
+  fill less than one wave split their reduction over the idle cores, as many ways as fit (split-K;
+  stream-K on Hopper's cuBLAS shares the reduction over every SM). Like cuBLAS's heuristics, the
+  fastest tile is taken. None keeps the template's weight-stationary systolic
   tiling (`phazec.cost.tiled`).
 - `gemm_utilisation`: the share of a core's peak a tile's main loop reaches (fitted per chip).
 - `attention_utilisation`: the share of the cores' peak a fused attention kernel (flash attention)
