@@ -45,7 +45,8 @@ class TrainConfig:
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
     pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
     optimizer_step: bool = False
-    """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
+    """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
+    read and written once (all of them without a distributed optimizer), every gradient zeroed."""
 
 
 @dataclass
@@ -88,7 +89,8 @@ class PlanConfig:
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
     pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
     optimizer_step: bool = True
-    """Time the optimizer step (weights, gradients and state read and written once at HBM bandwidth)."""
+    """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
+    read and written once (all of them without a distributed optimizer), every gradient zeroed."""
     require_fit: bool = False
     """Make a plan that does not fit in HBM an error instead of a warning."""
 

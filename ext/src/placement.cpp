@@ -207,11 +207,24 @@ struct VariantModel {
     return lat.inner[p] == 0 && !in.last_stage_recomputes ? Recompute::kNone : variant.recompute;
   }
 
+  /// Optimizer state per device at data-parallel width d.
+  int64_t state_bytes(std::size_t p, int64_t d) const {
+    const int64_t state = (in.optimizer_factor - 2) * tab.param_bytes[p];
+    return variant.distributed_optimizer ? (state + d - 1) / d : state;
+  }
+
   /// Weights, gradients and optimizer state per device at data-parallel width d.
   int64_t parameter_bytes(std::size_t p, int64_t d) const {
-    int64_t state = (in.optimizer_factor - 2) * tab.param_bytes[p];
-    if (variant.distributed_optimizer) state = (state + d - 1) / d;
-    return tab.param_bytes[p] + tab.param_bytes[p] + state;
+    return tab.param_bytes[p] + tab.param_bytes[p] + state_bytes(p, d);
+  }
+
+  /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
+  /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
+  /// is 1/d of the weights and gradients; otherwise all of them).
+  int64_t step_bytes(std::size_t p, int64_t d) const {
+    const int64_t weights = tab.param_bytes[p];
+    const int64_t shard = variant.distributed_optimizer ? (weights + d - 1) / d : weights;
+    return weights + 3 * shard + 2 * state_bytes(p, d);
   }
 
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
@@ -419,7 +432,7 @@ PlanResult solve_variant(const VariantModel& model) {
                                                model.tab.forward_s[p], model.tab.backward_s[p]);
           double step_s = 0.0;
           if (in.hbm_bytes_per_s > 0.0) {
-            step_s = 2.0 * static_cast<double>(first.parameter_bytes) / in.hbm_bytes_per_s;
+            step_s = static_cast<double>(model.step_bytes(p, d)) / in.hbm_bytes_per_s;
           }
           const double bubble = static_cast<double>(total - 1) / v;
           const double time_s = bottleneck * (static_cast<double>(m) + bubble) + sync_s + step_s;

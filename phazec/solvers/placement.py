@@ -46,9 +46,12 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   reduce-scatter hides behind B with `overlap_grad_reduce` (max(0, sync/2 - B)), the all-gather
   behind the first stage's forward pass F with `overlap_param_gather` (max(0, sync/2 - F)), each
   otherwise exposed. The first stage ends the flush last; the other stages' syncs overlap its drain.
-  The optimizer step reads and writes the first stage's weights, gradients and optimizer state once:
-  2 * (its parameter memory) / HBM bandwidth (0 when the bandwidth is given as 0: the step is not
-  timed, as in PHAZE).
+  The optimizer step of the first stage zeroes every gradient for the next iteration, reads its shard
+  of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
+  shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
+  ceil(P' / d) with a distributed optimizer (each replica updates only its 1/d), P' otherwise, where
+  it is twice the parameter memory (0 when the bandwidth is given as 0: the step is not timed, as in
+  PHAZE).
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
   gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
   parameter, divided over the d replicas rounding up with a distributed optimizer; P = the stage's
@@ -565,8 +568,16 @@ def sync_times_s(
         sync_s = max(0.0, sync_s - first.backward_s)
     step_s = 0.0
     if problem.hbm_bytes_per_s > 0:
-        step_s = 2.0 * memory.parameter_bytes / problem.hbm_bytes_per_s
+        step_s = optimizer_step_bytes(memory, d, problem.distributed_optimizer) / problem.hbm_bytes_per_s
     return sync_s, step_s
+
+
+def optimizer_step_bytes(memory: StageMemory, d: int, distributed: bool) -> int:
+    """HBM bytes of a stage's optimizer step at data-parallel width d: it zeroes every gradient, reads its
+    shard of them and reads and writes its shard of the weights and its optimizer state (with a
+    distributed optimizer the shard is 1/d of the weights and gradients, else all of them)."""
+    shard = (memory.weights_bytes + d - 1) // d if distributed else memory.weights_bytes
+    return memory.weights_bytes + 3 * shard + 2 * memory.optimizer_state_bytes
 
 
 @dataclass(frozen=True)
