@@ -389,16 +389,18 @@ def main() -> None:
     fitted = fit_chips(prepared) if args.fit else {}
     errors: dict[tuple[str, str], list[float]] = {}
     print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}"
-          f" {'DP sync s':>10s}")  # fmt: skip
+          f" {'compute s':>10s} {'TP s':>7s} {'bubble s':>9s} {'DP sync s':>10s}")  # fmt: skip
     for p in prepared:
         report = predict(p, fitted.get(p.run.chip))
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = report.time_per_batch_s / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))
         note = "" if report.fits else "  (over HBM in phazec's memory model)"
-        dp_s = report.breakdown.dp_sync_s
+        b = report.breakdown
+        compute_s = b.forward_s + b.backward_s + b.recompute_s
         print(f"{p.run.row_id:30s} {p.run.chip:5s} {split:12s} {p.run.measured_s:11.3f} "
-              f"{report.time_per_batch_s:12.3f} {error:+8.1%} {dp_s:10.3f}{note}")  # fmt: skip
+              f"{report.time_per_batch_s:12.3f} {error:+8.1%} {compute_s:10.3f} {b.tp_communication_s:7.3f} "
+              f"{b.bubble_s:9.3f} {b.dp_sync_s:10.3f}{note}")  # fmt: skip
     print("\nmean and max absolute error per chip and split:")
     for (chip, split), values in sorted(errors.items()):
         mean, worst = np.mean(values), np.max(values)
