@@ -397,7 +397,9 @@ except Interrupted as err:
 def test_ctrl_c_during_a_solve_is_an_interrupt(backend: str, time_limit_s: float) -> None:
     """Gurobi catches Ctrl-C itself and stops with status 11 (INTERRUPTED): reported as the interrupt,
     at once. HiGHS runs its solve without returning to Python, so the signal takes effect when the
-    solve ends (here at its 2 s time limit): the interrupt still, not a result or another error."""
+    solve ends (here at its 2 s time limit): the interrupt still, not a result or another error. "At
+    once" means well inside Gurobi's 60 s limit: under 5 s, as the process's exit (its imports torn
+    down) took 1.2 s on a loaded 2-core CI machine."""
     if backend == "gurobi":
         pytest.importorskip("gurobipy")
     command = [sys.executable, "-c", SOLVE_SCRIPT, backend, str(time_limit_s)]
@@ -411,4 +413,4 @@ def test_ctrl_c_during_a_solve_is_an_interrupt(backend: str, time_limit_s: float
     seconds = time.perf_counter() - start
     assert_interrupted(process.returncode, stderr, 130)
     assert "status" not in stderr
-    assert seconds < (1.0 if backend == "gurobi" else time_limit_s + 1.0)
+    assert seconds < (5.0 if backend == "gurobi" else time_limit_s + 1.0)
