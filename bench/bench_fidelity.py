@@ -41,10 +41,9 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
-from phazec.configure import setup, training_graphs
+from phazec.configure import configured_graphs, setup
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
-from phazec.passes.attention import is_causal
 from phazec.plan import PlanReport, plan_knobs, time_plan
 from phazec.search.evaluate import Evaluator
 
@@ -260,11 +259,9 @@ def prepare(run: Run, overrides: tuple[str, ...] = ()) -> Prepared:
     knobs = plan_knobs(cfg)
     job = setup(cfg, knobs, widths=[run.tp])
     model = fidelity_models.deepen(load_model(job.model_cfg, default_cache_dir(cfg.cache_dir)), run.layers)
-    graphs = training_graphs(
-        model, [run.tp], knobs.optimizer, cfg.parallel.vocab_parallel,
-        attention=job.designs.device.attention, causal=is_causal(job.model_cfg.arch),
-        fuse_elementwise=job.designs.device.fuse_elementwise,
-    )  # fmt: skip
+    graphs = configured_graphs(
+        cfg, job.model_cfg, job.designs, model, widths=[run.tp], optimizer=knobs.optimizer
+    )
     return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
 
 

@@ -95,6 +95,23 @@ def training_graphs(
     }
 
 
+def configured_graphs(
+    cfg: DictConfig,
+    model_cfg: ModelConfig,
+    designs: Designs,
+    model: Model,
+    *,
+    widths: list[int],
+    optimizer: str,
+) -> dict[int, Model]:
+    """`training_graphs` of a lowered model as the config and the hw space's device model ask: vocabulary
+    parallelism, the device's attention kernel and elementwise fusion, the model's causality."""
+    return training_graphs(
+        model, widths, optimizer, cfg.parallel.vocab_parallel, attention=designs.device.attention,
+        causal=is_causal(model_cfg.arch, model_cfg.causal), fuse_elementwise=designs.device.fuse_elementwise,
+    )  # fmt: skip
+
+
 def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None = None) -> Job:
     """Validate the config, enumerate the space, lower the model and build its Evaluator.
 
@@ -118,12 +135,8 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
     with stage("lowering"):
         model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
     with stage("training graphs"):
-        graphs = training_graphs(
-            model, list(model_cfg.tp_widths if widths is None else widths), knobs.optimizer,
-            cfg.parallel.vocab_parallel, attention=designs.device.attention,
-            causal=is_causal(model_cfg.arch, model_cfg.causal),
-            fuse_elementwise=designs.device.fuse_elementwise,
-        )  # fmt: skip
+        widths = list(model_cfg.tp_widths if widths is None else widths)
+        graphs = configured_graphs(cfg, model_cfg, designs, model, widths=widths, optimizer=knobs.optimizer)
     evaluator = Evaluator(
         graphs=graphs,
         system=system,
