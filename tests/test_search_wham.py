@@ -73,7 +73,7 @@ def test_the_local_search_grows_what_shortens_the_repeated_attention_cores(cache
     stage = StageWork(runs=(), core_runs=((1, 12.0),))
     start = len(job.designs) - 1
     picked = np.array(range(len(job.designs)))
-    core_s = local.core_s(stage, picked)
+    core_s = local.core_s(stage, local.stage_costs(stage, picked), len(picked))
     top = local.run(stage, start)
     assert len(local.scheduled) > 1 and len(top) == 4
     assert min(core_s[top]) < core_s[start]

@@ -64,7 +64,7 @@ from phazec.config import SearchConfig
 from phazec.cost.model import OpCosts
 from phazec.hw.designs import KNOBS, Designs
 from phazec.ir.core import Graph
-from phazec.passes.cost import class_costs
+from phazec.passes.cost import ClassCosts, class_costs
 from phazec.report.progress import progress
 from phazec.search import usage
 from phazec.search.evaluate import Candidate, Evaluator, attention_core_s, best
@@ -217,9 +217,10 @@ class LocalSearch:
         if not near:
             return
         picked = np.array([j, *near])
+        priced = self.stage_costs(stage, picked)
         gain = np.zeros(len(near))
         for cls_index, forward_runs, backward_runs in stage.runs:
-            for costs, graph, runs in self._graphs(cls_index, picked, forward_runs, backward_runs):
+            for costs, graph, runs in self._graphs(cls_index, priced[cls_index], forward_runs, backward_runs):
                 problem = self.evaluator.schedule_problem(graph, costs, self.designs.take(picked), 0)
                 found = schedule(problem, self.evaluator.solver, self.evaluator.cache, self.evaluator.lp_dir)
                 names = {op.name: k for k, op in enumerate(graph.ops)}
@@ -227,44 +228,51 @@ class LocalSearch:
                     k = names[problem.ops[i].name]
                     latency = costs.all_cores_s[k] if found.spread[i] else costs.single_core_s[k]
                     gain += runs * (latency[0] - latency[1:])
-        core_s = self.core_s(stage, picked)
+        core_s = self.core_s(stage, priced, len(picked))
         gain += core_s[0] - core_s[1:]
         grown = [n for n, g in zip(near, gain, strict=True) if g > 0]
         if grown:
             self._price(stage, np.array(grown), pool)
 
-    def _graphs(
-        self, cls_index: int, picked: NDArray[np.int64], forward_runs: float, backward_runs: float
-    ) -> list[tuple[OpCosts, Graph, float]]:
-        """(costs on the picked designs, graph, runs) of a class's forward and backward graphs."""
-        cls = self.evaluator.graphs[self.t].classes[cls_index]
+    def stage_costs(self, stage: StageWork, picked: NDArray[np.int64]) -> dict[int, ClassCosts]:
+        """Each layer class the stage runs, priced on the picked designs, by class index."""
         ev = self.evaluator
-        costs = class_costs(cls, self.designs.take(picked), ev.system, ev.latency_model, self.microbatch)
+        classes = ev.graphs[self.t].classes
+        on = self.designs.take(picked)
+        used = sorted({c for c, _, _ in stage.runs} | {c for c, _ in stage.core_runs})
+        return {c: class_costs(classes[c], on, ev.system, ev.latency_model, self.microbatch) for c in used}
+
+    def _graphs(
+        self, cls_index: int, costs: ClassCosts, forward_runs: float, backward_runs: float
+    ) -> list[tuple[OpCosts, Graph, float]]:
+        """(costs, graph, runs) of a class's forward and backward graphs."""
+        cls = self.evaluator.graphs[self.t].classes[cls_index]
         out: list[tuple[OpCosts, Graph, float]] = [(costs.forward, cls.graph, forward_runs)]
         if cls.backward is not None and costs.backward is not None:
             out.append((costs.backward, cls.backward, backward_runs))
         return out
 
-    def core_s(self, stage: StageWork, picked: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Per picked design: the time of the attention cores the stage repeats under selective
+    def core_s(self, stage: StageWork, priced: dict[int, ClassCosts], designs: int) -> NDArray[np.float64]:
+        """Per priced design: the time of the attention cores the stage repeats under selective
         recompute, per microbatch."""
-        total = np.zeros(len(picked))
-        seq_len = self.evaluator.graphs[self.t].seq_len
+        total = np.zeros(designs)
+        model = self.evaluator.graphs[self.t]
         for cls_index, repeats in stage.core_runs:
-            costs, graph, _ = self._graphs(cls_index, picked, 1.0, 1.0)[0]  # the forward graph
-            total += repeats * attention_core_s(graph, costs, seq_len)
+            forward = model.classes[cls_index].graph
+            total += repeats * attention_core_s(forward, priced[cls_index].forward, model.seq_len)
         return total
 
     def _price(self, stage: StageWork, picked: NDArray[np.int64], pool: dict[int, float]) -> None:
         """Add each picked design's stage cost to the pool."""
         cost = np.zeros(len(picked))
+        priced = self.stage_costs(stage, picked)
+        on = self.designs.take(picked)
         for cls_index, forward_runs, backward_runs in stage.runs:
-            for costs, graph, runs in self._graphs(cls_index, picked, forward_runs, backward_runs):
-                on = self.designs.take(picked)
+            for costs, graph, runs in self._graphs(cls_index, priced[cls_index], forward_runs, backward_runs):
                 for p in range(len(picked)):
                     problem = self.evaluator.schedule_problem(graph, costs, on, p)
                     cost[p] += runs * self.evaluator.schedule_s(problem)
-        cost += self.core_s(stage, picked)
+        cost += self.core_s(stage, priced, len(picked))
         for p, d in enumerate(picked.tolist()):
             pool[d] = float(cost[p]) * (1.0 if self.weight is None else float(self.weight[d]))
             self.scheduled.add(d)
