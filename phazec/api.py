@@ -107,8 +107,10 @@ def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     validate_train(cfg.train)
+    cache_dir = default_cache_dir(cfg.cache_dir)
+    validate.before_lowering(cfg, cache_dir)
     with stage("lowering"):
-        model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
+        model = load_model(model_cfg, cache_dir)
     rows = summarize(model)
     tp = cfg.parallel.tp
     training, _ = training_rows(

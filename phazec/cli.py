@@ -179,11 +179,32 @@ def check_command_line(command: str, argv: list[str]) -> None:
     a multirun's with each value of its sweeps in turn (`phazec.validate.sweep_command_lines`), so that
     a bad value fails before the first job, not when its own job's turn comes."""
     args = get_args_parser().parse_args(argv)
-    if any(getattr(args, flag) for flag in HYDRA_FLAGS):
-        return
     with user_errors():
+        searchpath = config_dir_searchpath(args.config_dir)
+        if any(getattr(args, flag) for flag in HYDRA_FLAGS if flag != "config_dir"):
+            return
+        if searchpath and args.multirun:  # a sweep's globs would list the shipped presets alone
+            return
         for overrides in validate.sweep_command_lines(args.overrides) if args.multirun else [args.overrides]:
-            composed(command, overrides)
+            composed(command, [*searchpath, *overrides])
+
+
+def config_dir_searchpath(config_dir: str | None) -> list[str]:
+    """The override adding `--config-dir` to the search path, as Hydra does (none without one).
+
+    Raises:
+        PhazecError: the directory does not exist.
+    """
+    if config_dir is None:
+        return []
+    directory = Path(config_dir)
+    if not directory.is_dir():
+        raise PhazecError(
+            f"--config-dir {config_dir!r} is not a directory: give a directory of your own presets, laid "
+            "out as the shipped ones are (hw/<name>.yaml, model/<name>.yaml, ...)."
+        )
+    quoted = str(directory.resolve()).replace("\\", "\\\\").replace("'", "\\'")
+    return [f"hydra.searchpath=['file://{quoted}']"]
 
 
 def _entry(app: Callable[[], None], command: str) -> None:

@@ -121,7 +121,7 @@ def setup(cfg: DictConfig, knobs: Knobs | None = None, widths: list[int] | None 
         widths: the tensor-parallel widths to build training graphs for; None means `model.tp_widths`.
     """
     validate_search(cfg.search)
-    validate.before_search(cfg, default_cache_dir(cfg.cache_dir))
+    validate.before_lowering(cfg, default_cache_dir(cfg.cache_dir))
     solver = OmegaConf.to_object(cfg.solver)
     assert isinstance(solver, SolverConfig)
     check_config(solver)

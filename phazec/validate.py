@@ -26,7 +26,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, Override, RangeSweep
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigTypeError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    ConfigTypeError,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from phazec.config import conf_dir, group_presets
 from phazec.errors import PhazecError
@@ -36,26 +42,36 @@ log = logging.getLogger(__name__)
 DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
 """hf_config keys that name a model dimension, which must be a positive integer."""
 
-MAX_SEQ_LEN = 1 << 20
-"""The longest sequence length accepted (tokens): a million, beyond any model's context."""
-
 
 KEY_DETAILS = ("full_key:", "reference_type=", "object_type=")
 """OmegaConf's lines locating a bad key in its own classes: the override already names the key."""
+NOT_A_LIST = "is not a ListConfig, list or tuple"
+"""OmegaConf's message for a scalar merged into a list field."""
 
 
 def hydra_message(err: HydraException) -> str:
     """Hydra's error for a command line it cannot compose, as one paragraph: its lines and OmegaConf's
     cause as sentences, a list of available options comma-separated, without the config search path
     and OmegaConf's class details; an override Hydra cannot parse is named first, a key the schema
-    does not have is listed with the keys it has, and a list given for a mapping (or the reverse) says
-    which form to give."""
-    cause = err.__cause__
-    fields = schema_fields(cause.object_type) if isinstance(cause, ConfigAttributeError) else None
-    if isinstance(cause, ConfigAttributeError) and fields is not None:
-        return unknown_key(str(cause.full_key), fields)
+    does not have (on the command line or in a preset file) is listed with the keys it has, a list given
+    for a mapping (or the reverse) says which form to give, and one value given for a list says to
+    bracket it."""
+    cause = err.__cause__ or err.__context__  # a preset's bad key: Hydra raises without `from`
+    if (
+        isinstance(cause, ConfigAttributeError | ConfigKeyError)
+        and (fields := schema_fields(cause.object_type)) is not None
+    ):
+        preset = re.match(r"In '([^']*)': ", str(err))  # a key of a preset file, not of the command line
+        return (f"The preset {preset[1]}.yaml: " if preset else "") + unknown_key(str(cause.full_key), fields)
+    override = str(err).splitlines()[0].removeprefix("Error merging override ")
     if isinstance(cause, ConfigTypeError) and str(cause).startswith("Cannot merge") and cause.full_key:
-        return form_mismatch(str(err).splitlines()[0].removeprefix("Error merging override "), cause.full_key)
+        return form_mismatch(override, cause.full_key)
+    if isinstance(cause, ValidationError) and NOT_A_LIST in str(cause) and cause.full_key:
+        value = override.partition("=")[2].strip()
+        return (
+            f"{override} is not valid: {cause.full_key} is a list of the values to search; give "
+            f"{cause.full_key}=[{value}] for that value alone."
+        )
     lines = str(err).splitlines()
     if isinstance(cause, OmegaConfBaseException):
         lines += str(cause).splitlines()
@@ -261,7 +277,8 @@ def switches(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
 
 
 def model_dims(model: DictConfig) -> None:
-    """A Hugging Face preset's dimensions are positive integers and its sequence length is sane."""
+    """A Hugging Face preset's dimensions are positive integers (`phazec.frontend.validate` checks its
+    sequence length)."""
     if model.source != "hf":
         return
     for key, value in model.hf_config.items():
@@ -271,11 +288,6 @@ def model_dims(model: DictConfig) -> None:
             raise PhazecError(
                 f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
             )
-    if not 0 < model.seq_len <= MAX_SEQ_LEN:
-        raise PhazecError(
-            f"model.seq_len={model.seq_len} is not valid: give a positive number of tokens up to "
-            f"{MAX_SEQ_LEN:,}, e.g. 2048."
-        )
 
 
 def writable_dir(path: Path, what: str) -> None:
@@ -326,9 +338,9 @@ def baseline_plan(model: DictConfig, devices: int) -> None:
         )
 
 
-def before_search(cfg: DictConfig, cache_dir: Path) -> None:
-    """Every cross-group check of a config (a search's or a plan's), before anything is lowered or
-    evaluated; the search warns about its baseline plan itself (`baseline_plan`)."""
+def before_lowering(cfg: DictConfig, cache_dir: Path) -> None:
+    """Every cross-group check of a config (a search's, a plan's or `phazec-ir`'s), before anything is
+    lowered or evaluated; the search warns about its baseline plan itself (`baseline_plan`)."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     finite_numbers(plain)
     model_dims(cfg.model)

@@ -69,6 +69,21 @@ def test_readme_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
     shown = command("main", "--config-dir", "chips", "hw=my_chip", "--cfg", "job", "--resolve", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "  name: my_chip\n  num_tc:\n  - 4\n" in shown.stdout
+    # A misspelled key in the chip, and a directory that is not there: one paragraph each, exit 2.
+    misspelled = (tmp_path / "chips" / "hw" / "my_chip.yaml").read_text().replace("clock_hz:", "clock_hzz:")
+    (tmp_path / "chips" / "hw" / "typo.yaml").write_text(misspelled)
+    typo = command("plan_main", "--config-dir", "chips", "hw=typo", "model=bert_large", cwd=tmp_path)
+    assert typo.returncode == 2
+    assert typo.stderr.startswith(
+        "phazec: error: The preset hw/typo.yaml: hw.clock_hzz is not a key of hw; valid keys: name, num_tc,"
+    )
+    missing = command("main", "--config-dir", "chipz", "hw=my_chip", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr == (
+        "phazec: error: --config-dir 'chipz' is not a directory: give a directory of your own presets, "
+        "laid out as the shipped ones are (hw/<name>.yaml, model/<name>.yaml, ...).\n"
+    )
+    assert not (tmp_path / "outputs").exists()
 
 
 @pytest.mark.parametrize("hw", sorted(p.stem for p in (Path(conf_dir()) / "hw").glob("*.yaml")))

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
+from phazec.frontend.export import QUIET_LOGGERS, exporter_logs_to_files
 from phazec.frontend.lower import lower_onnx
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import LayerKind, OpKind
@@ -151,8 +152,8 @@ def test_unknown_operators_are_listed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("seq_len", 0, r"model.seq_len=0 must be a positive number of tokens"),
-        ("seq_len", -5, r"model.seq_len=-5 must be a positive"),
+        ("seq_len", 0, r"model.seq_len=0 is not valid: give a positive number of tokens"),
+        ("seq_len", -5, r"model.seq_len=-5 is not valid: give a positive"),
         ("source", "tf", r"model.source='tf' is not a model source; valid: \['hf', 'onnx'\]"),
         ("arch", "BertModel", r"model.arch='BertModel' is not a Hugging Face language-model class"),
         ("arch", "NoSuchModel", r"model.arch='NoSuchModel'"),
@@ -176,7 +177,7 @@ def run_ir_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.seq_len=0", "model.seq_len=0 must be a positive number of tokens"),
+        ("model.seq_len=0", "model.seq_len=0 is not valid: give a positive number of tokens"),
         ("train.microbatch=[2,0]", "train.microbatch=[2, 0] must list positive microbatch sizes"),
         ("model=onnx", "model.path"),
     ],
@@ -216,3 +217,33 @@ def test_cli_unknown_model_lists_presets(tmp_path: Path) -> None:
     assert "Could not find 'model/llama3'" in run.stderr
     assert "llama2_7b" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_exporters_log_records_reach_the_log_file_not_the_terminal(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """torch's exporter and transformers log while a model is exported ("torchvision is not installed",
+    "loss_type=None ..."): a run's log file keeps them, the terminal (or an API caller's stderr) never
+    sees them, and the loggers are as they were afterwards."""
+    before = [(logging.getLogger(n).handlers, logging.getLogger(n).propagate) for n in QUIET_LOGGERS]
+    log_file = logging.FileHandler(tmp_path / "run.log")
+    logging.getLogger().addHandler(log_file)
+    try:
+        with exporter_logs_to_files():
+            for name in QUIET_LOGGERS:
+                logging.getLogger(f"{name}.inner").warning("from %s", name)
+    finally:
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
+    root = logging.getLogger()
+    kept = root.handlers
+    root.handlers = [h for h in kept if not isinstance(h, logging.FileHandler)]  # pytest's, to /dev/null
+    try:
+        with exporter_logs_to_files():  # no log file, as under the Python API
+            for name in QUIET_LOGGERS:
+                logging.getLogger(f"{name}.inner").warning("nowhere")
+    finally:
+        root.handlers = kept
+    assert capfd.readouterr().err == ""
+    assert (tmp_path / "run.log").read_text() == "from torch.onnx\nfrom transformers\n"
+    assert [(logging.getLogger(n).handlers, logging.getLogger(n).propagate) for n in QUIET_LOGGERS] == before

@@ -335,8 +335,8 @@ def test_every_differentiable_vector_op_type_has_a_gradient_rule() -> None:
 
 
 def test_width_must_divide_heads_and_ffn() -> None:
-    with pytest.raises(PhazecError, match=r"width 4 does not divide model 'toy_gpt2''s 2 attention heads and "
-                       r"FFN size 32; valid widths: 1, 2\."):  # fmt: skip
+    with pytest.raises(PhazecError, match=r"width 4 does not divide the 2 attention heads and FFN size 32 of "
+                       r"model 'toy_gpt2'; valid widths: 1, 2\."):  # fmt: skip
         TensorParallel(4)(block_model())
     with pytest.raises(PhazecError, match="must be a positive number of devices"):
         TensorParallel(0)(block_model())

@@ -120,7 +120,7 @@ def test_block_activations_match_korthikanti(
 
 def test_impossible_width_names_model_and_valid_widths(lowered: Callable[[str], Model]) -> None:
     message = (
-        r"width 2 does not divide model 'gpt2_xl''s 25 attention heads and FFN size 6400; "
+        r"width 2 does not divide the 25 attention heads and FFN size 6400 of model 'gpt2_xl'; "
         r"valid widths: 1, 5, 25\."
     )
     with pytest.raises(PhazecError, match=message):

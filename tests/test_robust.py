@@ -273,6 +273,8 @@ def test_unwritable_cache_dir(tmp_path: Path, where: str) -> None:
         cache.mkdir(mode=0o500)
     with pytest.raises(PhazecError, match=r"cache_dir .* is not a writable directory"):
         run(tmp_path / "out", cache)
+    with pytest.raises(PhazecError, match=r"cache_dir .* is not a writable directory"):
+        api.lower(f"cache_dir={cache}")  # phazec-ir's
 
 
 def test_run_directory_below_a_file(tmp_path: Path, cache_dir: Path) -> None:
@@ -427,6 +429,12 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
         api.search("hw=tpu_small", "hw.glb_bytes={pow2:[1,4]}", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"a mapping cannot replace it. Give model.tp_widths as a list.$"):
         api.search("model.tp_widths={a:1}", out_dir=tmp_path)
+    with pytest.raises(PhazecError) as scalar:
+        api.search("train.microbatch=8", out_dir=tmp_path)
+    assert str(scalar.value) == (
+        "train.microbatch=8 is not valid: train.microbatch is a list of the values to search; give "
+        "train.microbatch=[8] for that value alone."
+    )
     sweeps = ["hw=tpuv4,tpu_small", "train.microbatch=[8,16]", "search.seed=range(3)", "model=glob(bert*)"]
     fixed = ["train.microbatch=[8,16]"]
     assert validate.sweep_command_lines(sweeps) == [

@@ -139,7 +139,8 @@ def test_every_result_reports_utilisation_and_energy(tmp_path: Path, cache_dir: 
         (("search=wham", "search.top_k=0"), r"search.top_k=0 is not valid: it must be positive"),
         (
             ("hw.power_budget_w=1.0",),
-            r"No design of hw space .tpu_small. fits its budgets .*power 1.0 W.*raise the budgets",
+            r"No design of hw space .tpu_small. fits its budgets \(area 278.827 mm\^2 with floor 0.3, "
+            r"power 1 W\).*raise the budgets",
         ),
     ],
 )

@@ -230,6 +230,7 @@ def test_ir_logs_no_run_unless_asked_and_then_a_finished_one(tmp_path: Path, cac
     tracked = phazec(tmp_path / "tracked", cache_dir, *small, "tracking=mlflow", entry="ir_main")
     assert tracked.returncode == 0, tracked.stderr
     assert "MLflow logging failed" not in tracked.stdout + tracked.stderr
+    assert "database tables" not in tracked.stdout + tracked.stderr  # MLflow's news of a new store
     uri = f"sqlite:///{tmp_path / 'tracked' / 'phazec.db'}"
     (run,) = runs(uri)
     assert run.info.status == "FINISHED"
@@ -243,18 +244,22 @@ def test_a_failed_lowering_fails_its_run_and_an_ir_sweep_runs_every_job(
     bad = ["model=bert_large", "parallel.tp=1", "model.seq_len=-1"]
     single = phazec(tmp_path / "single", cache_dir, *bad, "tracking=mlflow", entry="ir_main")
     assert single.returncode == 2
-    assert "phazec: error: model.seq_len=-1 must be a positive number of tokens" in single.stderr
+    assert "phazec: error: model.seq_len=-1 is not valid: give a positive number of tokens" in single.stderr
     (run,) = runs(f"sqlite:///{tmp_path / 'single' / 'phazec.db'}")
     assert (run.info.status, run.data.tags["error"]) == (
-        "FAILED", "model.seq_len=-1 must be a positive number of tokens, e.g. 2048."
-    )  # fmt: skip
+        "FAILED",
+        "model.seq_len=-1 is not valid: give a positive number of tokens up to 1,048,576, e.g. 2048.",
+    )
     # In parallel (joblib's processes): the failure is the job's, so the exit status is still 1.
     parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
     swept = phazec(
         tmp_path / "sweep", cache_dir, "-m", *bad[:2], "model.seq_len=-1,512", *parallel, entry="ir_main"
     )
     assert swept.returncode == 1, swept.stderr
-    assert "job 0 (model.seq_len=-1): model.seq_len=-1 must be a positive number of tokens" in swept.stderr
+    assert (
+        "job 0 (model.seq_len=-1): model.seq_len=-1 is not valid: give a positive number of tokens"
+        in swept.stderr
+    )
     failed, lowered = job_dirs(tmp_path / "sweep")
     assert (failed / "error.txt").is_file() and not (failed / "ir.json").exists()
     assert (lowered / "ir.json").is_file()
@@ -267,7 +272,10 @@ def test_a_failed_lowering_fails_its_run_and_an_ir_sweep_runs_every_job(
     assert (rows[1]["parameters"], rows[1]["seq_len"], rows[1]["layers"]) == (
         str(embedding + 24 * block + head), "512", "26"
     )  # fmt: skip
-    assert rows[0]["error"] == "model.seq_len=-1 must be a positive number of tokens, e.g. 2048."
+    assert (
+        rows[0]["error"]
+        == "model.seq_len=-1 is not valid: give a positive number of tokens up to 1,048,576, e.g. 2048."
+    )
 
 
 def test_job_logs_to_a_real_mlflow_server(tmp_path: Path, cache_dir: Path) -> None:

@@ -17,6 +17,8 @@ from phazec.ir.core import Model
 log = logging.getLogger(__name__)
 
 SOURCES = ("hf", "onnx")
+MAX_SEQ_LEN = 1 << 20
+"""The longest sequence length accepted (tokens): a million, beyond any model's context."""
 
 
 def default_cache_dir(configured: str = "") -> Path:
@@ -37,8 +39,11 @@ def validate(cfg: ModelConfig) -> None:
                 "tokens, or 0 to read it from its attention scores."
             )
         return
-    if cfg.seq_len <= 0:
-        raise PhazecError(f"model.seq_len={cfg.seq_len} must be a positive number of tokens, e.g. 2048.")
+    if not 0 < cfg.seq_len <= MAX_SEQ_LEN:
+        raise PhazecError(
+            f"model.seq_len={cfg.seq_len} is not valid: give a positive number of tokens up to "
+            f"{MAX_SEQ_LEN:,}, e.g. 2048."
+        )
     if cfg.dtype not in DTYPES:
         raise PhazecError(f"model.dtype={cfg.dtype!r} is not supported; valid: {list(DTYPES)}.")
     bad_widths = [t for t in cfg.tp_widths if t <= 0]

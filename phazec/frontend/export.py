@@ -144,18 +144,26 @@ def loss_of(model: Any) -> Any:
     return LossOf(model)
 
 
+QUIET_LOGGERS = ("torch.onnx", "transformers")
+"""Libraries whose log records while exporting go to the run's log file, not to stderr."""
+
+
 @contextmanager
-def _exporter_logs_to_files() -> Iterator[None]:
-    """While exporting, the exporter's log records (e.g. "torchvision is not installed") go to the log
-    files the root logger writes (a Hydra run's log file), not through torch's own handler to stderr."""
-    exporter = logging.getLogger("torch.onnx")
-    saved = exporter.handlers, exporter.propagate
-    exporter.handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
-    exporter.propagate = False
+def exporter_logs_to_files() -> Iterator[None]:
+    """While exporting, the exporter's and transformers' log records (e.g. "torchvision is not
+    installed") go to the log files the root logger writes (a Hydra run's log file), not through their
+    own handlers (or Python's last-resort one) to stderr; with no log file (the Python API), nowhere."""
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    saved = [(logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers = list(files) or [logging.NullHandler()]
+        logger.propagate = False
     try:
         yield
     finally:
-        exporter.handlers, exporter.propagate = saved
+        for logger, (handlers, propagate) in zip(loggers, saved, strict=True):
+            logger.handlers, logger.propagate = handlers, propagate
 
 
 def export_proto(model: Any, cfg: ModelConfig) -> Any:
@@ -167,7 +175,7 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
         labels = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
-    with warnings.catch_warnings(), torch.no_grad(), _exporter_logs_to_files():
+    with warnings.catch_warnings(), torch.no_grad(), exporter_logs_to_files():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, (ids, labels), dynamo=True, optimize=False, verbose=False)
     if program is None:

@@ -228,10 +228,12 @@ def enumerate_designs(space: HwSpace) -> Designs:
     if space.power_budget_w is not None:
         keep &= power <= space.power_budget_w
     if not keep.any():
+        area = "none" if space.area_budget_mm2 is None else f"{space.area_budget_mm2:.3f} mm^2"
+        power_w = "none" if space.power_budget_w is None else f"{space.power_budget_w:g} W"
         raise PhazecError(
-            f"No design of hw space {space.name!r} fits its budgets (area {space.area_budget_mm2} mm^2 with "
-            f"floor {space.area_floor}, power {space.power_budget_w} W); the smallest design has "
-            f"{areas.min():.3f} mm^2 and {power.min():.1f} W: raise the budgets or widen the knobs."
+            f"No design of hw space {space.name!r} fits its budgets (area {area} with floor "
+            f"{space.area_floor:g}, power {power_w}); the smallest design has {areas.min():.3f} mm^2 and "
+            f"{power.min():.1f} W: raise the budgets or widen the knobs."
         )
     order = np.lexsort((*(grid[name][keep] for name in reversed(KNOBS)), -areas[keep]))
     picked = np.flatnonzero(keep)[order]

@@ -97,8 +97,8 @@ def check_width(model_name: str, layout: BlockLayout, width: int) -> None:
     common = math.gcd(layout.heads, layout.ffn)
     valid = [d for d in range(1, common + 1) if common % d == 0]
     raise PhazecError(
-        f"tensor-parallel width {width} does not divide model {model_name!r}'s {layout.heads} attention "
-        f"heads and FFN size {layout.ffn}; valid widths: {', '.join(map(str, valid))}."
+        f"tensor-parallel width {width} does not divide the {layout.heads} attention heads and FFN size "
+        f"{layout.ffn} of model {model_name!r}; valid widths: {', '.join(map(str, valid))}."
     )
 
 

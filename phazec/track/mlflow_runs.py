@@ -236,6 +236,8 @@ class MlflowCallback(SweepCallback):
     def _client(self) -> MlflowClient:
         from mlflow.tracking import MlflowClient
 
+        # A new SQLite store says it creates its tables; the run's own log says where the store is.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         return MlflowClient(tracking_uri=self._uri)
 
     def _open(self, config: DictConfig) -> MlflowClient:
