@@ -166,11 +166,11 @@ def bad_command_line_exits_2() -> Iterator[None]:
 
 
 HYDRA_FLAGS = (
-    "help", "hydra_help", "info", "cfg", "shell_completion", "config_path", "config_name", "config_dir",
+    "help", "hydra_help", "info", "cfg", "shell_completion", "config_path", "config_name",
     "experimental_rerun",
 )  # fmt: skip
 """Hydra's own command-line flags whose command `check_command_line` leaves to Hydra: they print
-something else or compose another config."""
+something else or compose another config (`--config-dir` only adds to the search path)."""
 
 
 def check_command_line(command: str, argv: list[str]) -> None:
@@ -181,7 +181,7 @@ def check_command_line(command: str, argv: list[str]) -> None:
     args = get_args_parser().parse_args(argv)
     with user_errors():
         searchpath = config_dir_searchpath(args.config_dir)
-        if any(getattr(args, flag) for flag in HYDRA_FLAGS if flag != "config_dir"):
+        if any(getattr(args, flag) for flag in HYDRA_FLAGS):
             return
         if searchpath and args.multirun:  # a sweep's globs would list the shipped presets alone
             return
