@@ -5,12 +5,11 @@ the head), 1024 devices, t in {4, 8}, 1024 microbatches, recompute off and on, H
 all 12 variants in one `solve_placements` call in at most 0.5 s (median of 7 runs) and at most
 300 MB peak resident memory of this process (resource.getrusage; the script is a fresh process).
 
-STAND-IN: the IR is not wired to the placement pass yet, so `gpt3_problem()` builds the layer
-graph from analytic per-layer figures: 24 s h^2 + 4 s^2 h forward FLOPs per block (split over t)
+`gpt3_problem()` builds the layer graph from analytic per-layer figures, so the figure is the DP's
+alone, whatever the cost passes do: 24 s h^2 + 4 s^2 h forward FLOPs per block (split over t)
 at ANALYTIC_FLOP_PER_S, backward twice the forward, two ring all-reduces of the block output per
 direction inside a node, Korthikanti et al. (2022) activation bytes s b h (10 + 24/t + 5 a s/(h t)),
-a causal mask (s^2 bytes) from the embedding to every block and the labels to the head. Swap in
-the IR's arrays when the wiring exists; the measurement stays the same.
+a causal mask (s^2 bytes) from the embedding to every block and the labels to the head.
 
 Run: .venv/bin/python bench/bench_placement.py
 """

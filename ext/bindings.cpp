@@ -64,7 +64,7 @@ std::vector<phazec::PlanResult> solve_placements(
     int64_t devices, int64_t microbatches, const Vector<int64_t>& tier_group_sizes,
     const Vector<double>& tier_bandwidth_bytes_per_s, const Vector<double>& tier_latency_s,
     int64_t optimizer_factor, bool last_stage_recomputes, bool overlap_grad_reduce, bool overlap_param_gather,
-    double hbm_bytes_per_s,
+    double hbm_bytes_per_s, bool bound_sync_windows,
     const std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t, bool>>& variants) {
   if (n < 0) throw std::invalid_argument("layer count must be >= 0");
   phazec::PlacementInput in;
@@ -78,6 +78,7 @@ std::vector<phazec::PlanResult> solve_placements(
   in.overlap_grad_reduce = overlap_grad_reduce;
   in.overlap_param_gather = overlap_param_gather;
   in.hbm_bytes_per_s = hbm_bytes_per_s;
+  in.bound_sync_windows = bound_sync_windows;
   const std::size_t tiers = tier_group_sizes.shape(0);
   if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
     throw std::invalid_argument("network tier arrays differ in length");
@@ -192,7 +193,7 @@ NB_MODULE(_placement, m) {
         nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
         nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
         nb::arg("last_stage_recomputes"), nb::arg("overlap_grad_reduce"), nb::arg("overlap_param_gather"), nb::arg("hbm_bytes_per_s"),
-        nb::arg("variants"),
+        nb::arg("bound_sync_windows"), nb::arg("variants"),
         "Solves each (width index, recompute mode 0/1/2, HBM bytes, interleave, distributed optimizer) "
         "variant with the GIL released; ValueError on bad input.");
 

@@ -99,6 +99,7 @@ def solve_placements(
     overlap_grad_reduce: bool,
     overlap_param_gather: bool,
     hbm_bytes_per_s: float,
+    bound_sync_windows: bool,
     variants: Sequence[tuple[int, int, int, int, bool]],
 ) -> list[PlanResult]:
     """

@@ -61,10 +61,12 @@ class Breakdown:
     """Sending activations forward and receiving gradients back across the stage's cut."""
     bubble_s: float
     """Pipeline fill and drain: (stages - 1) / interleave of a microbatch's load of the slowest stage."""
+    dp_sync_stage: int
+    """The stage whose gradient sync and optimizer step end last: they end the iteration."""
     dp_sync_s: float
-    """The exposed part of the data-parallel gradient all-reduce."""
+    """The exposed part of that stage's data-parallel gradient sync."""
     optimizer_s: float
-    """The optimizer step (0 when `plan.optimizer_step=false`)."""
+    """That stage's optimizer step (0 when `plan.optimizer_step=false`)."""
 
     @property
     def total_s(self) -> float:
@@ -391,6 +393,7 @@ def breakdown(figures: PlanFigures, stages: Stages, comm_s: list[float]) -> Brea
         tp_communication_s=(it.forward_s + it.backward_s) * share,
         pipeline_p2p_s=it.p2p_s,
         bubble_s=it.bubble_s,
+        dp_sync_stage=it.dp_sync_stage,
         dp_sync_s=it.dp_sync_s,
         optimizer_s=it.optimizer_s,
     )

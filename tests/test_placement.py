@@ -140,6 +140,61 @@ def test_microbatches_in_flight_stop_at_the_microbatches_there_are() -> None:
     assert evaluate_plan(two, [[0], [1], [2]], t=1, d=1) == placement
 
 
+# A chain of 5 layers, forward 5, 3, 3, 3, 5 s, backward twice that (loads 15, 9, 9, 9, 15 s), weights
+# 150, 150, 500, 250, 100 B, no cut bytes; 10 devices, 2 microbatches, one tier of 50 B/s, HBM 1550 B:
+# no stage of more than 765 B of weights fits (SGD keeps 2 bytes per weight byte, plus 10 B of stash
+# per layer and microbatch in flight), so [012], [123], [234] and any longer stage never do.
+SYNCS = problem_of(
+    [5.0, 3.0, 3.0, 3.0, 5.0],
+    [10.0, 6.0, 6.0, 6.0, 10.0],
+    [(i, i + 1, 0) for i in range(4)],
+    param_bytes=np.array([[150, 150, 500, 250, 100]]),
+    device_count=10,
+    microbatch_count=2,
+    tiers=(NetworkTier(16, 50.0, 0.0),),
+    hbm_bytes=1550,
+)
+
+
+def test_every_stage_syncs_its_own_weights_and_the_dp_keeps_lighter_slower_rests() -> None:
+    # At d = 2 (m = 1) a plan of s stages takes X s + the largest stage sync w / 50 (2 * 1/2 * w / 50):
+    # [01][2][34]: X 24, 72 + max(6, 10, 7) = 82.      [01][23][4]: 72 + max(6, 15, 2) = 87.
+    # [0][12][34]: 72 + max(3, 13, 7) = 85.            [0][12][3][4]: X 18, 72 + 13 = 85.
+    # [0][1][23][4]: 72 + 15 = 87.                     [0][1][2][3][4]: X 15, 75 + 10 = 85.
+    # At d = 1 (m = 2, no sync) X (s + 1) is at least 90. So 82 s, whose rest [2][34] has the larger
+    # largest load (24 > [23][4]'s 18): a DP keeping only the least-load partition of {2, 3, 4}
+    # would find 85.
+    placement = solve_placement(SYNCS)
+    assert isinstance(placement, Placement)
+    assert ([s.layers for s in placement.stages], placement.d) == ([(0, 1), (2,), (3, 4)], 2)
+    assert placement.time_per_batch_s == 82.0
+    best = explain_plan(SYNCS, [[0, 1], [2], [3, 4]], t=1, d=2).iteration
+    assert (best.dp_sync_stage, best.dp_sync_s) == (1, 10.0)
+    heavy = explain_plan(SYNCS, [[0, 1], [2, 3], [4]], t=1, d=2)
+    assert heavy.placement.time_per_batch_s == 87.0
+    assert (heavy.iteration.dp_sync_stage, heavy.iteration.dp_sync_s) == (1, 15.0)
+
+
+def test_overlap_hides_every_stage_sync_behind_the_first_stage_and_the_bound_stays_below() -> None:
+    # [0][12][34] at d = 2 with overlap_grad_reduce: X 24, 72 s of pipeline; the first stage's last
+    # backward pass (10 s) hides its own sync (3 s) and the later stages' (13 - 10 = 3 s exposed,
+    # 7 s hidden): 75 s. Layer 0's backward pass at 12 s leaves X at 24 and hides 2 s more: 73 s,
+    # faster for a slower layer. The bound opens every window as wide as X: nothing exposed, 72 s
+    # either way, never above the real time, never falling as a latency grows.
+    plan = [[0], [1, 2], [3, 4]]
+    overlap = replace(SYNCS, overlap_grad_reduce=True)
+    slower = replace(overlap, backward_latency_s=np.array([[12.0, 6.0, 6.0, 6.0, 10.0]]))
+    real = explain_plan(overlap, plan, t=1, d=2)
+    assert real.placement.time_per_batch_s == 75.0
+    assert (real.iteration.dp_sync_stage, real.iteration.dp_sync_s) == (1, 3.0)
+    assert evaluate_plan(slower, plan, t=1, d=2).time_per_batch_s == 73.0
+    for problem in (overlap, slower):
+        bound = replace(problem, bound_sync_windows=True)
+        assert evaluate_plan(bound, plan, t=1, d=2).time_per_batch_s == 72.0
+    # Without overlap no window opens, and the bound is the real time.
+    assert evaluate_plan(replace(SYNCS, bound_sync_windows=True), plan, t=1, d=2).time_per_batch_s == 85.0
+
+
 def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
     # CHAIN as [0][1][2] (the only plan in 2050 B): k = 3 devices per replica on nodes of 8 (10^6 B/s
     # inside, 1000 B/s per member's link between). The first stage's DP group is ids 0, 3, 6, 9, ...:

@@ -5,9 +5,12 @@ so times compare exactly. The brute force (phazec.solvers.placement_reference) e
 plan and every data-parallel width with the Python statement of the model.
 """
 
+from dataclasses import replace
+
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from phazec.hw.system import NetworkTier
 from phazec.solvers.placement import (
@@ -107,7 +110,9 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         optimizer=draw(st.sampled_from(["sgd", "adam"])),
         last_stage_recomputes=draw(st.booleans()),
         overlap_grad_reduce=draw(st.booleans()),
+        overlap_param_gather=draw(st.booleans()),
         hbm_bytes_per_s=draw(st.sampled_from([0.0, 1000.0])),
+        bound_sync_windows=draw(st.booleans()),
     )
 
 
@@ -146,10 +151,71 @@ def test_chains_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> 
     check_against_brute_force(drawn)
 
 
+def narrow_pipeline_at_t8() -> PlacementProblem:
+    """Eight layers without tensor-parallel ones at t = 8 on 8 devices, nodes of 5: a pipeline of
+    narrow stages is shorter than t, whose later stages' DP groups were once placed past the last
+    device (a zero bandwidth)."""
+    n = 8
+    zeros = np.zeros((1, n), dtype=np.int64)
+    return PlacementProblem(
+        t_values=np.array([8]),
+        forward_latency_s=np.ones((1, n)),
+        backward_latency_s=np.zeros((1, n)),
+        param_bytes=zeros,
+        activation_bytes=zeros,
+        stash_bytes=zeros,
+        input_bytes=zeros,
+        tensor_parallel=np.zeros((1, n), dtype=bool),
+        edges=np.array([(v - 1, v) for v in range(1, n)]),
+        edge_bytes=np.zeros(n - 1, dtype=np.int64),
+        device_count=8,
+        microbatch_count=2,
+        samples_per_microbatch=1,
+        tiers=(NetworkTier(1, 1.0, 0.0), NetworkTier(5, 1.0, 0.0), NetworkTier(16, 1.0, 0.0)),
+        hbm_bytes=1000,
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=True))
+@example(drawn=(narrow_pipeline_at_t8(), 1, False))
 def test_branching_dags_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
     check_against_brute_force(drawn)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems_and_settings(branching=True), st.data())
+def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(
+    drawn: tuple[PlacementProblem, int, bool], data: st.DataObject
+) -> None:
+    # What the `bounded` search relies on: the DP's optimum with bound_sync_windows on latencies no
+    # longer than the real ones is at most the real optimum (up to rounding), for every variant.
+    problem, interleave, distributed = drawn
+    real = replace(problem, bound_sync_windows=False)
+
+    def shorter(latency_s: NDArray[np.float64]) -> NDArray[np.float64]:
+        share = data.draw(st.lists(st.floats(0.0, 1.0), min_size=latency_s.size, max_size=latency_s.size))
+        out: NDArray[np.float64] = latency_s * np.array(share).reshape(latency_s.shape)
+        return out
+
+    bound = replace(
+        real,
+        bound_sync_windows=True,
+        forward_latency_s=np.maximum(shorter(real.forward_latency_s), 0.001),  # drawn >= 0.001
+        backward_latency_s=shorter(real.backward_latency_s),
+        selective_recompute_s=shorter(real.selective_s),
+    )
+    variants = [
+        Variant(int(t), recompute_mode(mode), problem.hbm_bytes, interleave, distributed)
+        for t in problem.t_values
+        for mode in RECOMPUTE_MODES
+    ]
+    for optimum, lower in zip(
+        solve_placements(real, variants), solve_placements(bound, variants), strict=True
+    ):
+        assert isinstance(lower, Placement) == isinstance(optimum, Placement)
+        if isinstance(optimum, Placement) and isinstance(lower, Placement):
+            assert lower.time_per_batch_s <= optimum.time_per_batch_s * (1.0 + 1e-12)
 
 
 @settings(max_examples=30, deadline=None)

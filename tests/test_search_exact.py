@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,19 @@ def test_a_cost_model_without_the_promise_prunes_by_bound_alone(
     assert kept["tiled"][0] == 32
     assert kept["tiled, unpromised"] == (0, list(range(37)))
     assert set(kept["tiled"][1]) < set(range(37))
+
+
+def test_a_sync_that_hides_behind_a_pass_prunes_by_bound_alone(
+    tmp_path: Path, lowered: Callable[[str], Model]
+) -> None:
+    # With overlap_grad_reduce a faster design can time a plan slower (its passes hide less of the
+    # DP sync), so no design is dropped for being dominated.
+    designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
+    evaluator = _evaluator(lowered, MODELS["tiled"])
+    hiding = replace(evaluator, knobs=replace(evaluator.knobs, overlap_grad_reduce=True))
+    with Workers(hiding, 1) as workers:
+        strategy = explore.bounded(designs, 8, workers, SearchState(tmp_path, resume=False))
+    assert (strategy.dominated, sorted(np.concatenate(strategy.batches).tolist())) == (0, list(range(37)))
 
 
 def test_bounds_are_saved_and_resumed(

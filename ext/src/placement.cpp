@@ -163,21 +163,6 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
-/// The exposed part of the first stage's DP sync of `sync_s`: a distributed optimizer's
-/// reduce-scatter (half) hides behind its last backward pass B under overlap_grad_reduce, its
-/// all-gather (the other half) behind its forward pass F under overlap_param_gather; a plain
-/// all-reduce hides behind B under overlap_grad_reduce.
-double exposed_sync_s(const PlacementInput& in, bool distributed, double sync_s, double forward_s,
-                      double backward_s) {
-  if (distributed) {
-    double reduce_s = sync_s / 2.0, gather_s = sync_s / 2.0;
-    if (in.overlap_grad_reduce) reduce_s = std::max(0.0, reduce_s - backward_s);
-    if (in.overlap_param_gather) gather_s = std::max(0.0, gather_s - forward_s);
-    return reduce_s + gather_s;
-  }
-  return in.overlap_grad_reduce ? std::max(0.0, sync_s - backward_s) : sync_s;
-}
-
 /// The parts of a stage's memory per device.
 struct MemoryParts {
   int64_t parameter_bytes = 0;  // weights, gradients, optimizer state
@@ -207,24 +192,61 @@ struct VariantModel {
     return lat.inner[p] == 0 && !in.last_stage_recomputes ? Recompute::kNone : variant.recompute;
   }
 
-  /// Optimizer state per device at data-parallel width d.
-  int64_t state_bytes(std::size_t p, int64_t d) const {
-    const int64_t state = (in.optimizer_factor - 2) * tab.param_bytes[p];
+  /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
+  int64_t state_bytes(int64_t weights, int64_t d) const {
+    const int64_t state = (in.optimizer_factor - 2) * weights;
     return variant.distributed_optimizer ? (state + d - 1) / d : state;
   }
 
   /// Weights, gradients and optimizer state per device at data-parallel width d.
   int64_t parameter_bytes(std::size_t p, int64_t d) const {
-    return tab.param_bytes[p] + tab.param_bytes[p] + state_bytes(p, d);
+    return tab.param_bytes[p] + tab.param_bytes[p] + state_bytes(tab.param_bytes[p], d);
   }
 
   /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
   /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
   /// is 1/d of the weights and gradients; otherwise all of them).
-  int64_t step_bytes(std::size_t p, int64_t d) const {
-    const int64_t weights = tab.param_bytes[p];
+  int64_t step_bytes(int64_t weights, int64_t d) const {
     const int64_t shard = variant.distributed_optimizer ? (weights + d - 1) / d : weights;
-    return weights + 3 * shard + 2 * state_bytes(p, d);
+    return weights + 3 * shard + 2 * state_bytes(weights, d);
+  }
+
+  /// The windows (reduction, all-gather) a stage's DP sync hides behind. Under overlap_grad_reduce the
+  /// first stage's reduction hides behind its last backward pass B, a `later` stage's behind B / v,
+  /// the first stage `first`'s last backward pass of a model chunk, which runs after the later
+  /// stage's flush; under overlap_param_gather a distributed optimizer's all-gather hides behind the
+  /// first stage's forward pass F. With bound_sync_windows, each window that can open is as long as
+  /// the bottleneck load `bottleneck_s` allows (B / v, B and B + F are at most it): half of it each
+  /// when both can open. The time is then never above the real one and grows with every latency.
+  std::pair<double, double> sync_windows_s(std::size_t first, bool later, double bottleneck_s) const {
+    const bool reduce = in.overlap_grad_reduce;
+    const bool gather = variant.distributed_optimizer && in.overlap_param_gather;
+    if (in.bound_sync_windows) {
+      if (reduce && gather) return {bottleneck_s / 2.0, bottleneck_s / 2.0};
+      return {reduce ? bottleneck_s : 0.0, gather ? bottleneck_s : 0.0};
+    }
+    double reduce_s = 0.0;
+    if (reduce) reduce_s = tab.backward_s[first];
+    if (reduce && later) reduce_s = tab.backward_s[first] / static_cast<double>(variant.interleave);
+    return {reduce_s, gather ? tab.forward_s[first] : 0.0};
+  }
+
+  /// What a stage with `weights` bytes adds after the flush at width d: its DP sync on `tier` less the
+  /// windows it hides behind (a plain all-reduce behind the reduction's; a distributed optimizer's
+  /// reduce-scatter, half the bytes, behind the reduction's and its all-gather behind the other),
+  /// plus its optimizer step. Non-decreasing in `weights`.
+  double after_flush_s(int64_t weights, int64_t d, const NetworkTier& tier,
+                       std::pair<double, double> windows_s) const {
+    const double sync_s = allreduce_s(weights, d, tier);
+    double exposed_s = 0.0;
+    if (variant.distributed_optimizer) {
+      exposed_s = std::max(0.0, sync_s / 2.0 - windows_s.first) + std::max(0.0, sync_s / 2.0 - windows_s.second);
+    } else {
+      exposed_s = std::max(0.0, sync_s - windows_s.first);
+    }
+    double step_s = 0.0;
+    if (in.hbm_bytes_per_s > 0.0) step_s = static_cast<double>(step_bytes(weights, d)) / in.hbm_bytes_per_s;
+    return exposed_s + step_s;
   }
 
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
@@ -263,50 +285,57 @@ struct VariantModel {
   }
 };
 
-/// value[set][s][q]: the least, over partitions of the set into s stages of which q are narrow
-/// and that fit on the devices, of the largest cost(p, position) of a stage (kNone if none).
-template <typename T>
-struct MinMaxTable {
+/// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets.
+struct TableShape {
   std::size_t max_stages = 0;
   std::size_t max_narrow = 0;
-  std::vector<T> value;
-  std::vector<int32_t> choice;  // the pair that forms the set's first stage
 
+  explicit TableShape(const VariantModel& model)
+      : max_stages(static_cast<std::size_t>(model.lat.g.n)),
+        max_narrow(static_cast<std::size_t>(model.tab.max_narrow)) {}
+  std::size_t size(const Lattice& lat) const { return lat.sets.size() * (max_stages + 1) * (max_narrow + 1); }
   std::size_t at(std::size_t set, std::size_t s, std::size_t q) const {
     return (set * (max_stages + 1) + s) * (max_narrow + 1) + q;
   }
 };
 
-template <typename T, typename Cost>
-MinMaxTable<T> minmax_partition(const VariantModel& model, std::size_t last_set, Cost cost) {
+/// value[set][s][q]: the least, over partitions of the set into s stages of which q are narrow
+/// and that fit on the devices, of the largest memory(p, position) of a stage (kNone if none).
+struct MinMaxTable : TableShape {
+  std::vector<int64_t> value;
+  std::vector<int32_t> choice;  // the pair that forms the set's first stage
+
+  explicit MinMaxTable(const VariantModel& model) : TableShape(model) {}
+};
+
+template <typename Cost>
+MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
   const Lattice& lat = model.lat;
-  MinMaxTable<T> table;
-  table.max_stages = static_cast<std::size_t>(lat.g.n);
-  table.max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
-  table.value.assign(lat.sets.size() * (table.max_stages + 1) * (table.max_narrow + 1), kNone<T>);
+  MinMaxTable table(model);
+  table.value.assign(table.size(lat), kNone<int64_t>);
   table.choice.assign(table.value.size(), -1);
-  auto relax = [&](std::size_t set, std::size_t s, std::size_t q, T candidate, std::size_t p) {
+  auto relax = [&](std::size_t set, std::size_t s, std::size_t q, int64_t candidate, std::size_t p) {
     const std::size_t i = table.at(set, s, q);
     if (candidate < table.value[i]) {
       table.value[i] = candidate;
       table.choice[i] = static_cast<int32_t>(p);
     }
   };
-  for (std::size_t set = 1; set <= last_set; ++set) {
+  for (std::size_t set = 1; set < lat.sets.size(); ++set) {
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
       const std::size_t narrow = model.tab.narrow[p];
       if (rest == 0) {
-        const T c = cost(p, 1);
-        if (c != kNone<T> && model.width(p) <= model.in.devices) relax(set, 1, narrow, c, p);
+        const int64_t c = cost(p, 1);
+        if (c != kNone<int64_t> && model.width(p) <= model.in.devices) relax(set, 1, narrow, c, p);
         continue;
       }
       for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
-        const T c = cost(p, static_cast<int64_t>(s));
-        if (c == kNone<T>) continue;
+        const int64_t c = cost(p, static_cast<int64_t>(s));
+        if (c == kNone<int64_t>) continue;
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
-          const T before = table.value[table.at(rest, s - 1, q - narrow)];
-          if (before == kNone<T>) continue;
+          const int64_t before = table.value[table.at(rest, s - 1, q - narrow)];
+          if (before == kNone<int64_t>) continue;
           if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in.devices) continue;
           relax(set, s, q, std::max(c, before), p);
         }
@@ -316,9 +345,100 @@ MinMaxTable<T> minmax_partition(const VariantModel& model, std::size_t last_set,
   return table;
 }
 
+/// A partition of a set into stages, summarised for the time per batch: its largest stage load and
+/// its largest stage weights. `pair` forms the set's first stage; `rest` indexes the point of the
+/// remaining set's partition that it extends (-1: none, a single stage).
+struct Point {
+  double load_s;
+  int64_t weights;
+  int32_t pair;
+  int32_t rest;
+};
+
+/// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
+/// on the devices, those no other beats on both the largest load and the largest weights, load
+/// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
+/// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
+/// plan extends one of them.
+struct FrontierTable : TableShape {
+  std::vector<std::vector<Point>> points;
+
+  explicit FrontierTable(const VariantModel& model) : TableShape(model) {}
+};
+
+/// Keeps the points no other beats on both load and weights (of equal ones, the first made), load
+/// ascending and weights descending.
+void keep_frontier(std::vector<Point>& points) {
+  std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return a.load_s < b.load_s || (a.load_s == b.load_s && a.weights < b.weights);
+  });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (kept == 0 || points[i].weights < points[kept - 1].weights) points[kept++] = points[i];
+  }
+  points.resize(kept);
+}
+
+/// The frontier of every set but the whole, each stage p at position s from the end priced load(p, s)
+/// (kNone when it does not fit).
+template <typename Load>
+FrontierTable frontier_partition(const VariantModel& model, Load load) {
+  const Lattice& lat = model.lat;
+  FrontierTable table(model);
+  table.points.assign(table.size(lat), {});
+  for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
+    for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
+      const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
+      const std::size_t narrow = model.tab.narrow[p];
+      const int64_t weights = model.tab.param_bytes[p];
+      if (rest == 0) {
+        const double c = load(p, 1);
+        if (c != kNone<double> && model.width(p) <= model.in.devices) {
+          table.points[table.at(set, 1, narrow)].push_back({c, weights, static_cast<int32_t>(p), -1});
+        }
+        continue;
+      }
+      for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
+        const double c = load(p, static_cast<int64_t>(s));
+        if (c == kNone<double>) continue;
+        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
+          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in.devices) continue;
+          const std::vector<Point>& before = table.points[table.at(rest, s - 1, q - narrow)];
+          std::vector<Point>& here = table.points[table.at(set, s, q)];
+          for (std::size_t i = 0; i < before.size(); ++i) {
+            here.push_back({std::max(c, before[i].load_s), std::max(weights, before[i].weights),
+                            static_cast<int32_t>(p), static_cast<int32_t>(i)});
+          }
+        }
+      }
+    }
+    for (std::size_t s = 1; s <= table.max_stages; ++s) {
+      for (std::size_t q = 0; q <= table.max_narrow; ++q) keep_frontier(table.points[table.at(set, s, q)]);
+    }
+  }
+  return table;
+}
+
+/// The pairs of a plan, first stage first: `first`, then those of point `point` of the remaining set's
+/// s - 1 stages.
+std::vector<std::size_t> frontier_pairs(const VariantModel& model, const FrontierTable& table, std::size_t first,
+                                        std::size_t s, std::size_t q, int32_t point) {
+  std::vector<std::size_t> pairs{first};
+  std::size_t set = static_cast<std::size_t>(model.lat.inner[first]);
+  q -= model.tab.narrow[first];
+  for (--s; s >= 1; --s) {
+    const Point& at = table.points[table.at(set, s, q)][static_cast<std::size_t>(point)];
+    const auto p = static_cast<std::size_t>(at.pair);
+    pairs.push_back(p);
+    q -= model.tab.narrow[p];
+    set = static_cast<std::size_t>(model.lat.inner[p]);
+    point = at.rest;
+  }
+  return pairs;
+}
+
 /// The pairs of a plan, first stage first, read back from a table.
-template <typename T>
-std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable<T>& table, std::size_t first,
+std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable& table, std::size_t first,
                                     std::size_t s, std::size_t q) {
   std::vector<std::size_t> pairs{first};
   std::size_t set = static_cast<std::size_t>(model.lat.inner[first]);
@@ -341,8 +461,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const bool per_total = model.variant.interleave > 1;
   int64_t best = kNone<int64_t>;
   for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
-    const auto table = minmax_partition<int64_t>(
-        model, all, [&](std::size_t p, int64_t s) {
+    const auto table = minmax_partition(
+        model, [&](std::size_t p, int64_t s) {
           return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
         });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
@@ -375,15 +495,15 @@ PlanResult solve_variant(const VariantModel& model) {
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
   // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
   // than the first stage would hold in flight (the memory depends on them).
-  std::map<std::tuple<std::size_t, int64_t, int64_t>, MinMaxTable<double>> tables;
+  std::map<std::tuple<std::size_t, int64_t, int64_t>, FrontierTable> tables;
   const bool per_total = model.variant.interleave > 1;
   const bool per_d = model.variant.distributed_optimizer;
-  auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const MinMaxTable<double>& {
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const FrontierTable& {
     const bool capped = model.in_flight(total, total, d) < model.in_flight(total, total, 1);
     const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
-      auto table = minmax_partition<double>(model, all - 1, [&, tier, total, d](std::size_t p, int64_t s) {
+      auto table = frontier_partition(model, [&, tier, total, d](std::size_t p, int64_t s) {
         const bool fits = model.chunks_fit(p, total) && model.memory_bytes(p, s, total, d) <= hbm_bytes;
         return fits ? model.load_s(p, tier) : kNone<double>;
       });
@@ -395,48 +515,56 @@ PlanResult solve_variant(const VariantModel& model) {
     double time_s = kNone<double>;
     std::size_t tier = 0, pair = 0, s = 0, q = 0;
     int64_t d = 0;
+    int32_t point = -1;
   } best;
   const auto max_stages = static_cast<std::size_t>(lat.g.n);
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
   const auto v = static_cast<double>(model.variant.interleave);
   for (std::size_t s = 1; s <= max_stages; ++s) {
     const auto total = static_cast<int64_t>(s);
+    const double bubble = static_cast<double>(total - 1) / v;
     for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
       const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
       const int64_t max_d = std::min(in.microbatches, in.devices / k);
-      // The slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1).
+      // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
+      // and the DP sync's tier for a stage one device and t devices wide (a later stage: t, at most k).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
+      std::vector<NetworkTier> narrow_sync{in.tiers[0]}, wide_sync{in.tiers[0]};
       for (int64_t d = 1; d <= max_d; ++d) {
         pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
+        narrow_sync.push_back(dp_sync_tier(in.tiers, d, k, 1));
+        wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t, k)));
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
-          const MemoryParts first = model.memory(p, total, total, d);
-          if (first.total() > hbm_bytes) continue;
+          if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
-          double bottleneck = model.load_s(p, tier);
-          if (!single) {
-            const MinMaxTable<double>& table = table_for(tier, total, d);
-            const double rest = table.value[table.at(lat.inner[p], s - 1, q - narrow)];
-            if (rest == kNone<double>) continue;
-            bottleneck = std::max(bottleneck, rest);
+          const double first_load_s = model.load_s(p, tier);
+          const double slots = static_cast<double>((in.microbatches + d - 1) / d) + bubble;
+          const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
+          const int64_t first_weights = model.tab.param_bytes[p];
+          if (single) {
+            const double end_s =
+                model.after_flush_s(first_weights, d, first_sync, model.sync_windows_s(p, false, first_load_s));
+            const double time_s = first_load_s * slots + end_s;
+            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, -1};
+            continue;
           }
-          const int64_t m = (in.microbatches + d - 1) / d;
-          const NetworkTier sync_tier = dp_sync_tier(in.tiers, d, k, model.width(p));
-          const double sync_s = exposed_sync_s(in, model.variant.distributed_optimizer,
-                                               allreduce_s(model.tab.param_bytes[p], d, sync_tier),
-                                               model.tab.forward_s[p], model.tab.backward_s[p]);
-          double step_s = 0.0;
-          if (in.hbm_bytes_per_s > 0.0) {
-            step_s = static_cast<double>(model.step_bytes(p, d)) / in.hbm_bytes_per_s;
+          const FrontierTable& table = table_for(tier, total, d);
+          const std::vector<Point>& rest = table.points[table.at(lat.inner[p], s - 1, q - narrow)];
+          for (std::size_t i = 0; i < rest.size(); ++i) {
+            const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
+            const double first_end_s =
+                model.after_flush_s(first_weights, d, first_sync, model.sync_windows_s(p, false, bottleneck_s));
+            const double rest_end_s =
+                model.after_flush_s(rest[i].weights, d, wide_sync[d], model.sync_windows_s(p, true, bottleneck_s));
+            const double time_s = bottleneck_s * slots + std::max(first_end_s, rest_end_s);
+            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, static_cast<int32_t>(i)};
           }
-          const double bubble = static_cast<double>(total - 1) / v;
-          const double time_s = bottleneck * (static_cast<double>(m) + bubble) + sync_s + step_s;
-          if (time_s < best.time_s) best = {time_s, tier, p, s, q, d};
         }
       }
     }
@@ -453,7 +581,8 @@ PlanResult solve_variant(const VariantModel& model) {
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : plan_pairs(model, table_for(best.tier, total, best.d), best.pair, best.s, best.q);
+                                 : frontier_pairs(model, table_for(best.tier, total, best.d), best.pair, best.s,
+                                                  best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.width(pairs[i]));

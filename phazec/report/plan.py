@@ -29,8 +29,8 @@ def plan_table(report: PlanReport) -> str:
         ("TP communication", b.tp_communication_s),
         ("pipeline p2p", b.pipeline_p2p_s),
         ("bubble", b.bubble_s),
-        ("DP gradient sync", b.dp_sync_s),
-        ("optimizer step", b.optimizer_s),
+        (f"DP gradient sync (stage {b.dp_sync_stage})", b.dp_sync_s),
+        (f"optimizer step (stage {b.dp_sync_stage})", b.optimizer_s),
     ]
     time_rows = [[name, f"{s:.4g}", f"{s / report.time_per_batch_s:.1%}"] for name, s in parts]
     time_rows.append(["total", f"{report.time_per_batch_s:.4g}", "100.0%"])

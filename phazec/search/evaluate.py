@@ -72,6 +72,12 @@ class Knobs:
     optimizer_step: bool = False
     """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
 
+    @property
+    def sync_hides(self) -> bool:
+        """Whether a DP sync can hide behind a pass, so that a plan's time can fall as a layer's
+        latency grows (`phazec.solvers.placement`)."""
+        return self.overlap_grad_reduce or (self.overlap_param_gather and any(self.distributed_optimizer))
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -238,9 +244,12 @@ class Evaluator:
         microbatch: int,
         designs: Designs,
         sequence_parallel: bool = False,
+        *,
+        bound_sync_windows: bool = False,
     ) -> PlacementProblem:
         """The placement problem of design j at one microbatch size (all allowed t), under the first
-        of the searched settings (`Variant.applied` sets the others)."""
+        of the searched settings (`Variant.applied` sets the others); `bound_sync_windows` as in
+        `PlacementProblem`."""
         widths = sorted(self.graphs)
         rows = [layer_arrays(self.graphs[t], microbatch, sequence_parallel) for t in widths]
         reference = self.graphs[widths[0]]
@@ -270,6 +279,7 @@ class Evaluator:
             overlap_param_gather=self.knobs.overlap_param_gather,
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.optimizer_step else 0.0,
             sequence_parallel=sequence_parallel,
+            bound_sync_windows=bound_sync_windows,
         )
 
     def variants(self, hbm_sizes: tuple[int, ...] | None = None) -> list[Variant]:
@@ -309,9 +319,12 @@ class Evaluator:
         """Per design, a proven lower bound on the time per batch of every plan and knob setting.
 
         It is the placement DP's optimum with every layer's latency replaced by a lower bound on its
-        schedule (`lower_s`). The DP's time per batch only grows with any layer latency (critical
-        paths, sums, max and products with positive counts, all rounded monotonically), and which
-        plans fit in HBM does not depend on latencies, so this optimum is at most the real one. Only
+        schedule (`lower_s`) and each DP sync hidden behind windows as long as the bottleneck load
+        allows (`PlacementProblem.bound_sync_windows`: never above the real time of a plan). That
+        time per batch only grows with any layer latency (critical paths, sums, max and products with
+        positive counts, all rounded monotonically; a window grows no faster than the bottleneck load
+        times its slots), and which plans fit in HBM does not depend on latencies, so this optimum is
+        at most the real one. Only
         the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
         fits gets infinity. Designs of the batch whose layer bounds (and HBM bandwidth) are all equal
         share one DP solve per sequence-parallel setting (the placement problem depends on the design
@@ -332,7 +345,9 @@ class Evaluator:
                         ]
                     )
                     if key not in solved:
-                        problem = self.problem(latencies, j, microbatch, designs, sequence_parallel)
+                        problem = self.problem(
+                            latencies, j, microbatch, designs, sequence_parallel, bound_sync_windows=True
+                        )
                         results = solve_placements(problem, variants)
                         solved[key] = min(
                             [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]

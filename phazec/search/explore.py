@@ -7,7 +7,8 @@ order, saying whether the search still wants it; the first batch it does not wan
   the throughput objective; PHAZE section 7).
 - `exhaustive`: every design, in batches of `search.batch_designs` in design order.
 - `bounded`: first drops every design an earlier design dominates in every resource
-  (`phazec.search.dominance`; only with a cost model that promises monotone latencies), then a proven
+  (`phazec.search.dominance`; only with a cost model that promises monotone latencies and no DP sync
+  hiding behind a pass), then a proven
   lower bound on each kept design's time per batch (`Evaluator.lower_bounds_s`), then the designs in
   order of increasing bound, in batches of `search.batch_designs`; stops at the first batch whose
   least bound exceeds the best time found, since no design in it or after it can beat or tie the
@@ -226,10 +227,12 @@ def bounded(
     weight: NDArray[np.float64] | None = None,
 ) -> Bounded:
     """The bounded strategy: the designs no earlier design dominates (every design when the cost model
-    does not promise monotone latencies, or under an objective weight such as peak power, which grows
-    with resources), their lower bounds (in batches, saved for resuming) times their objective weight
-    (a lower bound on their cost), then those designs sorted by it, ties in design order."""
-    monotone = workers.evaluator.latency_model.monotone and weight is None
+    does not promise monotone latencies, when a DP sync can hide behind a pass, so that a faster
+    design can time a plan slower, or under an objective weight such as peak power, which grows with
+    resources), their lower bounds (in batches, saved for resuming) times their objective weight (a
+    lower bound on their cost), then those designs sorted by it, ties in design order."""
+    evaluator = workers.evaluator
+    monotone = evaluator.latency_model.monotone and not evaluator.knobs.sync_hides and weight is None
     kept = np.flatnonzero(~dominated(designs) if monotone else np.ones(len(designs), dtype=np.bool_))
     log.info("bounded search: %d of %d designs dominated", len(designs) - len(kept), len(designs))
     bound_batches = chunks(kept.astype(np.int64), batch_designs)

@@ -30,23 +30,38 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
   them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
   pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.
-* Time per batch = max stage load * (m + (s - 1) / v) + exposed DP sync + optimizer step, where the
-  bubble (s - 1) / v of a stage's work is interleaved 1F1B's (1F1B's for v = 1). The DP sync is the
-  ring all-reduce of the first stage's gradients over its d replicas: 2 (d-1)/d * param bytes /
-  bandwidth + 2 (d-1) latency, on the tier holding that stage's devices of every replica (ids 0 ..
-  (d-1) k + width - 1). When that group spans several groups of the tier below (nodes), each node
-  holds some members of each of the width DP groups (device j of every replica's first stage, ids
-  r k + j), each member with a link of its own (a DGX has a NIC per GPU), and the hierarchical
-  all-reduce drives them all: the bandwidth is the fewest members a node holds of any DP group that
-  spans several nodes (rails; lower group size / k when k divides it, d mod that in a last, partial
-  node; 1 when k is at least the lower group size; counted exactly otherwise) times the tier's per
-  device, at most the tier below's. With `overlap_grad_reduce` it hides behind the first stage's
-  last backward pass (exposed = max(0, sync - B)), else it is all exposed. A distributed optimizer's
-  reduce-scatter plus all-gather moves the same bytes as the all-reduce, half each: the
-  reduce-scatter hides behind B with `overlap_grad_reduce` (max(0, sync/2 - B)), the all-gather
-  behind the first stage's forward pass F with `overlap_param_gather` (max(0, sync/2 - F)), each
-  otherwise exposed. The first stage ends the flush last; the other stages' syncs overlap its drain.
-  The optimizer step of the first stage zeroes every gradient for the next iteration, reads its shard
+* Time per batch = max stage load * (m + (s - 1) / v) + the largest, over stages, of the stage's
+  exposed DP sync + its optimizer step (each stage syncs and steps its own weights on its own
+  devices after the flush; the last to finish ends the iteration), where the bubble (s - 1) / v of
+  a stage's work is interleaved 1F1B's (1F1B's for v = 1). A stage's DP sync is the ring all-reduce
+  of its gradients over its d replicas: 2 (d-1)/d * param bytes / bandwidth + 2 (d-1) latency. Every
+  stage's DP group is taken to sit as the first stage's does: on the tier holding ids 0 .. (d-1) k +
+  width - 1, the first stage's width for it and t (at most k) for the later stages (conservative
+  for a later stage without tensor-parallel layers). When that group spans several groups of the tier below
+  (nodes), each node holds some members of each of the width DP groups (device j of every replica's
+  first stage, ids r k + j), each member with a link of its own (a DGX has a NIC per GPU), and the
+  hierarchical all-reduce drives them all: the bandwidth is the fewest members a node holds of any
+  DP group that spans several nodes (rails; lower group size / k when k divides it, d mod that in a
+  last, partial node; 1 when k is at least the lower group size; counted exactly otherwise) times
+  the tier's per device, at most the tier below's. Each sync starts after the flush (conservative
+  for a later stage, whose own flush ends earlier, by the drain behind it) and is exposed whole,
+  as PHAZE's formula has it, except that with `overlap_grad_reduce` the first stage's reduction
+  hides behind its last backward pass B (exposed = max(0, sync - W), W = B) and a later stage's
+  behind W = B / v, the first stage's last backward pass of one model chunk, which it runs after
+  the later stage's flush ends (the later stage's own last backward pass, which Megatron also hides
+  it behind, is not counted: conservative). A distributed optimizer's reduce-scatter plus
+  all-gather moves the same bytes as the all-reduce, half each: the reduce-scatter hides as the
+  reduction above (max(0, sync/2 - W)), the all-gather behind the first stage's forward pass F with
+  `overlap_param_gather` (max(0, sync/2 - F)), else it is exposed. Without these switches the time
+  only grows with every layer latency (the `bounded` search's dominance rests on it). With them a
+  longer pass hides more, so the time can fall as a latency grows; `bound_sync_windows` (the
+  `bounded` search's lower bound) instead opens each window that can open as long as the bottleneck
+  load X allows (B / v, B and B + F are at most X): W = X, or X / 2 for each of a distributed
+  optimizer's two when both open. That time is never above the real one, and never falls as X
+  grows (X times the slots, at least 1, grows as fast as any window). A stage's exposed sync + step
+  grows with its weights, so the DP keeps, per set of stages, the plans no other beats on both the
+  largest load and the largest weights.
+  A stage's optimizer step zeroes every gradient for the next iteration, reads its shard
   of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
   shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
   ceil(P' / d) with a distributed optimizer (each replica updates only its 1/d), P' otherwise, where
@@ -177,6 +192,10 @@ class PlacementProblem:
     """With a distributed optimizer, overlap the weights' all-gather with the first stage's forward."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
+    bound_sync_windows: bool = False
+    """Time each stage's DP sync as hidden behind windows as long as the bottleneck load allows, not
+    behind the first stage's passes: a time never above the real one that never falls as a layer's
+    latency grows (the `bounded` search's lower bound)."""
     sequence_parallel: bool = False
     """Whether the byte arrays hold sequence-parallel figures (recorded in results; the model itself
     only reads the arrays)."""
@@ -352,6 +371,7 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         overlap_grad_reduce=problem.overlap_grad_reduce,
         overlap_param_gather=problem.overlap_param_gather,
         hbm_bytes_per_s=problem.hbm_bytes_per_s,
+        bound_sync_windows=problem.bound_sync_windows,
         variants=[
             (
                 _t_index(problem, v.t),
@@ -547,25 +567,42 @@ class IterationTime:
     recompute_s: float
     p2p_s: float
     bubble_s: float
+    dp_sync_stage: int
+    """The stage whose DP sync and optimizer step end last (the first on a tie): they end the iteration."""
     dp_sync_s: float
-    """The exposed part of the DP gradient all-reduce."""
+    """The exposed part of that stage's DP gradient sync."""
     optimizer_s: float
 
 
-def sync_times_s(
-    problem: PlacementProblem, first: StageCost, memory: StageMemory, d: int, tier: NetworkTier
+def sync_windows_s(
+    problem: PlacementProblem, first: StageCost, later: bool, bottleneck_s: float
 ) -> tuple[float, float]:
-    """(exposed DP gradient sync, optimizer step) after the flush, from the first stage."""
-    sync_s = _allreduce_s(first.param_bytes, d, tier)
+    """(reduction, all-gather) windows a stage's DP sync hides behind under the overlap switches: the
+    first stage's (`later` false) or a later one's, from the first stage's cost `first` (the module
+    docstring); with `bound_sync_windows`, as long as the bottleneck load `bottleneck_s` allows."""
+    reduce = problem.overlap_grad_reduce
+    gather = problem.distributed_optimizer and problem.overlap_param_gather
+    if problem.bound_sync_windows:
+        if reduce and gather:
+            return bottleneck_s / 2.0, bottleneck_s / 2.0
+        return (bottleneck_s if reduce else 0.0), (bottleneck_s if gather else 0.0)
+    reduce_s = 0.0
+    if reduce:
+        reduce_s = first.backward_s / problem.interleave if later else first.backward_s
+    return reduce_s, (first.forward_s if gather else 0.0)
+
+
+def sync_times_s(
+    problem: PlacementProblem, memory: StageMemory, d: int, tier: NetworkTier, windows_s: tuple[float, float]
+) -> tuple[float, float]:
+    """(exposed DP gradient sync, optimizer step) of the stage whose memory is `memory` after the
+    flush, its sync hidden behind `windows_s` (`sync_windows_s`)."""
+    sync_s = _allreduce_s(memory.weights_bytes, d, tier)
+    reduce_window_s, gather_window_s = windows_s
     if problem.distributed_optimizer:
-        reduce_s, gather_s = sync_s / 2.0, sync_s / 2.0
-        if problem.overlap_grad_reduce:
-            reduce_s = max(0.0, reduce_s - first.backward_s)
-        if problem.overlap_param_gather:
-            gather_s = max(0.0, gather_s - first.forward_s)
-        sync_s = reduce_s + gather_s
-    elif problem.overlap_grad_reduce:
-        sync_s = max(0.0, sync_s - first.backward_s)
+        sync_s = max(0.0, sync_s / 2.0 - reduce_window_s) + max(0.0, sync_s / 2.0 - gather_window_s)
+    else:
+        sync_s = max(0.0, sync_s - reduce_window_s)
     step_s = 0.0
     if problem.hbm_bytes_per_s > 0:
         step_s = optimizer_step_bytes(memory, d, problem.distributed_optimizer) / problem.hbm_bytes_per_s
@@ -607,10 +644,17 @@ def plan_figures(
         for i, (c, mode) in enumerate(zip(costs, modes, strict=True))
     )
     loads = [x.load_s for x in times]
-    sync_tier = _sync_tier(problem.tiers, d, k, costs[0].devices)
-    sync_s, step_s = sync_times_s(problem, costs[0], memories[0], d, sync_tier)
+    tiers = (_sync_tier(problem.tiers, d, k, costs[0].devices), _sync_tier(problem.tiers, d, k, min(t, k)))
+    tails = [
+        sync_times_s(
+            problem, memory, d, tiers[min(i, 1)], sync_windows_s(problem, costs[0], i > 0, max(loads))
+        )
+        for i, memory in enumerate(memories)
+    ]
+    ends = [sync_s + step_s for sync_s, step_s in tails]
+    last = ends.index(max(ends))
     bubble = (s - 1) / problem.interleave
-    time_s = max(loads) * (m + bubble) + sync_s + step_s
+    time_s = max(loads) * (m + bubble) + ends[last]
     top = loads.index(max(loads))
     placement = Placement(
         stages=tuple(
@@ -636,8 +680,9 @@ def plan_figures(
         recompute_s=m * times[top].recompute_s,
         p2p_s=m * times[top].p2p_s,
         bubble_s=max(loads) * bubble,
-        dp_sync_s=sync_s,
-        optimizer_s=step_s,
+        dp_sync_stage=last,
+        dp_sync_s=tails[last][0],
+        optimizer_s=tails[last][1],
     )
     return PlanFigures(placement, iteration, modes, times, memories)
 

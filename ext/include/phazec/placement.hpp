@@ -53,6 +53,7 @@ struct PlacementInput {
   bool overlap_grad_reduce = false;    // the DP all-reduce hides behind the first stage's backward
   bool overlap_param_gather = false;   // a distributed optimizer's all-gather hides behind its forward
   double hbm_bytes_per_s = 0.0;        // times the optimizer step; 0: untimed
+  bool bound_sync_windows = false;     // DP syncs hide behind all the bottleneck load allows: a lower bound
 };
 
 enum class Recompute : int32_t { kNone = 0, kSelective = 1, kFull = 2 };
