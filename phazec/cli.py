@@ -183,9 +183,9 @@ def check_command_line(command: str, argv: list[str]) -> None:
         searchpath = config_dir_searchpath(args.config_dir)
         if any(getattr(args, flag) for flag in HYDRA_FLAGS):
             return
-        if searchpath and args.multirun:  # a sweep's globs would list the shipped presets alone
-            return
-        for overrides in validate.sweep_command_lines(args.overrides) if args.multirun else [args.overrides]:
+        user_dir = Path(args.config_dir) if args.config_dir else None
+        lines = validate.sweep_command_lines(args.overrides, user_dir) if args.multirun else [args.overrides]
+        for overrides in lines:
             composed(command, [*searchpath, *overrides])
 
 

@@ -164,10 +164,13 @@ def resolve(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
 
 
-def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str]]:
+def sweep_command_lines(
+    overrides: list[str] | tuple[str, ...], config_dir: Path | None = None
+) -> list[list[str]]:
     """The command lines that check a multirun's overrides before its first job: the overrides that are
     not sweeps, then those with each value of each choice sweep (`hw=tpuv4,tpu_small`), each preset a
-    glob picks (`hw=glob(tpu*)`) and the first value of each range sweep in turn.
+    glob picks (`hw=glob(tpu*)`, among the shipped presets and those of the user's `config_dir`) and
+    the first value of each range sweep in turn.
 
     Raises:
         PhazecError: an override Hydra cannot parse (`hydra_message`), a range with no value, a glob
@@ -191,7 +194,7 @@ def sweep_command_lines(overrides: list[str] | tuple[str, ...]) -> list[list[str
             )
         sweep = override.value()
         if isinstance(sweep, Glob):
-            values = glob_presets(str(override.input_line), override.key_or_group, sweep)
+            values = glob_presets(str(override.input_line), override.key_or_group, sweep, config_dir)
         elif isinstance(sweep, RangeSweep):
             values = range_start(override, sweep)
         elif override.is_choice_sweep():
@@ -219,9 +222,9 @@ def range_start(override: Override, sweep: RangeSweep) -> list[str]:
     return [next(override.sweep_string_iterator())]
 
 
-def glob_presets(override: str, group: str, glob: Glob) -> list[str]:
-    """The presets of config group `group` that `glob` picks; [] for Hydra's own groups (hydra/...),
-    which phazec leaves to Hydra.
+def glob_presets(override: str, group: str, glob: Glob, config_dir: Path | None = None) -> list[str]:
+    """The presets of config group `group` (shipped, or in the user's `config_dir`) that `glob` picks;
+    [] for Hydra's own groups (hydra/...), which phazec leaves to Hydra.
 
     Raises:
         PhazecError: `group` is not one of phazec's config groups, or the glob picks none of its presets.
@@ -236,7 +239,7 @@ def glob_presets(override: str, group: str, glob: Glob) -> list[str]:
             f"{override} cannot be swept: glob() picks presets of a config group ({', '.join(groups)}), "
             f"and {group} is not one; sweep a value with key=a,b,c or key=range(start,stop,step)."
         )
-    presets = group_presets(group)
+    presets = sorted({*group_presets(group), *(group_presets(group, config_dir) if config_dir else [])})
     picked: list[str] = glob.filter(presets)
     if not picked:
         raise PhazecError(f"{override} picks no preset of {group}; its presets: {', '.join(presets)}.")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from phazec.cli import check_command_line
 from phazec.config import conf_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +78,13 @@ def test_readme_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
     assert typo.stderr.startswith(
         "phazec: error: The preset hw/typo.yaml: hw.clock_hzz is not a key of hw; valid keys: name, num_tc,"
     )
+    # A multirun is checked before its first job with the user's presets beside the shipped ones: a
+    # glob picks them, and a bad one among the swept presets is the same paragraph.
+    check_command_line("config", ["-m", "--config-dir", str(tmp_path / "chips"), "hw=glob(my_*)"])
+    for sweep in ("hw=my_chip,typo", "hw=glob(typ*)"):
+        swept = command("main", "-m", "--config-dir", "chips", sweep, "model=bert_large", cwd=tmp_path)
+        assert swept.returncode == 2
+        assert swept.stderr == typo.stderr
     missing = command("main", "--config-dir", "chipz", "hw=my_chip", cwd=tmp_path)
     assert missing.returncode == 2
     assert missing.stderr == (
