@@ -6,14 +6,18 @@ MLflow store and one cache."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
+import multiprocessing.queues
 import os
 import pickle
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
@@ -24,6 +28,8 @@ import pytest
 
 from phazec.cost.model import MODELS
 from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.interrupt import Interrupted, interruptible
 from phazec.search import explore
@@ -292,6 +298,49 @@ def test_a_batch_finished_ahead_of_its_turn_is_saved_at_once() -> None:
         with pytest.raises(PhazecError, match=stopped):
             next(taken)
     assert saves == [1, 2, 0]
+
+
+def send_half_a_result(evaluator: Evaluator, designs: Designs) -> None:
+    """A task for a worker: the first bytes of a result on the pool's result pipe and never the rest,
+    as a worker ended midway through sending a batch's result leaves them; then says so in the file
+    PHAZEC_TEST_SENT names."""
+    (results,) = [q for q in gc.get_objects() if isinstance(q, multiprocessing.queues.SimpleQueue)]
+    writer = results._writer  # type: ignore[attr-defined]  # typeshed omits SimpleQueue's pipe ends
+    os.write(writer.fileno(), struct.pack("!i", 2**20) + b"\x80")  # a 1 MiB message begun
+    Path(os.environ["PHAZEC_TEST_SENT"]).touch()
+    time.sleep(60)
+
+
+def test_a_worker_stopped_midway_through_a_result_leaves_no_thread_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor's thread reads the begun message until it ends; the interpreter's exit joins
+    # that thread, so before the fix a Ctrl-C at that moment hung the command after its last line.
+    sent = tmp_path / "sent"
+    monkeypatch.setenv("PHAZEC_TEST_SENT", str(sent))
+    cfg = compose_config(*SMALL)
+    evaluator = Evaluator(
+        graphs={},
+        system=system_from_config(cfg.system),
+        latency_model=MODELS["tiled"],
+        solver=SolverConfig(),
+        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+    )
+    with Workers(evaluator, 2) as workers:
+        assert workers._pool is not None
+        workers.submit(send_half_a_result, enumerate_designs(hw_space_from_config(cfg.hw)))
+        thread: threading.Thread | None = workers._pool._executor_manager_thread  # type: ignore[assignment]
+        results = workers._pool._result_queue
+        assert thread is not None
+        deadline = time.monotonic() + 60.0
+        while not sent.exists():
+            assert time.monotonic() < deadline, "the worker never began its result"
+            time.sleep(0.01)
+        time.sleep(0.2)  # the thread is reading the message's rest by now
+    thread.join(10.0)
+    waiting = thread.is_alive()
+    results._writer.close()  # type: ignore[attr-defined]  # a failing run must not hang the session's exit
+    assert not waiting
 
 
 def test_sigterm_is_interrupted_with_status_143() -> None:

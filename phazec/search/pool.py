@@ -116,11 +116,17 @@ class Workers:
         if self._pool is None:
             return
         processes = list(self._pool._processes.values())  # the executor's own map of its workers
+        results = self._pool._result_queue  # shutdown forgets it
         for process in processes:
             process.terminate()
         self._pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.join(JOIN_S)
+        # A worker ended midway through sending a result leaves the executor's thread waiting for the
+        # rest of it, and the interpreter's exit waits for that thread (the command would hang after
+        # saying it was interrupted). This process holds the pipe's last writing end: closing it ends
+        # the wait with end-of-file.
+        results._writer.close()  # type: ignore[attr-defined]  # typeshed omits SimpleQueue's pipe ends
 
     @property
     def lookahead(self) -> int:
