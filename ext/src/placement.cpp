@@ -546,11 +546,14 @@ PlanResult solve_variant(const VariantModel& model) {
           const double first_load_s = model.load_s(p, tier);
           const double slots = static_cast<double>((in.microbatches + d - 1) / d) + bubble;
           const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
-          const int64_t first_weights = model.tab.param_bytes[p];
+          // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
+          auto first_end_s = [&](double bottleneck_s) {
+            return model.after_flush_s(model.tab.param_bytes[p], d, first_sync,
+                                       model.sync_windows_s(p, false, bottleneck_s));
+          };
+          const double own_end_s = first_end_s(first_load_s);
           if (single) {
-            const double end_s =
-                model.after_flush_s(first_weights, d, first_sync, model.sync_windows_s(p, false, first_load_s));
-            const double time_s = first_load_s * slots + end_s;
+            const double time_s = first_load_s * slots + own_end_s;
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, -1};
             continue;
           }
@@ -558,11 +561,10 @@ PlanResult solve_variant(const VariantModel& model) {
           const std::vector<Point>& rest = table.points[table.at(lat.inner[p], s - 1, q - narrow)];
           for (std::size_t i = 0; i < rest.size(); ++i) {
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
-            const double first_end_s =
-                model.after_flush_s(first_weights, d, first_sync, model.sync_windows_s(p, false, bottleneck_s));
+            const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             const double rest_end_s =
                 model.after_flush_s(rest[i].weights, d, wide_sync[d], model.sync_windows_s(p, true, bottleneck_s));
-            const double time_s = bottleneck_s * slots + std::max(first_end_s, rest_end_s);
+            const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, static_cast<int32_t>(i)};
           }
         }

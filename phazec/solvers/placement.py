@@ -644,18 +644,18 @@ def plan_figures(
         for i, (c, mode) in enumerate(zip(costs, modes, strict=True))
     )
     loads = [x.load_s for x in times]
+    top = loads.index(max(loads))
     tiers = (_sync_tier(problem.tiers, d, k, costs[0].devices), _sync_tier(problem.tiers, d, k, min(t, k)))
     tails = [
         sync_times_s(
-            problem, memory, d, tiers[min(i, 1)], sync_windows_s(problem, costs[0], i > 0, max(loads))
+            problem, memory, d, tiers[min(i, 1)], sync_windows_s(problem, costs[0], i > 0, loads[top])
         )
         for i, memory in enumerate(memories)
     ]
     ends = [sync_s + step_s for sync_s, step_s in tails]
     last = ends.index(max(ends))
     bubble = (s - 1) / problem.interleave
-    time_s = max(loads) * (m + bubble) + ends[last]
-    top = loads.index(max(loads))
+    time_s = loads[top] * (m + bubble) + ends[last]
     placement = Placement(
         stages=tuple(
             Stage(tuple(sorted(layers)), c.devices, load, memory.total_bytes)
@@ -679,7 +679,7 @@ def plan_figures(
         backward_s=m * times[top].backward_s,
         recompute_s=m * times[top].recompute_s,
         p2p_s=m * times[top].p2p_s,
-        bubble_s=max(loads) * bubble,
+        bubble_s=loads[top] * bubble,
         dp_sync_stage=last,
         dp_sync_s=tails[last][0],
         optimizer_s=tails[last][1],
