@@ -117,6 +117,7 @@ def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
         model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer,
         attention=cfg.hw.device.attention, causal=is_causal(model_cfg.arch, model_cfg.causal),
         fuse_elementwise=bool(cfg.hw.device.fuse_elementwise),
+        fuse_norm_rope=bool(cfg.hw.device.fuse_norm_rope),
     )  # fmt: skip
     text = "\n".join([
         f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "

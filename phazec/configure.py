@@ -78,10 +78,12 @@ def training_graphs(
     attention: str = "unfused",
     causal: bool = False,
     fuse_elementwise: bool = False,
+    fuse_norm_rope: bool = False,
 ) -> dict[int, Model]:
     """The per-device training graph of the model at each allowed tensor-parallel width, its attention
     core priced as the kernel `attention` (`phazec.passes.attention`), its elementwise groups fused
-    into one kernel each with `fuse_elementwise` (`phazec.passes.fuse`)."""
+    into one kernel each with `fuse_elementwise` (`phazec.passes.fuse`) and its RMSNorm and rotary-embedding
+    chains with `fuse_norm_rope` (`phazec.passes.norm_rope`)."""
     return {
         t: training_pipeline(
             t,
@@ -90,6 +92,7 @@ def training_graphs(
             attention=attention,
             causal=causal,
             fuse_elementwise=fuse_elementwise,
+            fuse_norm_rope=fuse_norm_rope,
         ).run(model)[0]
         for t in sorted(set(widths))
     }
@@ -105,10 +108,12 @@ def configured_graphs(
     optimizer: str,
 ) -> dict[int, Model]:
     """`training_graphs` of a lowered model as the config and the hw space's device model ask: vocabulary
-    parallelism, the device's attention kernel and elementwise fusion, the model's causality."""
+    parallelism, the device's attention kernel, elementwise, norm and rotary fusion, the model's causality."""
+    device = designs.device
     return training_graphs(
-        model, widths, optimizer, cfg.parallel.vocab_parallel, attention=designs.device.attention,
-        causal=is_causal(model_cfg.arch, model_cfg.causal), fuse_elementwise=designs.device.fuse_elementwise,
+        model, widths, optimizer, cfg.parallel.vocab_parallel, attention=device.attention,
+        causal=is_causal(model_cfg.arch, model_cfg.causal), fuse_elementwise=device.fuse_elementwise,
+        fuse_norm_rope=device.fuse_norm_rope,
     )  # fmt: skip
 
 

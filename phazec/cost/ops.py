@@ -103,6 +103,7 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
             *("Add", "Sub", "Mul", "Neg", "Where", "Cast", "Max", "Min", "Abs", "Clip", "Sign", "Mod"),
             *("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf"),
             *("Not", "And", "Or", "Floor", "Ceil", "CumSum", "NegativeLogLikelihoodLoss", "SGDUpdate"),
+            "RotaryEmbedding",
         ),
         (OpKind.VECTOR, VectorClass.ARITHMETIC),
     ),
@@ -117,8 +118,8 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
     **dict.fromkeys(("Sin", "Cos"), (OpKind.VECTOR, VectorClass.TRIGONOMETRIC)),
     "Erf": (OpKind.VECTOR, VectorClass.ERF),
 }
-"""ONNX op type -> (kind, vector class). Cast, comparisons and masks cost as simple arithmetic; sums and
-maxima as means; RMSNorm as LayerNorm."""
+"""ONNX op type -> (kind, vector class). Cast, comparisons, masks and the rotary embedding cost as simple
+arithmetic; sums and maxima as means; RMSNorm as LayerNorm."""
 
 
 def op_rule(op_type: str) -> tuple[OpKind, VectorClass]:

@@ -26,6 +26,9 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   fused bias-GELU and bias-dropout-add, a compiler's pointwise fusion), so the group reads its inputs
   and writes its results once and pays one kernel latency (`phazec.passes.fuse`); like `attention`,
   it shapes the training graph.
+- `fuse_norm_rope`: the software runs each RMSNorm and rotary embedding the exporter wrote out step by
+  step as one kernel (Transformer Engine's fused RMSNorm and RoPE), as the exporter already gives a
+  LayerNorm (`phazec.passes.norm_rope`); like `attention`, it shapes the training graph.
 - `collectives_hold_cores`: a collective inside a layer holds every core while it runs, so no
   independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
   on the compute stream); false leaves them on the network beside compute (the template's).
@@ -76,6 +79,8 @@ class DeviceModel:
     """A collective inside a layer holds every core while it runs."""
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel."""
+    fuse_norm_rope: bool = False
+    """Each RMSNorm and rotary embedding runs as one kernel."""
     hbm_shared: bool = False
     """Operators run side by side share the HBM bandwidth."""
 
@@ -144,5 +149,6 @@ def device_from_config(values: dict[str, Any]) -> DeviceModel:
         tp_comm_overlap=bool(values["tp_comm_overlap"]),
         collectives_hold_cores=bool(values["collectives_hold_cores"]),
         fuse_elementwise=bool(values["fuse_elementwise"]),
+        fuse_norm_rope=bool(values["fuse_norm_rope"]),
         hbm_shared=bool(values["hbm_shared"]),
     )

@@ -43,6 +43,10 @@ class DeviceConfig:
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel (Megatron-LM's fused bias-GELU and
     bias-dropout-add; `phazec.passes.fuse`); false: op by op, as the template prices them."""
+    fuse_norm_rope: bool = False
+    """Each RMSNorm and rotary embedding the exporter wrote out step by step runs as one kernel
+    (Transformer Engine's fused RMSNorm and RoPE; `phazec.passes.norm_rope`); false: step by step, as
+    the template prices them."""
     hbm_shared: bool = False
     """Operators a layer's schedule runs side by side share the HBM bandwidth; false: each has it to
     itself (PHAZE's template), so many cores can each stream at the full bandwidth at once."""

@@ -28,6 +28,8 @@ VECTOR_FLOPS: dict[str, int] = {
     "LogSoftmax": 5,
     "ScaleMaskSoftmax": 7,  # scale, mask and softmax in one kernel (phazec.passes.attention)
     "LayerNormalization": 8,  # mean, centre, square, mean, rsqrt, normalise, scale, shift
+    "RMSNormalization": 5,  # square, mean, rsqrt, normalise, scale (phazec.passes.norm_rope)
+    "RotaryEmbedding": 3,  # x cos + rotate_half(x) sin: two products and a sum (phazec.passes.norm_rope)
     "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
     "NegativeLogLikelihoodLoss": 1,
     "SGDUpdate": 2,  # w -= lr * g

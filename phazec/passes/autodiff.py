@@ -62,6 +62,8 @@ GRAD_RULES: dict[str, tuple[GradRule, ...]] = {
     **dict.fromkeys(("Softmax", "LogSoftmax", "ScaleMaskSoftmax"), (GradRule((0,), ("y0",)),)),
     "FlashAttention": (GradRule((0, 1, 2), ("x0", "x1", "x2", "y0"), op_type="FlashAttentionGrad"),),
     "LayerNormalization": (GradRule((0, 1, 2), ("x0", "x1", "y1", "y2")),),
+    "RMSNormalization": (GradRule((0, 1), ("x0", "x1")),),
+    "RotaryEmbedding": (GradRule((0,), ("x1", "x2")),),
     "Dropout": (GradRule((0,), ("y1",)),),
     "SoftmaxCrossEntropyLoss": (GradRule((0,), ("x0", "x1", "y1")),),
     "NegativeLogLikelihoodLoss": (GradRule((0,), ("x1",)),),

@@ -1,5 +1,5 @@
-"""The training-graph pipeline (tensor parallel -> attention -> autodiff -> fuse -> memory) and its
-per-layer rows."""
+"""The training-graph pipeline (norm-rope -> tensor parallel -> attention -> autodiff -> fuse -> memory) and
+its per-layer rows."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from phazec.passes.autodiff import Autodiff
 from phazec.passes.base import PassTiming, Pipeline
 from phazec.passes.fuse import Fuse
 from phazec.passes.memory import Memory
+from phazec.passes.norm_rope import NormRope
 from phazec.passes.tensor_parallel import TensorParallel
 
 
@@ -26,6 +27,7 @@ def training_pipeline(
     attention: str = "unfused",
     causal: bool = False,
     fuse_elementwise: bool = False,
+    fuse_norm_rope: bool = False,
 ) -> Pipeline:
     """The passes that turn a lowered model into per-device training graphs with memory figures.
 
@@ -38,9 +40,12 @@ def training_pipeline(
         attention: the attention kernel (`unfused`, `fused_softmax`, `flash`; `phazec.passes.attention`).
         causal: the model's attention is causal (the kernel masks by position and skips masked tiles).
         fuse_elementwise: fuse each group of elementwise ops into one kernel (`phazec.passes.fuse`).
+        fuse_norm_rope: run each RMSNorm and rotary-embedding chain as one kernel
+            (`phazec.passes.norm_rope`).
     """
     return Pipeline(
         (
+            NormRope(fuse_norm_rope),
             TensorParallel(width, vocab_parallel),
             Attention(attention, causal),
             Autodiff(optimizer if update else None),
@@ -134,6 +139,7 @@ def training_rows(
     attention: str = "unfused",
     causal: bool = False,
     fuse_elementwise: bool = False,
+    fuse_norm_rope: bool = False,
 ) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
@@ -147,6 +153,7 @@ def training_rows(
         attention=attention,
         causal=causal,
         fuse_elementwise=fuse_elementwise,
+        fuse_norm_rope=fuse_norm_rope,
     )
     trained, timings = pipeline.run(model)
     return rows_at(trained, microbatch), timings
