@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from phazec.cost.ops import VectorClass, vector_class
+from phazec.frontend import load_model
+from phazec.frontend.schema import ModelConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.ir.core import Graph, LayerKind, Model
 from phazec.ir.ops import flops
@@ -177,6 +181,30 @@ def test_llama_runs_each_norm_and_rotary_embedding_as_one_kernel(lowered: Callab
         assert after.forward.gemm_flops == before.forward.gemm_flops
         assert after.backward.gemm_flops == before.backward.gemm_flops
         assert before.memory.stash_per_sample_bytes - after.memory.stash_per_sample_bytes == norms * 4 * s
+
+
+@pytest.mark.parametrize("arch", ["MistralForCausalLM", "Qwen2ForCausalLM"])
+def test_grouped_query_architectures_fuse_alike(arch: str, cache_dir: Path) -> None:
+    """Two tiny blocks with 8 query heads and 2 key-value heads (Qwen2 with QKV biases): each block's two
+    norms and its Q and K rotations (K with its 2 heads) fuse, as Llama's do."""
+    dims = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 256}  # fmt: skip
+    overrides = [f"model.hf_config.{key}={value}" for key, value in dims.items()]
+    cfg = compose_config(
+        "model=llama2_7b", f"model.arch={arch}", f"model.name={arch}", "model.seq_len=256", *overrides
+    )
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert isinstance(model_cfg, ModelConfig)
+    model = load_model(model_cfg, cache_dir)
+    fused_model = NormRope(fused=True)(model).model
+    counts = [
+        tuple(sum(op.op_type == t for op in cls.graph.ops) for t in (RMS_NORM, ROTARY))
+        for cls in fused_model.classes
+    ]
+    assert counts == [(0, 0), (2, 2), (1, 0)]
+    (block,) = [cls.graph for cls in fused_model.classes if cls.count == 2]
+    rotated = [block.tensors[op.outputs[0]].shape for op in block.ops if op.op_type == ROTARY]
+    assert rotated == [(1, 8, 256, 32), (1, 2, 256, 32)]
 
 
 @pytest.mark.parametrize(
