@@ -55,9 +55,13 @@ def training_pipeline(
     )
 
 
+ON_CHIP = (OpKind.GEMM, OpKind.VECTOR, OpKind.FUSED)
+"""Kinds of operator that run as kernels on the cores."""
+
+
 @dataclass(frozen=True, slots=True)
 class GraphTotals:
-    """FLOPs and all-reduces of one operator graph at one microbatch size."""
+    """FLOPs, kernels and all-reduces of one operator graph at one microbatch size."""
 
     flops: int
     gemm_flops: int
@@ -65,10 +69,13 @@ class GraphTotals:
     allreduces: int
     allreduce_bytes: int
     """Bytes each device contributes, summed over the all-reduces."""
+    kernels: int
+    """On-chip operators (GEMMs, vector and fused ops), each a kernel paying `hw.device.kernel_latency_s`;
+    collectives pay their tier's call latency instead, views and copies nothing."""
 
 
 def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
-    """Sum a graph's FLOPs, GEMM FLOPs and all-reduces."""
+    """Sum a graph's FLOPs, GEMM FLOPs, all-reduces and kernels."""
     gemms = [op for op in graph.ops if op.kind in (OpKind.GEMM, OpKind.FUSED)]
     collectives = [op for op in graph.ops if op.kind is OpKind.COLLECTIVE]
     return GraphTotals(
@@ -76,6 +83,7 @@ def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
         gemm_flops=sum(gemm_dims(op, graph, microbatch).flops for op in gemms),
         allreduces=len(collectives),
         allreduce_bytes=sum(collective_bytes(op, graph, microbatch) for op in collectives),
+        kernels=sum(op.kind in ON_CHIP for op in graph.ops),
     )
 
 

@@ -172,8 +172,8 @@ def multi_table(result: dict[str, Any]) -> str:
 def training_table(rows: Sequence[TrainingRow]) -> str:
     """Per-device training figures of `phazec-ir` at one width, per sample where they scale with it."""
     headers = [
-        "layer", "name", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "all-reduces", "all-reduce B",
-        "weights+grads+opt B", "stash B", "recompute-input B",
+        "layer", "name", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "kernels", "all-reduces",
+        "all-reduce B", "weights+grads+opt B", "stash B", "recompute-input B",
     ]  # fmt: skip
     body = []
     for a, b in runs([r.layer_class for r in rows]):
@@ -185,6 +185,7 @@ def training_table(rows: Sequence[TrainingRow]) -> str:
             f"{r.parameters:,}",
             f"{r.forward.flops:.4g}",
             f"{r.backward.flops:.4g}",
+            f"{r.forward.kernels}+{r.backward.kernels}",
             f"{r.forward.allreduces}+{r.backward.allreduces}",
             f"{r.forward.allreduce_bytes + r.backward.allreduce_bytes:,}",
             f"{r.memory.state_bytes:,}",
