@@ -98,6 +98,9 @@ class Run:
     of its weak-scaling scripts), and attention through Transformer Engine's fused (flash) attention,
     which keeps no s x s scores and recomputes them in the backward pass: selective recompute's memory
     and work. Otherwise a Megatron-LM run: collectives called synchronously, holding the SMs."""
+    pipeline_sends_masks: bool
+    """Megatron-DeepSpeed's pipeline engine (BLOOM's) sends each layer's outputs to the next stage, the
+    attention mask among them; Megatron-LM's stages build their own."""
     tp: int
     pp: int
     dp: int
@@ -171,6 +174,7 @@ def expressible(row: dict[str, str]) -> Run | str:
         layers_per_stage=stage_blocks(int(row["layers"]), int(row["pp"])),
         distributed_optimizer=h100_default or row["source_id"].startswith("BLOOM"),
         megatron_core=h100_default,
+        pipeline_sends_masks=row["source_id"].startswith("BLOOM"),
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         dp=int(row["dp"]),
@@ -218,6 +222,7 @@ def run_config(run: Run, overrides: tuple[str, ...] = ()) -> DictConfig:
                 f"plan.distributed_optimizer={str(run.distributed_optimizer).lower()}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
                 f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
+                f"plan.pipeline_sends_masks={str(run.pipeline_sends_masks).lower()}",
                 f"hw.device.attention={run.attention}",
                 f"hw.device.tp_comm_overlap={str(run.megatron_core).lower()}",
                 f"hw.device.collectives_hold_cores={str(not run.megatron_core).lower()}",

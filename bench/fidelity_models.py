@@ -8,7 +8,7 @@ classes and edges as lowering the deep model directly (checked by tests/test_fid
 from dataclasses import replace
 
 from phazec.errors import PhazecError
-from phazec.ir.core import Edge, Layer, LayerKind, Model
+from phazec.ir.core import Layer, LayerKind, Model
 
 
 def deepen(model: Model, blocks: int) -> Model:
@@ -46,11 +46,11 @@ def deepen(model: Model, blocks: int) -> Model:
         elif edge.dst == second and edge.src not in block_ids:
             edges += [replace(edge, dst=first + i) for i in range(1, blocks)]
         elif edge.src == second:
-            edges.append(Edge(first + blocks - 1, moved(edge.dst), edge.fixed_bytes, edge.per_sample_bytes))
+            edges.append(replace(edge, src=first + blocks - 1, dst=moved(edge.dst)))
         elif edge.src == first:
             raise PhazecError(f"deepen cannot repeat edge {edge.src} -> {edge.dst} of model {model.name!r}.")
         else:
-            edges.append(Edge(moved(edge.src), moved(edge.dst), edge.fixed_bytes, edge.per_sample_bytes))
+            edges.append(replace(edge, src=moved(edge.src), dst=moved(edge.dst)))
     edges.sort(key=lambda edge: (edge.src, edge.dst))
     block_cls = model.layers[first].cls
     classes = []

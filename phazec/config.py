@@ -44,6 +44,10 @@ class TrainConfig:
     overlap_param_gather: bool = False
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
     pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
+    pipeline_sends_masks: bool = False
+    """A pipeline stage also sends the next the tensors built from the model's inputs and constants
+    alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's
+    outputs; false: every stage builds its own, as Megatron-LM's and Megatron-Core's stages do."""
     optimizer_step: bool = False
     """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
     read and written once (all of them without a distributed optimizer), every gradient zeroed."""
@@ -88,6 +92,10 @@ class PlanConfig:
     overlap_param_gather: bool = False
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
     pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
+    pipeline_sends_masks: bool = False
+    """A pipeline stage also sends the next the tensors built from the model's inputs and constants
+    alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's
+    outputs; false: every stage builds its own, as Megatron-LM's and Megatron-Core's stages do."""
     optimizer_step: bool = True
     """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
     read and written once (all of them without a distributed optimizer), every gradient zeroed."""

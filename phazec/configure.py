@@ -65,6 +65,7 @@ def check_knobs(cfg: DictConfig, global_batch: int) -> Knobs:
         last_stage_recomputes=bool(train.last_stage_recomputes),
         overlap_grad_reduce=bool(train.overlap_grad_reduce),
         overlap_param_gather=bool(train.overlap_param_gather),
+        pipeline_sends_masks=bool(train.pipeline_sends_masks),
         optimizer_step=bool(train.optimizer_step),
     )
 

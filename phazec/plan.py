@@ -242,6 +242,7 @@ def plan_knobs(cfg: DictConfig) -> Knobs:
         last_stage_recomputes=bool(plan.last_stage_recomputes),
         overlap_grad_reduce=bool(plan.overlap_grad_reduce),
         overlap_param_gather=bool(plan.overlap_param_gather),
+        pipeline_sends_masks=bool(plan.pipeline_sends_masks),
         optimizer_step=bool(plan.optimizer_step),
     )
 

@@ -74,6 +74,14 @@ def test_llama_layer_graph(lowered: Callable[[str], Model]) -> None:
     assert all((0, b) in edges for b in range(1, 33))
     assert all(edges[(b, b + 1)].per_sample_bytes == 4096 * 4096 * 2 for b in range(1, 33))
     assert all(edges[(b, b + 1)].fixed_bytes == 0 for b in range(1, 33))
+    # The mask (s x s booleans per sample) and the rotary tables (cos and sin, s x 128 bf16 each) are
+    # built from the inputs and constants alone: every block reads them, none is an activation.
+    built = (4096 * 128 * 2 * 2, 4096 * 4096)
+    assert all(
+        (edges[(0, b)].built_fixed_bytes, edges[(0, b)].built_per_sample_bytes) == built for b in range(1, 33)
+    )
+    assert edges[(0, 1)].per_sample_bytes == 4096 * 4096 * 2
+    assert all(edges[(0, b)].per_sample_bytes == edges[(0, b)].fixed_bytes == 0 for b in range(2, 33))
 
 
 def test_tied_lm_head_reads_the_embedding_weight(lowered: Callable[[str], Model]) -> None:

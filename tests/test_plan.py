@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from phazec import api
 from phazec.cli import run_plan
-from phazec.configure import training_graphs
+from phazec.configure import setup, training_graphs
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
@@ -30,7 +30,7 @@ from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
 from phazec.passes.attention import is_causal
 from phazec.passes.cost import class_costs, neighbour_gemms, op_table, overlap_collectives, sequence_split
 from phazec.passes.memory import megatron_bytes
-from phazec.plan import predict_plan
+from phazec.plan import plan_knobs, plan_stages, predict_plan
 from phazec.search.run import run_search
 from phazec.solvers.placement import (
     Placement,
@@ -402,6 +402,27 @@ PLAN = (
     "plan.microbatch=2",
     "plan.recompute=full",
 )
+
+
+@pytest.mark.parametrize("sends", [False, True])
+def test_a_cut_carries_the_mask_only_when_the_pipeline_sends_it(cache_dir: Path, sends: bool) -> None:
+    """The tiny GPT-2's embedding builds the causal mask from the inputs alone (s x s booleans per
+    sample) and reads no activation from before; each block reads it. Stage 0 (embedding, block 0)
+    sends block 0's output, s h bf16 per sample, to stage 1, and the mask only when the pipeline sends
+    what each layer reads (Megatron-DeepSpeed's engine); Megatron's stages build their own."""
+    cfg = compose_config(*PLAN, f"cache_dir={cache_dir}", f"plan.pipeline_sends_masks={str(sends).lower()}")
+    job = setup(cfg, plan_knobs(cfg), widths=[2])
+    model = job.evaluator.graphs[2]
+    edges = {(e.src, e.dst): e for e in model.edges}
+    assert (edges[0, 2].per_sample_bytes, edges[0, 2].built_per_sample_bytes) == (0, S * S)
+    assert (edges[1, 2].per_sample_bytes, edges[1, 2].built_per_sample_bytes) == (2 * S * H, 0)
+    latencies = job.evaluator.layer_latencies_s(job.designs, 2, False)
+    problem = job.evaluator.problem(latencies, 0, 2, job.designs)
+    stages = plan_stages(model, cfg.plan)
+    assert stages[0] == (0, 1)
+    microbatch = 2
+    mask = microbatch * S * S if sends else 0
+    assert stage_costs(problem, 2, stages)[0].cut_bytes == microbatch * 2 * S * H + mask == 8192 + mask
 
 
 def test_phazec_plan_and_phazec_give_the_same_time(

@@ -452,14 +452,26 @@ def graph_signature(graph: Graph) -> bytes:
 
 
 def layer_edges(graph: _Onnx, producer_layer: dict[str, int], readers: dict[str, set[int]]) -> list[Edge]:
-    """For every ordered pair of layers, the bytes of all tensors one produces and the other reads."""
+    """For every ordered pair of layers, the bytes of the tensors one produces and the other reads:
+    activations (`activations`) apart from tensors built from the inputs and constants alone."""
+    moved = activations(graph)
     totals: dict[tuple[int, int], list[int]] = {}
     for tensor, layers in readers.items():
         src = producer_layer.get(tensor)
         if src is None:
             continue
         value = graph.tensors[tensor]
+        slot = (0 if tensor in moved else 2) + (value.batch_axis is not None)
         for dst in layers - {src}:
-            fixed_and_per_sample = totals.setdefault((src, dst), [0, 0])
-            fixed_and_per_sample[value.batch_axis is not None] += value.nbytes()
-    return [Edge(src, dst, fixed, per_sample) for (src, dst), (fixed, per_sample) in sorted(totals.items())]
+            totals.setdefault((src, dst), [0, 0, 0, 0])[slot] += value.nbytes()
+    return [Edge(src, dst, *sizes) for (src, dst), sizes in sorted(totals.items())]
+
+
+def activations(graph: _Onnx) -> set[str]:
+    """Tensors that depend on a trainable parameter. The others are built from the model's inputs and
+    constants alone (an attention mask, rotary tables, position ids)."""
+    found = set(graph.parameters)
+    for node in graph.nodes:
+        if found.intersection(node.input):
+            found.update(o for o in node.output if o)
+    return found

@@ -146,18 +146,28 @@ class Layer:
 
 @dataclass(frozen=True, slots=True)
 class Edge:
-    """Bytes of all tensors that one layer sends to another, per microbatch."""
+    """Bytes of the tensors one layer reads from another, per microbatch: the activations, and apart
+    from them the tensors built from the model's inputs and constants alone (an attention mask, rotary
+    tables, position ids), which a stage can build for itself instead of receiving them."""
 
     src: int
     dst: int
     fixed_bytes: int
-    """Bytes that do not depend on the microbatch (e.g. a shared mask)."""
+    """Activation bytes that do not depend on the microbatch."""
     per_sample_bytes: int
-    """Bytes per sample of the microbatch."""
+    """Activation bytes per sample of the microbatch."""
+    built_fixed_bytes: int = 0
+    """Bytes of tensors built from inputs and constants that do not depend on the microbatch."""
+    built_per_sample_bytes: int = 0
+    """Bytes per sample of tensors built from inputs and constants."""
 
-    def nbytes(self, microbatch: int) -> int:
-        """Bytes crossing the edge for one microbatch."""
-        return self.fixed_bytes + self.per_sample_bytes * microbatch
+    def nbytes(self, microbatch: int, built: bool = False) -> int:
+        """Bytes crossing the edge for one microbatch: the activations, and with `built` the tensors
+        built from inputs and constants too."""
+        activations = self.fixed_bytes + self.per_sample_bytes * microbatch
+        return activations + (
+            self.built_fixed_bytes + self.built_per_sample_bytes * microbatch if built else 0
+        )
 
 
 @dataclass(frozen=True, slots=True)

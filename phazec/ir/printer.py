@@ -41,7 +41,11 @@ def format_model(model: Model) -> str:
         f"layers={len(model.layers)} classes={len(model.classes)}"
     ]
     lines += [f"layer {layer.index} {layer.name} {layer.kind} class={layer.cls}" for layer in model.layers]
-    lines += [f"edge {e.src} -> {e.dst} bytes={e.fixed_bytes}+{e.per_sample_bytes}*B" for e in model.edges]
+    lines += [
+        f"edge {e.src} -> {e.dst} bytes={e.fixed_bytes}+{e.per_sample_bytes}*B"
+        f" built={e.built_fixed_bytes}+{e.built_per_sample_bytes}*B"
+        for e in model.edges
+    ]
     for c, cls in enumerate(model.classes):
         lines.append(f"class {c} x{cls.count} layers={list(cls.members)}")
         lines.append(format_graph(cls.graph))

@@ -69,6 +69,8 @@ class Knobs:
     """Overlap the DP gradient all-reduce with the backward pass."""
     overlap_param_gather: bool = False
     """With a distributed optimizer, overlap the weights' all-gather with the next forward pass."""
+    pipeline_sends_masks: bool = False
+    """Pipeline stages also send the tensors built from inputs and constants (`phazec.ir.core.Edge`)."""
     optimizer_step: bool = False
     """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
 
@@ -264,7 +266,10 @@ class Evaluator:
             input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
             tensor_parallel=np.stack([r.tensor_parallel for r in rows]),
             edges=edges,
-            edge_bytes=np.array([e.nbytes(microbatch) for e in reference.edges], dtype=np.int64),
+            edge_bytes=np.array(
+                [e.nbytes(microbatch, self.knobs.pipeline_sends_masks) for e in reference.edges],
+                dtype=np.int64,
+            ),
             device_count=self.system.devices,
             microbatch_count=self.system.global_batch // microbatch,
             samples_per_microbatch=microbatch,
