@@ -30,9 +30,10 @@ written into conf/hw/<chip>.yaml by hand.
 
 import argparse
 import csv
+import json
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -368,6 +369,7 @@ def main() -> None:
     parser.add_argument(
         "overrides", nargs="*", metavar="hw.device.KEY=VALUE", help="a device-model override for every row"
     )
+    parser.add_argument("--json", type=Path, help="also write each row's whole plan report to this file")
     args = parser.parse_args()
     overrides = tuple(args.overrides)
     bad = [arg for arg in overrides if not arg.startswith("hw.device.") or "=" not in arg]
@@ -390,10 +392,12 @@ def main() -> None:
     print(f"lowered {len(prepared)} runs: {time.perf_counter() - start:.0f} s")
     fitted = fit_chips(prepared) if args.fit else {}
     errors: dict[tuple[str, str], list[float]] = {}
+    reports: dict[str, object] = {}
     print(f"\n{'row':30s} {'chip':5s} {'split':12s} {'measured s':>11s} {'predicted s':>12s} {'error':>8s}"
           f" {'compute s':>10s} {'TP s':>7s} {'bubble s':>9s} {'DP sync s':>10s}")  # fmt: skip
     for p in prepared:
         report = predict(p, fitted.get(p.run.chip))
+        reports[p.run.row_id] = asdict(report)
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = report.time_per_batch_s / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))
@@ -407,6 +411,8 @@ def main() -> None:
     for (chip, split), values in sorted(errors.items()):
         mean, worst = np.mean(values), np.max(values)
         print(f"  {chip:5s} {split:12s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(reports, indent=1) + "\n")
     print(f"\ntotal: {time.perf_counter() - start:.0f} s")
 
 

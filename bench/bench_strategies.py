@@ -10,6 +10,9 @@ Run: .venv/bin/python bench/bench_strategies.py [--models bert_large opt_350m] [
 """
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
 
 from bench_search import search
 
@@ -24,17 +27,20 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["bert_large", "opt_350m"], help="model presets")
     parser.add_argument("--workers", type=int, help="search.workers (default: one per core)")
     parser.add_argument("--all-knobs", action="store_true", help="every default training knob")
+    parser.add_argument("--json", type=Path, help="also write each result.json, by model and strategy")
     args = parser.parse_args()
     workers = [] if args.workers is None else [f"search.workers={args.workers}"]
     knobs = [] if args.all_knobs else list(KNOBS)
     print(f"hw=tpu_small (37 designs), {' '.join(knobs) or 'every default knob'}")
     print("fraction = best throughput / bounded's optimum")
     print(f"{'model':>12} {'strategy':>9} {'evaluated':>9} {'wall_s':>8} {'samples/s':>11} {'fraction':>8}")
+    results: dict[str, dict[str, Any]] = {}
     for model in args.models:
         overrides = [f"model={model}", "hw=tpu_small", "tracking=none", *knobs, *workers]
         optimum = 0.0
         for strategy in STRATEGIES:
             result = search(strategy, overrides)
+            results.setdefault(model, {})[strategy] = result
             throughput = result["throughput_samples_per_s"]
             optimum = optimum or throughput
             s = result["search"]
@@ -42,6 +48,8 @@ def main() -> None:
                 f"{model:>12} {strategy:>9} {s['designs_evaluated']:>5} / {s['designs_total']:<2} "
                 f"{s['wall_s']:>8.1f} {throughput:>11.5g} {throughput / optimum:>8.4f}"
             )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
