@@ -1,7 +1,7 @@
 """Benchmark: cost one GPT-3 175B block (t = 8, forward and backward) on all 29,360 `tpu_area` designs.
 
 The block is the real lowered one: HF config -> ONNX -> IR -> tensor parallel (t = 8) -> autodiff ->
-fusion, priced by the cost pass (`phazec.passes.cost.class_costs`), which builds the operator tables
+fusion, priced by the cost pass (`phazec.predict.layer_costs.class_costs`), which builds the operator tables
 and costs them on every design. Target: at most 3 s on the 2-core machine for the default `tiled`
 model. Prints the median of 5 runs and its ratio to the target for both latency models.
 """
@@ -13,15 +13,15 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from phazec.config import register
+from phazec.config.schema import register
 from phazec.cost.model import MODELS
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind
-from phazec.passes.cost import class_costs
 from phazec.passes.training import training_pipeline
+from phazec.predict.layer_costs import class_costs
 
 TARGET_S = 3.0
 RUNS = 5

@@ -42,11 +42,12 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
-from phazec.configure import configured_graphs, setup
+from phazec.commands.plan import plan_knobs
+from phazec.commands.setup import configured_graphs, setup
 from phazec.frontend import default_cache_dir, load_model
 from phazec.hw.designs import Designs
-from phazec.plan import PlanReport, plan_knobs, time_plan
-from phazec.search.evaluate import Evaluator
+from phazec.predict.evaluator import Evaluator
+from phazec.predict.plan_report import PlanReport, time_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -259,7 +260,7 @@ class Prepared:
 
 
 def prepare(run: Run, overrides: tuple[str, ...] = ()) -> Prepared:
-    """Set a run up as `phazec-plan` does (`phazec.configure.setup` with the plan's knobs), its model
+    """Set a run up as `phazec-plan` does (`phazec.commands.setup.setup` with the plan's knobs), its model
     exported with two blocks and repeated to its depth; `overrides` as in `run_config`."""
     cfg = run_config(run, overrides)
     knobs = plan_knobs(cfg)
@@ -282,7 +283,7 @@ class Fit:
 
 
 def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
-    """The row's plan timed by `phazec.plan.time_plan`, as `phazec-plan` times it, with the preset's
+    """The row's plan timed by `phazec.predict.plan_report.time_plan`, as `phazec-plan` times it, with the preset's
     device model or a fitted utilisation and kernel latency."""
     designs = prepared.designs
     if device is not None:

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from phazec.hw.system import NetworkTier
-from phazec.solvers.placement import NoFeasiblePlacement, PlacementProblem, Variant, solve_placements
+from phazec.solvers.placement.model import NoFeasiblePlacement, PlacementProblem, Variant, solve_placements
 
 HIDDEN = 12288
 HEADS = 96

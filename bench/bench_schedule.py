@@ -21,19 +21,19 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from phazec.config import register
-from phazec.configure import training_graphs
+from phazec.commands.search import tpuv4_designs
+from phazec.commands.setup import training_graphs
+from phazec.config.schema import register
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
-from phazec.passes.cost import class_costs
-from phazec.passes.schedule import schedule_problem
-from phazec.search.run import tpuv4_designs
-from phazec.solvers.schedule import Schedule, schedule
-from phazec.solvers.schedule_problem import ScheduleProblem
+from phazec.predict.layer_costs import class_costs
+from phazec.predict.schedule_problem import schedule_problem
+from phazec.solvers.schedule.problem import ScheduleProblem
+from phazec.solvers.schedule.solve import Schedule, schedule
 from phazec.solvers.schema import SolverConfig
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

@@ -21,8 +21,8 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from phazec.cli import conf_dir
+from phazec.commands.search import run_search
 from phazec.frontend import default_cache_dir
-from phazec.search.run import run_search
 
 TARGET_S = {"bert_large": 5 * 60, "gpt3_175b": 15 * 60}
 SLICE = (

@@ -20,11 +20,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
-from phazec.configure import Job, setup
-from phazec.search.evaluate import Timings
-from phazec.search.explore import Found, search
+from phazec.commands.setup import Job, setup
+from phazec.predict.evaluator import Timings
+from phazec.search.driver import search
+from phazec.search.loop import Found
 from phazec.search.state import SearchState
-from phazec.solvers.schedule import ScheduleCache
+from phazec.solvers.schedule.solve import ScheduleCache
 
 OVERRIDES = [
     "model=bert_large", "hw=tpu_small", "hw.glb_bytes=[33554432]", "hw.num_vc=[4]",

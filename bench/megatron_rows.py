@@ -2,7 +2,7 @@
 against Korthikanti et al. 2022 (arXiv 2205.05198) section 4.
 
 Rows: Megatron-LM's own runs (NAR21-T1-*, NAR21-T2-PTD-*, MEG20-*, MEG24-*; the ZeRO-3 rows ran
-DeepSpeed). Each row's plan is timed by `phazec.plan.time_plan`, the function `phazec-plan` runs after
+DeepSpeed). Each row's plan is timed by `phazec.predict.plan_report.time_plan`, the function `phazec-plan` runs after
 lowering, on the row's model exported with two blocks and repeated to its depth
 (`bench_fidelity.prepare`: the row's chip, system and HBM, mixed-precision Adam, Megatron's stages,
 full recompute in every stage, the last included, for the Megatron-LM rows; selective for the
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_fidelity
 
-from phazec.plan import PlanReport, time_plan
+from phazec.predict.plan_report import PlanReport, time_plan
 
 MEGATRON = ("NAR21-T1-", "NAR21-T2-PTD-", "MEG20-", "MEG24-")
 """Source ids of the runs Megatron-LM made."""

@@ -152,10 +152,10 @@ std::tuple<std::vector<double>, std::vector<int32_t>> list_schedule(
 
 }  // namespace
 
-NB_MODULE(_placement, m) {
+NB_MODULE(_core, m) {
   m.doc() =
-      "phazec's C++ layer-graph utilities, placement DP and exact schedule search (private; use "
-      "phazec.solvers).";
+      "phazec's C++ layer-graph utilities, placement DP and exact schedule search (private; imported by "
+      "phazec.solvers.core alone).";
   m.def(
       "find_cycle",
       [](int32_t n, const std::vector<phazec::Edge>& edges) {

@@ -21,7 +21,6 @@ function like `lower`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
 from collections.abc import Callable
@@ -30,24 +29,18 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from phazec import atomic, validate
-from phazec.config import conf_dir, model_list, register, validate_train
+from phazec.commands.common import run_multi
+from phazec.commands.lower import lower_config
+from phazec.commands.plan import plan_config
+from phazec.commands.search import run_search
+from phazec.config import command_line as validate
+from phazec.config.presets import conf_dir
+from phazec.config.schema import model_list, register
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir, load_model
-from phazec.frontend.schema import ModelConfig
-from phazec.ir.summary import summarize
-from phazec.passes.attention import is_causal
-from phazec.passes.training import training_rows
-from phazec.plan import PlanReport, predict_plan
 from phazec.report.plots import write_plots
-from phazec.report.progress import stage
-from phazec.report.table import layer_table, training_table
-from phazec.search.run import run_multi, run_search
-
-IR_JSON = "ir.json"
-PLAN_JSON = "plan.json"
+from phazec.util.progress import stage
 
 
 def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig:
@@ -56,7 +49,7 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
 
     Raises:
         PhazecError: Hydra cannot compose them (an unknown preset or key, a value of the wrong type: the
-            paragraph of `phazec.validate.hydra_message`), or one fails `phazec.validate.command_line`
+            paragraph of `phazec.config.command_line.hydra_message`), or one fails `phazec.config.command_line.command_line`
             (a key appended that the schema does not have, a switch given other than true or false).
     """
     register()
@@ -91,51 +84,6 @@ def plan(*overrides: str, out_dir: Path | str | None = None) -> dict[str, Any]:
     iteration time (`time_per_batch_s`) and rates, its `breakdown` into parts, the `memory` of the
     fullest stage, `fits`, `warning` and the `config`."""
     return _in(out_dir, lambda out: plan_config(composed("plan", overrides), out)[0])
-
-
-def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
-    """Time the configured plan and write `out_dir/plan.json`; returns its content and the report."""
-    report = predict_plan(cfg)
-    content = {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)}
-    atomic.write_json(out_dir / PLAN_JSON, content)
-    return content, report
-
-
-def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
-    """Lower the configured model and write `out_dir/ir.json`; returns its content and the text
-    `phazec-ir` prints (the layer table and the per-device training table)."""
-    model_cfg = OmegaConf.to_object(cfg.model)
-    assert isinstance(model_cfg, ModelConfig)
-    validate_train(cfg.train)
-    cache_dir = default_cache_dir(cfg.cache_dir)
-    validate.before_lowering(cfg, cache_dir)
-    with stage("lowering"):
-        model = load_model(model_cfg, cache_dir)
-    rows = summarize(model)
-    tp = cfg.parallel.tp
-    training, _ = training_rows(
-        model, tp, vocab_parallel=cfg.parallel.vocab_parallel, optimizer=cfg.train.optimizer,
-        attention=cfg.hw.device.attention, causal=is_causal(model_cfg.arch, model_cfg.causal),
-        fuse_elementwise=bool(cfg.hw.device.fuse_elementwise),
-        fuse_norm_rope=bool(cfg.hw.device.fuse_norm_rope),
-    )  # fmt: skip
-    text = "\n".join([
-        f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
-        f"{model.parameter_count:,} parameters, sequence {model.seq_len}",
-        layer_table(rows),
-        f"\nper device at tensor-parallel width {tp} ({cfg.train.optimizer}), per sample:",
-        training_table(training),
-    ])  # fmt: skip
-    report = {
-        "model": model.name,
-        "seq_len": model.seq_len,
-        "parameters": model.parameter_count,
-        "layers": [dataclasses.asdict(r) for r in rows],
-        "edges": [dataclasses.asdict(e) for e in model.edges],
-        "training": {"tp": tp, "layers": [dataclasses.asdict(r) for r in training]},
-    }
-    atomic.write_json(out_dir / IR_JSON, report)
-    return report, text
 
 
 def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_dir: Path) -> dict[str, Any]:

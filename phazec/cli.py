@@ -18,16 +18,19 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from phazec import validate
-from phazec.api import composed, lower_config, plan_config, search_config
-from phazec.config import conf_dir, override_strings, register
+from phazec.api import composed, search_config
+from phazec.commands.lower import lower_config
+from phazec.commands.plan import plan_config
+from phazec.config import command_line as validate
+from phazec.config.presets import conf_dir
+from phazec.config.rundir import make_dir
+from phazec.config.schema import override_strings, register
 from phazec.errors import PhazecError
-from phazec.interrupt import Interrupted, exit_interrupted, interruptible
-from phazec.plan import PlanReport
+from phazec.predict.plan_report import PlanReport
 from phazec.report.plan import plan_table
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
-from phazec.rundir import make_dir
+from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
 
 __all__ = [
     "JobError",
@@ -176,7 +179,7 @@ something else or compose another config (`--config-dir` only adds to the search
 def check_command_line(command: str, argv: list[str]) -> None:
     """Compose the command line's config (`phazec.api.composed`) before Hydra does, so that one it
     cannot compose ends as any bad input does, with one paragraph and exit 2, not Hydra's several lines;
-    a multirun's with each value of its sweeps in turn (`phazec.validate.sweep_command_lines`), so that
+    a multirun's with each value of its sweeps in turn (`phazec.config.command_line.sweep_command_lines`), so that
     a bad value fails before the first job, not when its own job's turn comes."""
     args = get_args_parser().parse_args(argv)
     with user_errors():

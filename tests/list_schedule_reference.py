@@ -1,7 +1,7 @@
 """The list scheduler's one greedy run in plain Python: the statement the C++ run
 (`ext/src/list_schedule.cpp`) is checked against, start for start and mode for mode."""
 
-from phazec.solvers.schedule_problem import ScheduleProblem
+from phazec.solvers.schedule.problem import ScheduleProblem
 
 
 def greedy(

@@ -15,7 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from phazec.cli import check_command_line
-from phazec.config import conf_dir
+from phazec.config.presets import conf_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ("model=bert_large", "model.hf_config.num_hidden_layers=2", "model.baseline.pp=2",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
-from phazec.configure import setup
+from phazec.commands.setup import setup
 from phazec.cost.model import MODELS, OpCosts, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.errors import PhazecError
@@ -23,9 +23,9 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System, system_from_config
 from phazec.ir.core import Graph, Op, Tensor
 from phazec.ir.core import OpKind as IrKind
-from phazec.passes.schedule import schedule_problem
-from phazec.solvers.schedule import ScheduleCache, schedule
-from phazec.solvers.schedule_problem import OpKind as ScheduleKind
+from phazec.predict.schedule_problem import schedule_problem
+from phazec.solvers.schedule.problem import OpKind as ScheduleKind
+from phazec.solvers.schedule.solve import ScheduleCache, schedule
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 from tests.test_cost_tiled import design_strategy, growth, op_strategy

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phazec import _placement
+from phazec.solvers import core
 
 Graph = tuple[int, list[tuple[int, int]]]
 
@@ -64,7 +64,7 @@ def kahn_smallest_first(n: int, edges: list[tuple[int, int]]) -> list[int]:
 @given(digraphs())
 def test_find_cycle_returns_a_cycle_exactly_when_there_is_one(graph: Graph) -> None:
     n, edges = graph
-    cycle = _placement.find_cycle(n, edges)
+    cycle = core.find_cycle(n, edges)
     if not any(reaches(n, edges, v, v) for v in range(n)):
         assert cycle == []
         return
@@ -76,7 +76,7 @@ def test_find_cycle_returns_a_cycle_exactly_when_there_is_one(graph: Graph) -> N
 @given(dags())
 def test_topological_order_is_kahn_smallest_first(graph: Graph) -> None:
     n, edges = graph
-    order = _placement.topological_order(n, edges)
+    order = core.topological_order(n, edges)
     assert order == kahn_smallest_first(n, edges)
     position = {v: i for i, v in enumerate(order)}
     assert sorted(order) == list(range(n))
@@ -93,24 +93,24 @@ def test_downsets_are_every_successor_closed_set_in_order(graph: Graph) -> None:
         for subset in itertools.combinations(range(n), size)
         if all(v in subset for u, v in edges if u in subset)
     ]
-    assert _placement.downsets(n, edges, 1 << 20) == expected
+    assert core.downsets(n, edges, 1 << 20) == expected
 
 
 def test_cycle_is_rejected_by_order_and_downsets() -> None:
     edges = [(0, 1), (1, 2), (2, 0)]
-    assert _placement.find_cycle(3, edges) in ([0, 1, 2], [1, 2, 0], [2, 0, 1])
+    assert core.find_cycle(3, edges) in ([0, 1, 2], [1, 2, 0], [2, 0, 1])
     with pytest.raises(ValueError, match="cycle"):
-        _placement.topological_order(3, edges)
+        core.topological_order(3, edges)
     with pytest.raises(ValueError, match="cycle"):
-        _placement.downsets(3, edges, 100)
+        core.downsets(3, edges, 100)
 
 
 def test_downset_limit_and_bad_edges_raise() -> None:
     # Three isolated nodes have 2**3 = 8 downsets.
-    assert len(_placement.downsets(3, [], 8)) == 8
+    assert len(core.downsets(3, [], 8)) == 8
     with pytest.raises(ValueError, match="more than 7 downsets"):
-        _placement.downsets(3, [], 7)
+        core.downsets(3, [], 7)
     with pytest.raises(ValueError, match=r"outside 0\.\.1"):
-        _placement.find_cycle(2, [(0, 2)])
+        core.find_cycle(2, [(0, 2)])
     with pytest.raises(ValueError, match="self-loop"):
-        _placement.topological_order(2, [(1, 1)])
+        core.topological_order(2, [(1, 1)])

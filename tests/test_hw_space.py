@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from phazec.config import register
+from phazec.config.schema import register
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.area import CORE_SRAM_UM2, GLB_SRAM_UM2, MIB, tpuv4_area_mm2

@@ -14,10 +14,10 @@ from phazec.cost.model import latency_model_from_config
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind, Model, OpKind
-from phazec.passes.cost import class_costs
 from phazec.passes.training import training_pipeline
-from phazec.search.evaluate import Evaluator, Knobs
-from phazec.solvers.placement import Placement
+from phazec.predict.evaluator import Evaluator, Knobs
+from phazec.predict.layer_costs import class_costs
+from phazec.solvers.placement.model import Placement
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 

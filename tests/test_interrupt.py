@@ -31,11 +31,11 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
-from phazec.interrupt import Interrupted, interruptible
-from phazec.search import explore
-from phazec.search.evaluate import Evaluator, Knobs, Timings
-from phazec.search.pool import Workers
+from phazec.predict.evaluator import Evaluator, Knobs, Timings
+from phazec.search import loop as explore
+from phazec.search.executors.local import Workers
 from phazec.solvers.schema import SolverConfig
+from phazec.util.interrupt import Interrupted, interruptible
 from tests.conftest import compose_config
 from tests.test_search import QUICK, SMALL, answer, search
 
@@ -153,7 +153,7 @@ def start_and_stop(
 
 def assert_resumes(tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The rerun resumes and gives the answer a search without interruption gives."""
-    with caplog.at_level(logging.INFO, logger="phazec.search.explore"):
+    with caplog.at_level(logging.INFO, logger="phazec.search.loop"):
         resumed = search(tmp_path / "resumed", cache, *OVERRIDES)
     assert "resumed " in caplog.text
     fresh = search(tmp_path / "fresh", cache, *OVERRIDES, "search.resume=false")
@@ -280,7 +280,7 @@ def test_a_batch_finished_ahead_of_its_turn_is_saved_at_once() -> None:
 
     with Workers(evaluator, 2) as workers:  # no task is submitted to its processes: only read back
         assert workers.lookahead == 4
-        taken = explore._in_order(
+        taken = explore.in_order(
             [np.array([i]) for i in range(4)],
             workers,
             saved=lambda i, batch: None,
@@ -386,7 +386,7 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
     script = (
         "import pathlib, sys, time\n"
         "import multiprocessing as mp\n"
-        "from phazec.search.pool import _start_worker\n"
+        "from phazec.search.executors.local import _start_worker\n"
         "def work(ready):\n"
         "    _start_worker(None)\n"
         "    pathlib.Path(ready).touch()\n"
@@ -412,8 +412,8 @@ def test_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
 SOLVE_SCRIPT = """
 import math, random, sys
 from phazec.cli import user_errors
-from phazec.interrupt import Interrupted, exit_interrupted, interruptible
-from phazec.solvers.schedule_backends import Mip, solve
+from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
+from phazec.solvers.schedule.backends import Mip, solve
 from phazec.solvers.schema import SolverConfig
 # A market-split instance (Cornuejols and Dawande): 5 rows of 40 random binaries, each row's target half
 # its sum, slack priced 1. Proving the optimum takes branch and bound tens of seconds.

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from phazec.api import lower_config
 from phazec.cli import conf_dir
-from phazec.configure import setup
+from phazec.commands.lower import lower_config
+from phazec.commands.setup import setup
 from phazec.cost.model import MODELS, op_costs
 from phazec.cost.ops import OpKind as CostKind
 from phazec.errors import PhazecError
@@ -26,9 +26,9 @@ from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, LayerKind, Model, Op, OpKind
 from phazec.ir.ops import GemmDims, flash_dims, flops
 from phazec.passes.attention import Attention, core_ops, is_causal
-from phazec.passes.cost import op_table, op_work
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.training import training_pipeline
+from phazec.predict.layer_costs import op_table, op_work
 from tests.conftest import compose_config
 from tests.test_passes_block import S, block_model, trained
 from tests.test_plan import TINY

@@ -29,11 +29,11 @@ from phazec.ir.ops import (
 from phazec.ir.printer import format_graph
 from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
-from phazec.passes.cost import op_work
 from phazec.passes.fuse import Fuse, fuse_elementwise
 from phazec.passes.memory import Memory
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_pipeline, training_rows
+from phazec.predict.layer_costs import op_work
 
 GOLDEN = Path(__file__).parent / "golden"
 S, H, A, D, F = 6, 8, 2, 4, 32

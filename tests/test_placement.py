@@ -11,7 +11,7 @@ import pytest
 
 from phazec.errors import PhazecError
 from phazec.hw.system import NetworkTier
-from phazec.solvers.placement import (
+from phazec.solvers.placement.model import (
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
@@ -361,9 +361,9 @@ def test_bad_plans_and_variants_raise_a_clear_error() -> None:
 
 def test_shipped_stubs_match_the_extension(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
-    generated = tmp_path / "_placement.pyi"
+    generated = tmp_path / "_core.pyi"
     subprocess.run(
-        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "phazec._placement", "-o", str(generated)],
+        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "phazec._core", "-o", str(generated)],
         check=True,
     )
     subprocess.run(
@@ -379,5 +379,5 @@ def test_shipped_stubs_match_the_extension(tmp_path: Path) -> None:
         ],
         check=True,
     )
-    shipped = (root / "phazec" / "_placement.pyi").read_text().splitlines()
+    shipped = (root / "phazec" / "_core.pyi").read_text().splitlines()
     assert [line for line in shipped if not line.startswith("# ")] == generated.read_text().splitlines()

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from phazec.hw.system import NetworkTier
-from phazec.solvers.placement import (
+from phazec.solvers.placement.model import (
     RECOMPUTE_MODES,
     NoFeasiblePlacement,
     Placement,
@@ -23,7 +23,7 @@ from phazec.solvers.placement import (
     recompute_mode,
     solve_placements,
 )
-from phazec.solvers.placement_reference import all_plans, best_time_s, min_memory_bytes
+from tests.placement_reference import all_plans, best_time_s, min_memory_bytes
 
 MAX_PLANS = 300
 """Keeps one brute force well under a second."""

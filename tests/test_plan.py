@@ -18,7 +18,9 @@ from omegaconf import OmegaConf
 
 from phazec import api
 from phazec.cli import run_plan
-from phazec.configure import setup, training_graphs
+from phazec.commands.plan import plan_knobs, predict_plan
+from phazec.commands.search import run_search
+from phazec.commands.setup import setup, training_graphs
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
@@ -28,11 +30,16 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, system_from_config
 from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
 from phazec.passes.attention import is_causal
-from phazec.passes.cost import class_costs, neighbour_gemms, op_table, overlap_collectives, sequence_split
 from phazec.passes.memory import megatron_bytes
-from phazec.plan import plan_knobs, plan_stages, predict_plan
-from phazec.search.run import run_search
-from phazec.solvers.placement import (
+from phazec.predict.layer_costs import (
+    class_costs,
+    neighbour_gemms,
+    op_table,
+    overlap_collectives,
+    sequence_split,
+)
+from phazec.predict.plan_report import plan_stages
+from phazec.solvers.placement.model import (
     Placement,
     PlacementProblem,
     Variant,

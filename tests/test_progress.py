@@ -9,8 +9,10 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from phazec.report.progress import COUNTER_FORMAT
-from phazec.search.explore import Bounded, Exhaustive, Phaze
+from phazec.search.strategies.bounded import Bounded
+from phazec.search.strategies.exhaustive import Exhaustive
+from phazec.search.strategies.phaze import Phaze
+from phazec.util.progress import COUNTER_FORMAT
 
 BINS = [np.arange(2, dtype=np.int64), np.arange(2, 5, dtype=np.int64), np.arange(5, 6, dtype=np.int64)]
 
@@ -37,7 +39,7 @@ def test_only_strategies_that_evaluate_every_batch_get_an_eta() -> None:
 def test_a_new_process_solves_with_highs_without_its_banner() -> None:
     code = (
         "import highspy\n"
-        "from phazec.solvers.schedule_backends import _silence_highs_banner\n"
+        "from phazec.solvers.schedule.backends import _silence_highs_banner\n"
         "_silence_highs_banner()\n"
         "highspy.Highs()\n"
         "print('done')\n"

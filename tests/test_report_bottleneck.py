@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-import phazec.search.run
+import phazec.commands.search
 from phazec.cli import conf_dir
 from phazec.hw.designs import Designs
-from phazec.report import bottleneck
-from phazec.report.bottleneck import BOTTLENECK_PNG, bottleneck_block
-from phazec.search.evaluate import Candidate, Evaluator
-from phazec.solvers.placement import Placement
+from phazec.predict import bottleneck
+from phazec.predict.bottleneck import bottleneck_block
+from phazec.predict.evaluator import Candidate, Evaluator
+from phazec.report.gantt import BOTTLENECK_PNG
+from phazec.solvers.placement.model import Placement
 from tests.conftest import compose_config
 from tests.test_search import QUICK, RESULT_KEYS
 
@@ -34,18 +35,18 @@ def test_search_writes_the_bottleneck_gantt(
     tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: dict[str, Any] = {}
-    real = bottleneck.write_bottleneck_gantt
+    real = bottleneck.bottleneck_block
 
-    def spy(evaluator: Evaluator, designs: Designs, candidate: Candidate, out_dir: Path) -> Path:
+    def spy(evaluator: Evaluator, designs: Designs, candidate: Candidate) -> bottleneck.BottleneckBlock:
         solves = evaluator.timings.ilp_solves
-        path = real(evaluator, designs, candidate, out_dir)
+        block = real(evaluator, designs, candidate)
         new_solves = evaluator.timings.ilp_solves - solves
         seen.update(evaluator=evaluator, designs=designs, candidate=candidate, new_solves=new_solves)
-        return path
+        return block
 
-    monkeypatch.setattr(phazec.search.run, "write_bottleneck_gantt", spy)
+    monkeypatch.setattr(phazec.commands.search, "bottleneck_block", spy)
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "model=bert_large", "hw=tpuv4")
-    phazec.search.run.run_search(cfg, tmp_path, Path(conf_dir()))
+    phazec.commands.search.run_search(cfg, tmp_path, Path(conf_dir()))
 
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result) == RESULT_KEYS

@@ -17,18 +17,20 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from phazec import api, atomic, sealed, validate
+from phazec import api
 from phazec.cli import conf_dir
+from phazec.commands.search import run_search
+from phazec.config import command_line as validate
+from phazec.config.rundir import unique_dir
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from phazec.hw.schema import DeviceConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.plots import write_plots
-from phazec.rundir import unique_dir
-from phazec.search.executor import worker_count
-from phazec.search.run import run_search
+from phazec.search.executors.base import worker_count
 from phazec.search.state import SearchState, state_key
-from phazec.solvers.schedule import ScheduleCache
+from phazec.solvers.schedule.solve import ScheduleCache
+from phazec.util import atomic, sealed
 from tests.conftest import compose_config
 
 QUICK = ("train.microbatch=[8]", "train.recompute=[false]", "system.hbm_gb=[32]", "tracking=none")
@@ -98,7 +100,7 @@ def test_a_damaged_entry_is_logged_once_deleted_and_missing(
     sealed.write(path, "inputs", {"x": 1.5})
     assert sealed.read(path, "inputs") == {"x": 1.5}
     path.write_bytes(damage(path.read_bytes()))
-    with caplog.at_level(logging.WARNING, logger="phazec.sealed"):
+    with caplog.at_level(logging.WARNING, logger="phazec.util.sealed"):
         assert sealed.read(path, "inputs") is None
         assert sealed.read(path, "inputs") is None
     assert not path.exists()
@@ -330,7 +332,7 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
     batch (125 microbatches of 8 for 128 replicas), or with 1000 pipeline stages. The search's answer
     is kept; the baseline is "not applicable" with the reason (warned before the search where the
     plan needs more devices than the system has)."""
-    with caplog.at_level(logging.WARNING, logger="phazec.validate"):
+    with caplog.at_level(logging.WARNING, logger="phazec.config.command_line"):
         result = run(tmp_path, cache_dir, *overrides)
     assert ("cannot run" in caplog.text) == ("global_batch" not in overrides[0])
     for name in ("tpuv4_megatron_plan", "found_design_megatron_plan"):
@@ -347,7 +349,7 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
 
 def test_workers_above_the_core_count_are_capped(caplog: pytest.LogCaptureFixture) -> None:
     cfg = compose_config(*TINY, "search.workers=1000")
-    with caplog.at_level(logging.WARNING, logger="phazec.validate"):
+    with caplog.at_level(logging.WARNING, logger="phazec.config.command_line"):
         assert worker_count(cfg.search, 10**6) == os.cpu_count()
     assert f"search.workers=1000 is more than the {os.cpu_count()} cores" in caplog.text
 

@@ -8,17 +8,17 @@ import pytest
 
 from phazec.errors import PhazecError
 from phazec.report.gantt import plot_schedule
-from phazec.solvers import schedule_model
-from phazec.solvers.schedule import ScheduleCache, optimize, schedule
-from phazec.solvers.schedule_model import CLIQUE_LIMIT, Incumbent, build, extract
-from phazec.solvers.schedule_problem import (
+from phazec.solvers.schedule import model as schedule_model
+from phazec.solvers.schedule.model import CLIQUE_LIMIT, Incumbent, build, extract
+from phazec.solvers.schedule.problem import (
     OpKind,
     ScheduleOp,
     ScheduleProblem,
     canonical_key,
     contract_free_ops,
 )
-from phazec.solvers.schedule_replay import replay
+from phazec.solvers.schedule.replay import replay
+from phazec.solvers.schedule.solve import ScheduleCache, optimize, schedule
 from phazec.solvers.schema import SolverConfig
 
 TC, VC, FUSED, COLL = OpKind.TC, OpKind.VC, OpKind.FUSED, OpKind.COLLECTIVE
@@ -299,7 +299,7 @@ def test_auto_falls_back_to_highs_when_the_model_is_too_large(caplog: pytest.Log
     # 46 independent collectives share the network: 46 * 45 = 2070 order variables, more than the
     # 2000 of gurobipy's size-limited licence. Every order is optimal: 46 * 1 s.
     problem = ScheduleProblem(tuple(op(f"c{i}", COLL, 1.0) for i in range(46)), (), num_tc=1, num_vc=1)
-    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
+    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule.backends"):
         found = optimize(problem, SolverConfig(backend="auto", search_node_limit=0))
     assert found.makespan_s == 46.0
     assert found.solves[-1].backend == "highs"
@@ -314,7 +314,7 @@ def test_auto_falls_back_to_highs_on_a_bad_licence_file(
 ) -> None:
     monkeypatch.setenv("GRB_LICENSE_FILE", str(tmp_path / "missing.lic"))
     problem = ScheduleProblem((op("a", TC, 2.0, 1.5), op("b", TC, 2.0, 1.5)), (), num_tc=2, num_vc=1)
-    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule_backends"):
+    with caplog.at_level(logging.INFO, logger="phazec.solvers.schedule.backends"):
         found = optimize(problem, SolverConfig(backend="auto", search_node_limit=0))
     assert found.solves[-1].backend == "highs"
     assert "licence file is missing or invalid" in caplog.text

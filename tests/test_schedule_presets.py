@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from phazec.cli import conf_dir
-from phazec.configure import training_graphs
+from phazec.commands.search import tpuv4_designs
+from phazec.commands.setup import training_graphs
 from phazec.cost.model import latency_model_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.passes.cost import class_costs
-from phazec.passes.schedule import schedule_problem
-from phazec.search.run import tpuv4_designs
-from phazec.solvers.schedule import optimize
-from phazec.solvers.schedule_problem import ScheduleProblem
+from phazec.predict.layer_costs import class_costs
+from phazec.predict.schedule_problem import schedule_problem
+from phazec.solvers.schedule.problem import ScheduleProblem
+from phazec.solvers.schedule.solve import optimize
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import PRESETS, compose_config, model_config
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from phazec.solvers import schedule_model
-from phazec.solvers.schedule import Schedule, optimize, schedule
-from phazec.solvers.schedule_heuristic import greedy_run
-from phazec.solvers.schedule_model import bounds
-from phazec.solvers.schedule_problem import OpKind, ScheduleOp, ScheduleProblem
-from phazec.solvers.schedule_search import search
+from phazec.solvers.schedule import model as schedule_model
+from phazec.solvers.schedule.exact import search
+from phazec.solvers.schedule.heuristic import greedy_run
+from phazec.solvers.schedule.model import bounds
+from phazec.solvers.schedule.problem import OpKind, ScheduleOp, ScheduleProblem
+from phazec.solvers.schedule.solve import Schedule, optimize, schedule
 from phazec.solvers.schema import SolverConfig
 from tests.list_schedule_reference import greedy
 

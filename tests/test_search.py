@@ -17,19 +17,19 @@ import numpy as np
 import pytest
 
 from phazec.cli import conf_dir
-from phazec.config import STRATEGIES
-from phazec.configure import training_graphs
+from phazec.commands.search import run_search, tpuv4_baseline, tpuv4_designs
+from phazec.commands.setup import training_graphs
+from phazec.config.presets import group_presets
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.search import explore
-from phazec.search.evaluate import Candidate, Evaluator, Knobs
-from phazec.search.run import run_search, tpuv4_baseline, tpuv4_designs
+from phazec.predict.evaluator import Candidate, Evaluator, Knobs
+from phazec.predict.usage import USAGE_KEYS
+from phazec.search.driver import STRATEGIES
 from phazec.search.state import candidate_from_json, candidate_json, state_key
-from phazec.search.usage import USAGE_KEYS
-from phazec.solvers.placement import NoFeasiblePlacement, Placement, Stage
+from phazec.solvers.placement.model import NoFeasiblePlacement, Placement, Stage
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 
@@ -251,7 +251,7 @@ def test_a_killed_search_resumes(tmp_path: Path, cache_dir: Path, caplog: pytest
     killed.wait()
     assert not (tmp_path / "killed" / "result.json").exists()
 
-    with caplog.at_level(logging.INFO, logger="phazec.search.explore"):
+    with caplog.at_level(logging.INFO, logger="phazec.search.loop"):
         resumed = search(tmp_path / "resumed", cache, *overrides)
     (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
     done = int(message.split()[1])
@@ -264,8 +264,11 @@ def test_a_killed_search_resumes(tmp_path: Path, cache_dir: Path, caplog: pytest
     ).read_bytes()
 
 
-def test_every_strategy_is_built() -> None:
-    assert set(explore.STRATEGIES) | {"wham"} == set(STRATEGIES)  # wham runs its own rounds (search.wham)
+def test_every_strategy_has_a_preset_and_a_module() -> None:
+    assert set(STRATEGIES) == set(group_presets("search"))
+    for name, load in STRATEGIES.items():
+        strategy = load()
+        assert callable(strategy.batch_count) and callable(strategy.run), name
 
 
 def test_state_key_ignores_what_cannot_change_the_answer() -> None:

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phazec.configure import training_graphs
+from phazec.commands.setup import training_graphs
 from phazec.cost.model import MODELS, LatencyModel
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.search import explore
-from phazec.search.evaluate import Evaluator, Knobs
-from phazec.search.pool import Workers
+from phazec.predict.evaluator import Evaluator, Knobs
+from phazec.search.executors.local import Workers
 from phazec.search.state import SearchState
+from phazec.search.strategies.bounded import bounded
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 from tests.test_search import SMALL, search
@@ -67,7 +67,7 @@ def test_a_cost_model_without_the_promise_prunes_by_bound_alone(
     kept = {}
     for model in (MODELS["tiled"], unpromised):
         with Workers(_evaluator(lowered, model), 1) as workers:
-            strategy = explore.bounded(designs, 8, workers, SearchState(tmp_path / model.name, resume=False))
+            strategy = bounded(designs, 8, workers, SearchState(tmp_path / model.name, resume=False))
         kept[model.name] = (strategy.dominated, sorted(np.concatenate(strategy.batches).tolist()))
     assert kept["tiled"][0] == 32
     assert kept["tiled, unpromised"] == (0, list(range(37)))
@@ -83,7 +83,7 @@ def test_a_sync_that_hides_behind_a_pass_prunes_by_bound_alone(
     evaluator = _evaluator(lowered, MODELS["tiled"])
     hiding = replace(evaluator, knobs=replace(evaluator.knobs, overlap_grad_reduce=True))
     with Workers(hiding, 1) as workers:
-        strategy = explore.bounded(designs, 8, workers, SearchState(tmp_path, resume=False))
+        strategy = bounded(designs, 8, workers, SearchState(tmp_path, resume=False))
     assert (strategy.dominated, sorted(np.concatenate(strategy.batches).tolist())) == (0, list(range(37)))
 
 
@@ -94,8 +94,8 @@ def test_bounds_are_saved_and_resumed(
     evaluator = _evaluator(lowered, MODELS["tiled"])
     strategies = []
     for _ in range(2):
-        with Workers(evaluator, 1) as workers, caplog.at_level(logging.INFO, logger="phazec.search.explore"):
-            strategies.append(explore.bounded(designs, 2, workers, SearchState(tmp_path, resume=True)))
+        with Workers(evaluator, 1) as workers, caplog.at_level(logging.INFO, logger="phazec.search.loop"):
+            strategies.append(bounded(designs, 2, workers, SearchState(tmp_path, resume=True)))
     resumed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
     assert resumed == [f"resumed 5 of 5 bounds from {tmp_path}"]
     first, second = strategies

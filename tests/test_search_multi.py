@@ -16,21 +16,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
-from phazec.config import model_list
-from phazec.configure import setup
+from phazec.commands.common import best_per_chip, common_chip, evaluate_more, model_config, run_multi
+from phazec.commands.search import run_search
+from phazec.commands.setup import setup
+from phazec.config.schema import model_list
 from phazec.errors import PhazecError
+from phazec.predict.evaluator import Candidate
+from phazec.predict.usage import USAGE_KEYS
 from phazec.report.sweep import SweepJob, best_job, comparison_row
-from phazec.search.evaluate import Candidate
-from phazec.search.run import (
-    best_per_chip,
-    common_chip,
-    evaluate_more,
-    model_config,
-    run_multi,
-    run_search,
-)
-from phazec.search.usage import USAGE_KEYS
-from phazec.solvers.placement import Placement
+from phazec.solvers.placement.model import Placement
 from tests.conftest import compose_config
 from tests.test_search import QUICK, RESULT_KEYS, answer
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from phazec.config import RayConfig, SearchConfig
 from phazec.errors import PhazecError
+from phazec.search.schema import RayConfig, SearchConfig
 from phazec.search.state import state_key
 from tests.conftest import compose_config
 from tests.test_search import QUICK, answer, search
@@ -220,7 +220,7 @@ def test_a_batch_failing_every_attempt_stops_the_search_and_keeps_saved_batches(
     assert not (tmp_path / "ray" / "result.json").exists()
 
     # The same command resumes from the saved batches (here on the local executor) to the same answer.
-    with caplog.at_level(logging.INFO, logger="phazec.search.explore"):
+    with caplog.at_level(logging.INFO, logger="phazec.search.loop"):
         search(tmp_path / "resumed", cache_dir, *EXHAUSTIVE, "search.workers=1")
     if saved:
         (message,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
@@ -230,7 +230,7 @@ def test_a_batch_failing_every_attempt_stops_the_search_and_keeps_saved_batches(
 
 def test_an_unreachable_cluster_is_one_paragraph_at_once() -> None:
     pytest.importorskip("ray")
-    from phazec.search.ray_executor import connect
+    from phazec.search.executors.ray import connect
 
     address = f"127.0.0.1:{free_port()}"
     with pytest.raises(

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phazec.configure import setup
+from phazec.commands.setup import setup
 from phazec.errors import PhazecError
 from phazec.report.table import result_table
-from phazec.search.wham import LocalSearch, StageWork, stage_works
-from phazec.solvers.placement import Placement, Stage
+from phazec.search.strategies.wham import LocalSearch, StageWork, stage_works
+from phazec.solvers.placement.model import Placement, Stage
 from tests.conftest import compose_config
 from tests.test_search import SMALL, answer, search
 

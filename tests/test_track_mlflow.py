@@ -41,7 +41,7 @@ USAGE_METRICS = {
     *(f"energy_per_{per}_j.{part}" for per in ("iteration", "sample")
       for part in ("compute", "buffers", "hbm", "network", "total")),
 }  # fmt: skip
-"""A one-model job's plan figures (`phazec.search.usage`)."""
+"""A one-model job's plan figures (`phazec.predict.usage`)."""
 JOB_METRICS |= USAGE_METRICS
 PARENT = "mlflow.parentRunId"
 

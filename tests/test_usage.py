@@ -11,12 +11,12 @@ from phazec.cost.energy import ENERGY_PARTS, op_energy_j, op_energy_parts_j
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
-from phazec.search.usage import LayerWork, PlanWork, busy_core_s, plan_usage
-from phazec.search.wham import critical_ops, neighbours
-from phazec.solvers.placement import Placement, Stage
-from phazec.solvers.schedule import schedule
-from phazec.solvers.schedule_problem import OpKind as Kind
-from phazec.solvers.schedule_problem import ScheduleOp, ScheduleProblem
+from phazec.predict.usage import LayerWork, PlanWork, busy_core_s, plan_usage
+from phazec.search.strategies.wham import critical_ops, neighbours
+from phazec.solvers.placement.model import Placement, Stage
+from phazec.solvers.schedule.problem import OpKind as Kind
+from phazec.solvers.schedule.problem import ScheduleOp, ScheduleProblem
+from phazec.solvers.schedule.solve import schedule
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 

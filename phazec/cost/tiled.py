@@ -27,7 +27,7 @@ cores, larger arrays, larger buffers or more bandwidth never make an operator sl
 beats its compute bound or its HBM traffic bound. An operator's latency assumes the whole HBM
 bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
 `hw.device.hbm_shared`, to share the bandwidth between operators run side by side
-(`phazec.solvers.schedule_problem`).
+(`phazec.solvers.schedule.problem`).
 """
 
 from dataclasses import dataclass

@@ -20,10 +20,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from phazec import sealed
-from phazec.atomic import write_bytes
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
+from phazec.util import sealed
+from phazec.util.atomic import write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
   on the compute stream); false leaves them on the network beside compute (the template's).
 - `hbm_shared`: operators a layer's schedule runs side by side share the HBM bandwidth
-  (`phazec.solvers.schedule_problem`); false prices each as if it had the bandwidth to itself, as
+  (`phazec.solvers.schedule.problem`); false prices each as if it had the bandwidth to itself, as
   PHAZE's template does, which lets many cores each stream at the full bandwidth at once.
 - `tp_comm_overlap`: the software splits each tensor-parallel collective into chunks that overlap
   the GEMM producing its input and the first GEMM using its result (Megatron-Core's
   `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
-  (`phazec.passes.cost.overlap_collectives`).
+  (`phazec.predict.layer_costs.overlap_collectives`).
 
 Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
 bound, and no value makes an operator slower on a design with more or larger cores, more bandwidth or
@@ -50,7 +50,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
-from phazec.passes.attention import check_kernel
+
+ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
+"""Values of `hw.device.attention`."""
+
+
+def check_kernel(kernel: str) -> str:
+    """`kernel` if it is an attention kernel; raises PhazecError naming the valid ones."""
+    if kernel not in ATTENTION_KERNELS:
+        raise PhazecError(
+            f"hw.device.attention = {kernel!r} is not an attention kernel; valid kernels are "
+            f"{', '.join(ATTENTION_KERNELS)}."
+        )
+    return kernel
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ class DeviceModel:
     kernel_latency_s: float = 0.0
     """Fixed latency of each on-chip operator, >= 0."""
     attention: str = "unfused"
-    """The attention kernel (`phazec.passes.attention.ATTENTION_KERNELS`)."""
+    """The attention kernel (`ATTENTION_KERNELS`)."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives overlap the GEMMs next to them."""
     attention_utilisation: float = 1.0

@@ -52,7 +52,7 @@ class DeviceConfig:
     itself (PHAZE's template), so many cores can each stream at the full bandwidth at once."""
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
-    (Megatron-Core's `--tp-comm-overlap`; `phazec.passes.cost.overlap_collectives`)."""
+    (Megatron-Core's `--tp-comm-overlap`; `phazec.predict.layer_costs.overlap_collectives`)."""
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from phazec import _placement
 from phazec.ir.core import DTYPE_BYTES, Graph, Model
+from phazec.ir.graph import find_cycle
 
 
 class VerifyError(Exception):
@@ -59,7 +59,7 @@ def verify(model: Model) -> None:
     if len(set(pairs)) != len(pairs):
         raise VerifyError("the layer graph repeats an edge")
     try:
-        cycle = _placement.find_cycle(len(model.layers), pairs)
+        cycle = find_cycle(len(model.layers), pairs)
     except ValueError as err:
         raise VerifyError(f"bad layer graph edge: {err}") from err
     if cycle:

@@ -27,13 +27,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from phazec.errors import PhazecError
+from phazec.hw.device import check_kernel
 from phazec.ir.core import AttrValue, Graph, Model, Op, OpKind
 from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
-
-ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
-"""Values of `hw.device.attention`."""
 
 PRODUCT_KINDS = (OpKind.GEMM, OpKind.FUSED)
 """Kinds of a core's products: a GEMM, or on a fused graph a GEMM with its epilogue."""
@@ -49,16 +46,6 @@ def is_causal(arch: str, given: bool | None = None) -> bool:
     """Whether a model's attention is causal: `given` (`model.causal`) if set, else whether the Hugging
     Face architecture name is a causal (decoder) language model."""
     return arch.endswith(CAUSAL_ARCH_SUFFIXES) if given is None else given
-
-
-def check_kernel(kernel: str) -> str:
-    """`kernel` if it is an attention kernel; raises PhazecError naming the valid ones."""
-    if kernel not in ATTENTION_KERNELS:
-        raise PhazecError(
-            f"hw.device.attention = {kernel!r} is not an attention kernel; valid kernels are "
-            f"{', '.join(ATTENTION_KERNELS)}."
-        )
-    return kernel
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind
+from phazec.ir.graph import dataflow_deps, topological_order
 from phazec.ir.ops import ELEMENTWISE_TYPES, FUSED_ELEMENTWISE, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
-from phazec.passes.schedule import dataflow_deps
-from phazec.solvers.schedule_problem import topological_order
 
 RELABEL_TYPES = VIEW_TYPES - {"Transpose"}
 """Views that keep the element order (a reshape of the GEMM's rows): fusion looks through them."""

@@ -8,9 +8,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.text import Text
 
-from phazec import atomic
-from phazec.solvers.schedule import Schedule
-from phazec.solvers.schedule_problem import OpKind, ScheduleProblem
+from phazec.predict.bottleneck import BottleneckBlock
+from phazec.solvers.schedule.problem import OpKind, ScheduleProblem
+from phazec.solvers.schedule.solve import Schedule
+from phazec.util import atomic
 
 _KINDS = {
     OpKind.TC: ("tab:blue", "tensor core (GEMM)"),
@@ -80,3 +81,14 @@ def _drop_labels_that_do_not_fit(fig: Figure, ax: Axes, labels: list[tuple[Text,
         (x0, _), (x1, _) = ax.transData.transform([(start, 0.0), (end, 0.0)])
         if text.get_window_extent(renderer).width > _LABEL_FILL * (x1 - x0):
             text.remove()
+
+
+BOTTLENECK_PNG = "bottleneck_gantt.png"
+
+
+def write_bottleneck_gantt(block: BottleneckBlock, out_dir: Path) -> Path:
+    """Write the Gantt chart of a plan's bottleneck block (`phazec.predict.bottleneck`) to
+    `out_dir/bottleneck_gantt.png`."""
+    return plot_schedule(
+        block.problem, block.schedule, out_dir / BOTTLENECK_PNG, block.title, f"{block.direction} pass"
+    )

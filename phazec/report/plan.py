@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phazec.plan import PlanReport
+from phazec.predict.plan_report import PlanReport
 from phazec.report.table import render
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from phazec import atomic
+from phazec.util import atomic
 
 THROUGHPUT_PNG = "throughput_vs_area.png"
 PIPELINE_PNG = "pipeline.png"

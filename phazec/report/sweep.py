@@ -21,9 +21,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from phazec import atomic
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.table import render
+from phazec.util import atomic
 
 log = logging.getLogger(__name__)
 

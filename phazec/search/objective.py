@@ -17,6 +17,9 @@ from numpy.typing import NDArray
 
 from phazec.hw.designs import Designs
 
+OBJECTIVES = ("throughput", "throughput_per_watt")
+"""Values of `search.objective`."""
+
 
 def design_weights(designs: Designs, objective: str) -> NDArray[np.float64] | None:
     """Per design, the factor turning a time per batch into the objective's cost; None for throughput

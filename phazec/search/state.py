@@ -3,9 +3,9 @@
 The state lives in `<cache_dir>/search/<key>/`, where the key hashes the resolved config without
 the settings that cannot change the answer (`search.workers`, `search.resume`, `search.executor`,
 `search.ray`, `tracking`, `cache_dir`, `model.baseline`), together with the content of an ONNX file
-given by `model.path` and phazec's code (its Python sources and the placement extension), so a state
+given by `model.path` and phazec's code (its Python sources and the compiled core), so a state
 never outlives a change that could change an answer. Each finished batch of designs is one sealed
-JSON file (`phazec.sealed`: written atomically and fsynced, checked when read back, a bad one deleted
+JSON file (`phazec.util.sealed`: written atomically and fsynced, checked when read back, a bad one deleted
 and evaluated again), so a kill or a power loss leaves whole files only and an edited file is never
 believed. Floats are written with `repr`, which reads back to the same bits."""
 
@@ -22,9 +22,10 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, OmegaConf
 
 import phazec
-from phazec import _placement, sealed
-from phazec.search.evaluate import Candidate
-from phazec.solvers.placement import NoFeasiblePlacement, Placement, PlacementResult, Stage
+from phazec.predict.evaluator import Candidate
+from phazec.solvers import core
+from phazec.solvers.placement.model import NoFeasiblePlacement, Placement, PlacementResult, Stage
+from phazec.util import sealed
 
 STATE_VERSION = 3
 """Bumped whenever the files change layout."""
@@ -63,10 +64,10 @@ def onnx_digest(cfg: DictConfig) -> str:
 
 
 def code_digest() -> str:
-    """A hash of phazec's Python sources and its compiled placement extension."""
+    """A hash of phazec's Python sources and its compiled core (`phazec.solvers.core`)."""
     package = Path(phazec.__file__).parent
     files = {str(path.relative_to(package)): path for path in package.rglob("*.py")}
-    extension = Path(_placement.__file__)
+    extension = core.extension_path()
     files[extension.name] = extension
     digest = hashlib.sha256()
     for name in sorted(files):

@@ -6,7 +6,7 @@ run gets every config value as a param, the found design and plan as params too 
 `found.plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
 resolved config as artifacts (a `phazec-ir` job: `ir.json`); it ends FINISHED or, with the job's
 error as the `error` tag, FAILED (KILLED when SIGINT or SIGTERM stopped it,
-`phazec.interrupt`).
+`phazec.util.interrupt`).
 
 Logging never fails a job: the first MLflow error is reported in one warning line and tracking stops
 for the rest of the process, while the results are written to the run directories as usual.
@@ -28,11 +28,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from phazec.config import model_list, override_strings
-from phazec.interrupt import Interrupted
+from phazec.config.schema import model_list, override_strings
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.sweep import ERROR_TXT, Summary
 from phazec.track.sweep import SweepCallback, error_message, error_text, one_line
+from phazec.util.interrupt import Interrupted
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

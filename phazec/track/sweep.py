@@ -21,10 +21,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from phazec import atomic
 from phazec.errors import PhazecError
-from phazec.interrupt import Interrupted, exit_interrupted
 from phazec.report.sweep import ERROR_TXT, Summary, failure_message, write_summary
+from phazec.util import atomic
+from phazec.util.interrupt import Interrupted, exit_interrupted
 
 log = logging.getLogger(__name__)
 

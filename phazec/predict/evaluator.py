@@ -1,0 +1,472 @@
+"""Evaluate accelerator designs: per-layer schedules on each design, then the optimal placement.
+
+For a batch of designs, every layer class's forward and backward operators are priced on all of them
+at once (the cost pass), each class is scheduled per design by the ILP (cached), and the placement DP
+solves every combination of tensor-parallel width, recompute flag and HBM size per microbatch size.
+`lower_bounds_s` does the same with a cheap lower bound in place of each schedule, which gives a
+proven lower bound on a design's time per batch (the `bounded` search strategy).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.cost.model import LatencyModel, OpCosts
+from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.hw.system import System
+from phazec.ir.core import Graph, Model
+from phazec.passes.attention import core_ops
+from phazec.passes.memory import megatron_bytes
+from phazec.predict.layer_costs import class_costs, sequence_split_width
+from phazec.predict.schedule_problem import schedule_problem
+from phazec.solvers.placement.model import (
+    NoFeasiblePlacement,
+    Placement,
+    PlacementProblem,
+    PlacementResult,
+    Recompute,
+    Variant,
+    evaluate_plan,
+    megatron_plan,
+    recompute_mode,
+    solve_placements,
+)
+from phazec.solvers.schedule.bounds import lower_bounds_s
+from phazec.solvers.schedule.problem import ScheduleProblem, canonical_key
+from phazec.solvers.schedule.solve import ScheduleCache, schedule
+from phazec.solvers.schema import SolverConfig
+
+log = logging.getLogger(__name__)
+
+BOUND_MARGIN = 1e-9
+"""Relative amount by which a layer's latency lower bound is lowered to absorb rounding."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The training knobs one search covers (tuples are searched over)."""
+
+    microbatches: tuple[int, ...]
+    recompute: tuple[Recompute | bool, ...]
+    """Recompute modes (false/true mean none/full)."""
+    hbm_bytes: tuple[int, ...]
+    optimizer: str
+    interleave: tuple[int, ...] = (1,)
+    """Model chunks per pipeline stage (interleaved 1F1B when > 1)."""
+    distributed_optimizer: tuple[bool, ...] = (False,)
+    sequence_parallel: tuple[bool, ...] = (False,)
+    last_stage_recomputes: bool = False
+    """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the DP gradient all-reduce with the backward pass."""
+    overlap_param_gather: bool = False
+    """With a distributed optimizer, overlap the weights' all-gather with the next forward pass."""
+    pipeline_sends_masks: bool = False
+    """Pipeline stages also send the tensors built from inputs and constants (`phazec.ir.core.Edge`)."""
+    optimizer_step: bool = False
+    """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
+
+    @property
+    def sync_hides(self) -> bool:
+        """Whether a DP sync can hide behind a pass, so that a plan's time can fall as a layer's
+        latency grows (`phazec.solvers.placement`)."""
+        return self.overlap_grad_reduce or (self.overlap_param_gather and any(self.distributed_optimizer))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One evaluated (design, microbatch, variant): a plan or the reason none fits."""
+
+    design: int
+    """Index into the evaluated Designs."""
+    microbatch: int
+    result: PlacementResult
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each stage of evaluation (summed over designs)."""
+
+    cost_s: float = 0.0
+    ilp_s: float = 0.0
+    dp_s: float = 0.0
+    ilp_cache_hits: int = 0
+    ilp_solves: int = 0
+    bound_s: float = 0.0
+    """Lower bounds on designs (strategy `bounded`): schedule bounds and the DP on them."""
+    unproven: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Schedules used that a limit stopped before their optimum was proven: canonical key ->
+    (makespan_s, proven lower bound_s)."""
+
+    def add(self, other: Timings) -> None:
+        """Add another process's timings to these."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            setattr(self, f.name, {**mine, **theirs} if isinstance(mine, dict) else mine + theirs)
+
+    def unproven_json(self) -> list[dict[str, float | str]]:
+        """The unproven schedules for result.json, by key: makespan, bound and relative gap."""
+        return [
+            {"key": key, "makespan_s": makespan_s, "bound_s": bound_s, "gap": 1.0 - bound_s / makespan_s}
+            for key, (makespan_s, bound_s) in sorted(self.unproven.items())
+        ]
+
+
+@dataclass
+class Evaluator:
+    """Everything that does not change from design to design."""
+
+    graphs: dict[int, Model]
+    """The training graph (per-device, with backward graphs and memory) for each allowed t."""
+    system: System
+    latency_model: LatencyModel
+    solver: SolverConfig
+    knobs: Knobs
+    cache: ScheduleCache = field(default_factory=ScheduleCache)
+    lp_dir: Path | None = None
+    """Where each ILP is written as an LP file when `solver.write_lp` is set."""
+    timings: Timings = field(default_factory=Timings)
+
+    def layer_latencies_s(
+        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
+    ) -> dict[int, NDArray[np.float64]]:
+        """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
+        the latency of its attention core's forward ops run one after another on all cores (what
+        selective recompute repeats; `attention_core_s`), with or without sequence parallelism."""
+        return self._per_layer_s(designs, microbatch, sequence_parallel, self.schedules_s)
+
+    def layer_lower_bounds_s(
+        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
+    ) -> dict[int, NDArray[np.float64]]:
+        """Like `layer_latencies_s`, but proven lower bounds on those latencies, without the ILP."""
+        return self._per_layer_s(designs, microbatch, sequence_parallel, self.lower_s)
+
+    def _per_layer_s(
+        self,
+        designs: Designs,
+        microbatch: int,
+        sequence_parallel: bool,
+        latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
+    ) -> dict[int, NDArray[np.float64]]:
+        """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
+        graph on every design, and its attention core's latency."""
+        out: dict[int, NDArray[np.float64]] = {}
+        for t, model in self.graphs.items():
+            per_class = np.zeros((len(designs), 3, len(model.classes)))
+            for c, cls in enumerate(model.classes):
+                start = time.perf_counter()
+                costs = class_costs(
+                    cls,
+                    designs,
+                    self.system,
+                    self.latency_model,
+                    microbatch,
+                    sequence_parallel=sequence_parallel,
+                )
+                per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
+                self.timings.cost_s += time.perf_counter() - start
+                per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
+                if cls.backward is not None and costs.backward is not None:
+                    per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
+            layer_class = np.array([layer.cls for layer in model.layers])
+            out[t] = per_class[:, :, layer_class]
+        return out
+
+    def schedule_problem(self, graph: Graph, op_costs: OpCosts, designs: Designs, j: int) -> ScheduleProblem:
+        """The scheduling problem of one graph on design j."""
+        return schedule_problem(
+            graph,
+            op_costs.single_core_s[:, j],
+            op_costs.all_cores_s[:, j],
+            op_costs.hbm_s[:, j],
+            num_tc=int(designs.num_tc[j]),
+            num_vc=int(designs.num_vc[j]),
+            config=self.solver,
+            shared_cores=designs.device.shared_cores,
+            collectives_hold_cores=designs.device.collectives_hold_cores,
+        )
+
+    def schedules_s(self, graph: Graph, op_costs: OpCosts, designs: Designs) -> NDArray[np.float64]:
+        """Per design, the optimal latency of one layer's graph (ILP, cached)."""
+        return np.array(
+            [self.schedule_s(self.schedule_problem(graph, op_costs, designs, j)) for j in range(len(designs))]
+        )
+
+    def schedule_s(self, problem: ScheduleProblem) -> float:
+        """The optimal latency of one layer's graph on one design (ILP, cached)."""
+        start = time.perf_counter()
+        key = canonical_key(problem, self.solver)
+        cached = self.cache.get(key) is not None
+        found = schedule(problem, self.solver, self.cache, self.lp_dir)
+        self.timings.ilp_s += time.perf_counter() - start
+        if cached:
+            self.timings.ilp_cache_hits += 1
+        else:
+            self.timings.ilp_solves += 1
+        if not found.optimal:
+            self.timings.unproven[key] = (found.makespan_s, found.bound_s)
+        return found.makespan_s
+
+    def lower_s(self, graph: Graph, op_costs: OpCosts, designs: Designs) -> NDArray[np.float64]:
+        """Per design, a proven lower bound on the makespan of every schedule of one layer's graph,
+        without the ILP: `schedule_model.bounds` on every design at once (`schedule_bounds`).
+
+        The structure (which zero-cost ops are contracted away) is design 0's. Every operator costs
+        something on every design or on none, so it is every design's; were it not, an op contracted
+        here would only relax a design's problem, and the bound would stay a bound.
+        `bounds` sums latencies in another order than a replayed schedule does, so it is lowered by
+        BOUND_MARGIN: far more than any rounding difference, far less than any real one.
+        """
+        start = time.perf_counter()
+        structure = self.schedule_problem(graph, op_costs, designs, 0)
+        kept = np.flatnonzero((op_costs.single_core_s[:, 0] > 0) | (op_costs.all_cores_s[:, 0] > 0))
+        lower_s = lower_bounds_s(
+            structure,
+            op_costs.single_core_s[kept],
+            op_costs.all_cores_s[kept],
+            op_costs.hbm_s[kept],
+            num_tc=designs.num_tc,
+            num_vc=designs.num_vc,
+        )
+        self.timings.bound_s += time.perf_counter() - start
+        return lower_s * (1.0 - BOUND_MARGIN)
+
+    def problem(
+        self,
+        latencies: dict[int, NDArray[np.float64]],
+        j: int,
+        microbatch: int,
+        designs: Designs,
+        sequence_parallel: bool = False,
+        *,
+        bound_sync_windows: bool = False,
+    ) -> PlacementProblem:
+        """The placement problem of design j at one microbatch size (all allowed t), under the first
+        of the searched settings (`Variant.applied` sets the others); `bound_sync_windows` as in
+        `PlacementProblem`."""
+        widths = sorted(self.graphs)
+        rows = [layer_arrays(self.graphs[t], microbatch, sequence_parallel) for t in widths]
+        reference = self.graphs[widths[0]]
+        edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
+        return PlacementProblem(
+            t_values=np.array(widths, dtype=np.int64),
+            forward_latency_s=np.stack([latencies[t][j, 0] for t in widths]),
+            backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
+            param_bytes=np.stack([r.param_bytes for r in rows]),
+            activation_bytes=np.stack([r.stash_bytes for r in rows]),  # what full recompute rebuilds
+            stash_bytes=np.stack([r.stash_bytes for r in rows]),
+            input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
+            tensor_parallel=np.stack([r.tensor_parallel for r in rows]),
+            edges=edges,
+            edge_bytes=np.array(
+                [e.nbytes(microbatch, self.knobs.pipeline_sends_masks) for e in reference.edges],
+                dtype=np.int64,
+            ),
+            device_count=self.system.devices,
+            microbatch_count=self.system.global_batch // microbatch,
+            samples_per_microbatch=microbatch,
+            tiers=self.system.tiers,
+            hbm_bytes=self.knobs.hbm_bytes[0],
+            recompute=recompute_mode(self.knobs.recompute[0]),
+            optimizer="adam" if self.knobs.optimizer == "adam" else "sgd",
+            selective_stash_bytes=np.stack([r.selective_bytes for r in rows]),
+            selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
+            last_stage_recomputes=self.knobs.last_stage_recomputes,
+            overlap_grad_reduce=self.knobs.overlap_grad_reduce,
+            overlap_param_gather=self.knobs.overlap_param_gather,
+            hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.optimizer_step else 0.0,
+            sequence_parallel=sequence_parallel,
+            bound_sync_windows=bound_sync_windows,
+        )
+
+    def variants(self, hbm_sizes: tuple[int, ...] | None = None) -> list[Variant]:
+        """Every (t, recompute, HBM, interleave, distributed optimizer) combination (HBM sizes: the
+        knobs' unless given)."""
+        return [
+            Variant(t, recompute_mode(recompute), hbm, interleave, distributed)
+            for t in sorted(self.graphs)
+            for recompute in self.knobs.recompute
+            for hbm in hbm_sizes or self.knobs.hbm_bytes
+            for interleave in self.knobs.interleave
+            for distributed in self.knobs.distributed_optimizer
+        ]
+
+    def evaluate(self, designs: Designs) -> list[Candidate]:
+        """Every (design, microbatch, variant) of a batch of designs, in that order."""
+        microbatches = self.knobs.microbatches
+        latencies = {
+            (mb, sp): self.layer_latencies_s(designs, mb, sp)
+            for mb in microbatches
+            for sp in self.knobs.sequence_parallel
+        }
+        candidates = []
+        for j in range(len(designs)):
+            for microbatch in microbatches:
+                for sequence_parallel in self.knobs.sequence_parallel:
+                    start = time.perf_counter()
+                    problem = self.problem(
+                        latencies[microbatch, sequence_parallel], j, microbatch, designs, sequence_parallel
+                    )
+                    results = solve_placements(problem, self.variants())
+                    self.timings.dp_s += time.perf_counter() - start
+                    candidates += [Candidate(j, microbatch, r) for r in results]
+        return candidates
+
+    def lower_bounds_s(self, designs: Designs) -> NDArray[np.float64]:
+        """Per design, a proven lower bound on the time per batch of every plan and knob setting.
+
+        It is the placement DP's optimum with every layer's latency replaced by a lower bound on its
+        schedule (`lower_s`) and each DP sync hidden behind windows as long as the bottleneck load
+        allows (`PlacementProblem.bound_sync_windows`: never above the real time of a plan). That
+        time per batch only grows with any layer latency (critical paths, sums, max and products with
+        positive counts, all rounded monotonically; a window grows no faster than the bottleneck load
+        times its slots), and which plans fit in HBM does not depend on latencies, so this optimum is
+        at most the real one. Only
+        the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
+        fits gets infinity. Designs of the batch whose layer bounds (and HBM bandwidth) are all equal
+        share one DP solve per sequence-parallel setting (the placement problem depends on the design
+        only through them).
+        """
+        variants = self.variants((max(self.knobs.hbm_bytes),))
+        out = np.full(len(designs), np.inf)
+        for microbatch in self.knobs.microbatches:
+            for sequence_parallel in self.knobs.sequence_parallel:
+                latencies = self.layer_lower_bounds_s(designs, microbatch, sequence_parallel)
+                start = time.perf_counter()
+                solved: dict[bytes, float] = {}
+                for j in range(len(designs)):
+                    key = b"".join(
+                        [
+                            designs.hbm_bytes_per_s[j].tobytes(),
+                            *(latencies[t][j].tobytes() for t in sorted(latencies)),
+                        ]
+                    )
+                    if key not in solved:
+                        problem = self.problem(
+                            latencies, j, microbatch, designs, sequence_parallel, bound_sync_windows=True
+                        )
+                        results = solve_placements(problem, variants)
+                        solved[key] = min(
+                            [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
+                        )
+                    out[j] = min(out[j], solved[key])
+                self.timings.bound_s += time.perf_counter() - start
+        return out
+
+    def block_forward_s(self, designs: Designs) -> NDArray[np.float64]:
+        """Per design, the scheduled latency of one forward pass of the model's block (the layer class
+        with the most layers, the first on a tie) at the smallest tensor-parallel width and the largest
+        microbatch: one accelerator's inference-style figure, blind to placement (strategy `bo`)."""
+        model = self.graphs[min(self.graphs)]
+        block = max(model.classes, key=lambda cls: cls.count)
+        start = time.perf_counter()
+        costs = class_costs(block, designs, self.system, self.latency_model, max(self.knobs.microbatches))
+        self.timings.cost_s += time.perf_counter() - start
+        problems = [
+            self.schedule_problem(block.graph, costs.forward, designs, j) for j in range(len(designs))
+        ]
+        return np.array([self.schedule_s(problem) for problem in problems])
+
+    def evaluate_fixed(self, designs: Designs, pp: int, dp: int, tp: int) -> list[Candidate]:
+        """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting; the
+        microbatches it cannot run at are skipped.
+
+        Raises:
+            PhazecError: the plan cannot run at any microbatch (the message says why).
+        """
+        if tp not in self.graphs:
+            raise PhazecError(
+                f"the baseline plan's tensor-parallel width {tp} is not one of the model's widths "
+                f"{sorted(self.graphs)}; set model.baseline.tp to one of them."
+            )
+        candidates = []
+        reasons = []
+        for microbatch in self.knobs.microbatches:
+            latencies = {
+                sp: self.layer_latencies_s(designs, microbatch, sp) for sp in self.knobs.sequence_parallel
+            }
+            for j in range(len(designs)):
+                for sequence_parallel in self.knobs.sequence_parallel:
+                    problem = self.problem(
+                        latencies[sequence_parallel], j, microbatch, designs, sequence_parallel
+                    )
+                    try:
+                        stages = megatron_plan(problem, pp)
+                        for variant in self.variants():
+                            if variant.t == tp:
+                                placed = evaluate_plan(variant.applied(problem), stages, tp, dp)
+                                candidates.append(Candidate(j, microbatch, placed))
+                    except PhazecError as err:
+                        reasons.append(f"microbatch {microbatch}: {err}")
+        if not candidates and reasons:
+            raise PhazecError(f"the plan pp={pp} dp={dp} tp={tp} cannot run at any microbatch ({reasons[0]})")
+        return candidates
+
+
+@dataclass(frozen=True)
+class LayerArrays:
+    """Per-layer figures of a training graph at one microbatch size (one entry per layer)."""
+
+    param_bytes: NDArray[np.int64]
+    stash_bytes: NDArray[np.int64]
+    selective_bytes: NDArray[np.int64]
+    checkpoint_bytes: NDArray[np.int64]
+    tensor_parallel: NDArray[np.bool_]
+
+
+def layer_arrays(model: Model, microbatch: int, sequence_parallel: bool = False) -> LayerArrays:
+    """Per layer: parameter bytes, activation bytes per recompute mode (`megatron_bytes`; sequence
+    parallelism splits a tensor-parallel layer's replicated activations t ways) and the TP flag."""
+    rows = []
+    for layer in model.layers:
+        cls = model.classes[layer.cls]
+        if cls.memory is None:
+            raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
+        figures = megatron_bytes(cls.memory, microbatch, sequence_split_width(cls, sequence_parallel))
+        rows.append((cls.memory.parameter_bytes, figures, cls.tp_width > 1))
+    return LayerArrays(
+        param_bytes=np.array([r[0] for r in rows], dtype=np.int64),
+        stash_bytes=np.array([r[1].stash_bytes for r in rows], dtype=np.int64),
+        selective_bytes=np.array([r[1].selective_bytes for r in rows], dtype=np.int64),
+        checkpoint_bytes=np.array([r[1].checkpoint_bytes for r in rows], dtype=np.int64),
+        tensor_parallel=np.array([r[2] for r in rows], dtype=np.bool_),
+    )
+
+
+def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np.float64]:
+    """Per design: the summed all-core latency of the forward ops that read or write an attention
+    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`): what selective recompute repeats."""
+    total = np.zeros(forward.all_cores_s.shape[1])
+    for i in core_ops(graph, seq_len):
+        total = total + forward.all_cores_s[i]
+    return total
+
+
+def best(candidates: list[Candidate], weight: NDArray[np.float64] | None = None) -> Candidate | None:
+    """The feasible candidate of least `objective_cost` (ties: the first), or None if none fits."""
+    feasible = [c for c in candidates if isinstance(c.result, Placement) and c.result.fits_hbm]
+    if not feasible:
+        return None
+    return min(feasible, key=lambda c: objective_cost(c, weight))
+
+
+def objective_cost(candidate: Candidate, weight: NDArray[np.float64] | None = None) -> float:
+    """What a search minimises: a plan's time per batch, times `weight[design]` when given (the
+    design's peak power under `search.objective=throughput_per_watt`, see `phazec.search.objective`)."""
+    assert isinstance(candidate.result, Placement)
+    time_s = candidate.result.time_per_batch_s
+    return time_s if weight is None else time_s * float(weight[candidate.design])
+
+
+def least_memory(candidates: list[Candidate]) -> NoFeasiblePlacement | None:
+    """Among infeasible results, the one needing the least memory per device."""
+    infeasible = [c.result for c in candidates if isinstance(c.result, NoFeasiblePlacement)]
+    return min(infeasible, key=lambda r: r.min_memory_bytes) if infeasible else None

@@ -1,0 +1,360 @@
+"""One training plan's predicted iteration (`phazec-plan`'s report): `time_plan -> PlanReport`.
+
+The plan (`plan.*`: tp, pp, dp, microbatch, recompute, sequence_parallel, interleave, ...) is timed
+on the one design of the `hw` preset with the same model of time and memory the search uses
+(`phazec.solvers.placement`: `explain_plan` is `evaluate_plan` with its parts), so `phazec` prints
+the same time for the same fixed plan. Layers are split as Megatron does: the transformer blocks
+evenly over the stages (or `plan.layers` blocks per stage), the embedding on the first stage and
+the head on the last. A plan that does not fit in HBM is still timed, with a warning (an error
+with `plan.require_fit=true`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from phazec.config.schema import PlanConfig
+from phazec.errors import PhazecError
+from phazec.hw.designs import Designs
+from phazec.ir.core import Model, OpKind
+from phazec.ir.ops import flops
+from phazec.passes.attention import core_ops
+from phazec.predict.evaluator import Evaluator
+from phazec.predict.layer_costs import class_costs
+from phazec.solvers.placement.model import (
+    PlanFigures,
+    StageMemory,
+    Stages,
+    explain_plan,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One iteration in parts; they add up to `PlanReport.time_per_batch_s` (up to rounding).
+
+    The pipeline's pace is set by its slowest stage (`bottleneck_stage`): its work for the m
+    microbatches of a replica, then the bubble, the exposed DP sync and the optimizer step.
+    """
+
+    bottleneck_stage: int
+    forward_s: float
+    """Forward compute of the slowest stage (m microbatches), TP communication excluded."""
+    backward_s: float
+    """Backward compute of the slowest stage, TP communication excluded."""
+    recompute_s: float
+    """Recomputation in the backward pass of the slowest stage."""
+    tp_communication_s: float
+    """Tensor-parallel all-reduces of the forward and backward passes, exposed on the layers'
+    critical paths."""
+    pipeline_p2p_s: float
+    """Sending activations forward and receiving gradients back across the stage's cut."""
+    bubble_s: float
+    """Pipeline fill and drain: (stages - 1) / interleave of a microbatch's load of the slowest stage."""
+    dp_sync_stage: int
+    """The stage whose gradient sync and optimizer step end last: they end the iteration."""
+    dp_sync_s: float
+    """The exposed part of that stage's data-parallel gradient sync."""
+    optimizer_s: float
+    """That stage's optimizer step (0 when `plan.optimizer_step=false`)."""
+
+    @property
+    def total_s(self) -> float:
+        """The sum of the parts."""
+        return (
+            self.forward_s
+            + self.backward_s
+            + self.recompute_s
+            + self.tp_communication_s
+            + self.pipeline_p2p_s
+            + self.bubble_s
+            + self.dp_sync_s
+            + self.optimizer_s
+        )
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory of one device of the fullest stage."""
+
+    stage: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activation_stash_bytes: int
+    """Activations kept for the microbatches in flight (`in_flight` of them)."""
+    activation_working_bytes: int
+    """Activations a recomputation rebuilds at once (one layer's, or its attention core's)."""
+    in_flight: int
+    """Microbatches in flight (model-chunk microbatches under interleaving)."""
+    total_bytes: int
+    hbm_bytes: int
+    headroom_bytes: int
+    """HBM minus the total; negative when the plan does not fit."""
+
+    @property
+    def activation_bytes(self) -> int:
+        """Stash plus working set."""
+        return self.activation_stash_bytes + self.activation_working_bytes
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """One plan's predicted iteration: time, throughput, breakdown and memory."""
+
+    model: str
+    tp: int
+    pp: int
+    dp: int
+    microbatch: int
+    recompute: str
+    sequence_parallel: bool
+    interleave: int
+    optimizer: str
+    """`train.optimizer`: `sgd` (no state) or `adam` (mixed-precision Adam)."""
+    distributed_optimizer: bool
+    devices: int
+    """Devices the plan uses: tp * pp * dp."""
+    microbatches_per_pipeline: int
+    layers_per_stage: tuple[int, ...]
+    """Layers of each stage (blocks, plus the embedding on the first and the head on the last)."""
+    time_per_batch_s: float
+    """Seconds per iteration (as `time_per_batch_s` in result.json)."""
+    samples_per_s: float
+    tokens_per_s: float
+    model_tflops_per_device: float
+    """Model FLOPs (forward and backward, no recomputation) per second per device, in TFLOP/s."""
+    mfu: float
+    """Model FLOPs utilisation of the chip's tensor-core peak."""
+    hfu: float
+    """Hardware FLOPs utilisation (recomputation counted) of the same peak."""
+    peak_tflops: float
+    breakdown: Breakdown
+    memory: DeviceMemory
+    fits: bool
+    warning: str | None
+    """Why the plan does not fit (None when it fits)."""
+
+
+def plan_stages(model: Model, plan: PlanConfig) -> Stages:
+    """Megatron's stages: the blocks split evenly (or `plan.layers` per stage), the embedding first,
+    the head last; every stage's block count divisible by the interleave."""
+    blocks = list(range(1, len(model.layers) - 1))
+    counts = list(plan.layers) if plan.layers is not None else None
+    if counts is None:
+        if len(blocks) % plan.pp:
+            raise PhazecError(
+                f"plan.pp={plan.pp} does not divide the model's {len(blocks)} transformer blocks; choose a "
+                f"divisor of {len(blocks)} or give the blocks of each stage in plan.layers."
+            )
+        counts = [len(blocks) // plan.pp] * plan.pp
+    if len(counts) != plan.pp or sum(counts) != len(blocks) or min(counts) < 1:
+        raise PhazecError(
+            f"plan.layers={counts} is not valid: give {plan.pp} positive block counts (one per stage, "
+            f"plan.pp={plan.pp}) adding up to the model's {len(blocks)} blocks."
+        )
+    bad = [c for c in counts if c % plan.interleave]
+    if bad:
+        raise PhazecError(
+            f"plan.interleave={plan.interleave} does not divide the blocks per stage {counts}; the "
+            "interleaved schedule splits each stage into that many equal model chunks."
+        )
+    stages, first = [], 1
+    for count in counts:
+        stages.append(list(range(first, first + count)))
+        first += count
+    stages[0].insert(0, 0)
+    stages[-1].append(len(model.layers) - 1)
+    return tuple(tuple(stage) for stage in stages)
+
+
+def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanReport:
+    """The report of `cfg.plan` on the first design, with an evaluator already built for the plan's
+    knobs (`predict_plan` builds it from the config; benches pass one whose model they built)."""
+    plan = cfg.plan
+    stages = plan_stages(evaluator.graphs[int(plan.tp)], plan)
+    microbatch = int(plan.microbatch)
+    latencies = evaluator.layer_latencies_s(designs, microbatch, bool(plan.sequence_parallel))
+    problem = evaluator.problem(latencies, 0, microbatch, designs, bool(plan.sequence_parallel))
+    variant = evaluator.variants()[0]
+    figures = explain_plan(variant.applied(problem), stages, int(plan.tp), int(plan.dp))
+    return plan_report(cfg, evaluator, designs, stages, figures)
+
+
+def plan_report(
+    cfg: DictConfig, evaluator: Evaluator, designs: Designs, stages: Stages, figures: PlanFigures
+) -> PlanReport:
+    """The report of an evaluated plan: throughput, FLOPs, breakdown and the fullest stage's memory."""
+    plan, placement = cfg.plan, figures.placement
+    tp, microbatch = int(plan.tp), int(plan.microbatch)
+    model = evaluator.graphs[tp]
+    samples = evaluator.system.global_batch
+    time_s = placement.time_per_batch_s
+    devices = tp * int(plan.pp) * int(plan.dp)
+    layers = layer_figures(evaluator, designs, model, microbatch, bool(plan.sequence_parallel))
+    model_flops = 0.0
+    recompute_flops = 0.0
+    for stage, mode in zip(stages, figures.modes, strict=True):
+        for v in stage:
+            width = tp if model.classes[model.layers[v].cls].tp_width > 1 else 1
+            model_flops += width * (layers[v].forward_flops + layers[v].backward_flops)
+            again = {"none": 0, "selective": layers[v].core_flops, "full": layers[v].forward_flops}[mode]
+            recompute_flops += width * again
+    microbatches = samples // microbatch
+    model_flops *= microbatches
+    recompute_flops *= microbatches
+    macs = int(designs.num_tc[0]) * int(designs.tc_width[0]) * int(designs.tc_depth[0])
+    peak = 2.0 * macs * float(designs.clock_hz[0])
+    return PlanReport(
+        model=model.name,
+        tp=tp,
+        pp=int(plan.pp),
+        dp=int(plan.dp),
+        microbatch=microbatch,
+        recompute=str(plan.recompute),
+        sequence_parallel=bool(plan.sequence_parallel),
+        interleave=int(plan.interleave),
+        optimizer=str(cfg.train.optimizer),
+        distributed_optimizer=bool(plan.distributed_optimizer),
+        devices=devices,
+        microbatches_per_pipeline=placement.microbatches_per_pipeline,
+        layers_per_stage=tuple(len(stage) for stage in stages),
+        time_per_batch_s=time_s,
+        samples_per_s=placement.throughput_samples_per_s,
+        tokens_per_s=placement.throughput_samples_per_s * model.seq_len,
+        model_tflops_per_device=model_flops / time_s / devices / 1e12,
+        mfu=model_flops / time_s / devices / peak,
+        hfu=(model_flops + recompute_flops) / time_s / devices / peak,
+        peak_tflops=peak / 1e12,
+        breakdown=breakdown(figures, stages, [layer.comm_s for layer in layers]),
+        memory=fullest(figures),
+        fits=placement.fits_hbm,
+        warning=None if placement.fits_hbm else not_fit_warning(fullest(figures), plan),
+    )
+
+
+@dataclass(frozen=True)
+class LayerFigures:
+    """One layer's figures for the report, per device and microbatch."""
+
+    comm_s: float
+    """Tensor-parallel all-reduces of its forward and backward passes."""
+    forward_flops: int
+    backward_flops: int
+    core_flops: int
+    """The attention core's forward FLOPs (what selective recompute repeats)."""
+
+
+def layer_figures(
+    evaluator: Evaluator, designs: Designs, model: Model, microbatch: int, sequence_parallel: bool
+) -> list[LayerFigures]:
+    """Per layer: TP all-reduce latency on the design, FLOPs, attention-core FLOPs."""
+    per_class = []
+    for cls in model.classes:
+        costs = class_costs(
+            cls,
+            designs,
+            evaluator.system,
+            evaluator.latency_model,
+            microbatch,
+            sequence_parallel=sequence_parallel,
+        )
+        comm_s = 0.0
+        totals = [0, 0]
+        for direction, (graph, op_costs) in enumerate(
+            ((cls.graph, costs.forward), (cls.backward, costs.backward))
+        ):
+            if graph is None or op_costs is None:
+                continue
+            for i, op in enumerate(graph.ops):
+                totals[direction] += flops(op, graph, microbatch)
+                if op.kind is OpKind.COLLECTIVE:
+                    comm_s += float(op_costs.all_cores_s[i, 0])
+        graph = cls.graph
+        core = sum(flops(graph.ops[i], graph, microbatch) for i in core_ops(graph, model.seq_len))
+        per_class.append(LayerFigures(comm_s, totals[0], totals[1], core))
+    return [per_class[layer.cls] for layer in model.layers]
+
+
+def breakdown(figures: PlanFigures, stages: Stages, comm_s: list[float]) -> Breakdown:
+    """The iteration's parts, the TP all-reduces of the slowest stage's layers split out of its
+    forward and backward time (at most all of it)."""
+    it = figures.iteration
+    top = it.bottleneck_stage
+    compute_s = figures.times[top].forward_s + figures.times[top].backward_s
+    comm = min(sum(comm_s[v] for v in stages[top]), compute_s)
+    share = 0.0 if compute_s == 0 else comm / compute_s
+    return Breakdown(
+        bottleneck_stage=top,
+        forward_s=it.forward_s * (1.0 - share),
+        backward_s=it.backward_s * (1.0 - share),
+        recompute_s=it.recompute_s,
+        tp_communication_s=(it.forward_s + it.backward_s) * share,
+        pipeline_p2p_s=it.p2p_s,
+        bubble_s=it.bubble_s,
+        dp_sync_stage=it.dp_sync_stage,
+        dp_sync_s=it.dp_sync_s,
+        optimizer_s=it.optimizer_s,
+    )
+
+
+def fullest(figures: PlanFigures) -> DeviceMemory:
+    """The memory of the stage with the most bytes per device (the first on a tie)."""
+    totals = [x.total_bytes for x in figures.memories]
+    i = totals.index(max(totals))
+    x: StageMemory = figures.memories[i]
+    hbm = figures.placement.hbm_bytes
+    return DeviceMemory(
+        stage=i,
+        weights_bytes=x.weights_bytes,
+        gradients_bytes=x.gradients_bytes,
+        optimizer_state_bytes=x.optimizer_state_bytes,
+        activation_stash_bytes=x.stash_bytes,
+        activation_working_bytes=x.working_bytes,
+        in_flight=x.in_flight,
+        total_bytes=x.total_bytes,
+        hbm_bytes=hbm,
+        headroom_bytes=hbm - x.total_bytes,
+    )
+
+
+def not_fit_warning(memory: DeviceMemory, plan: DictConfig) -> str:
+    """How much the fullest stage is over HBM, what dominates it, and the remedies the plan does not use
+    yet."""
+    parts = {
+        "weights": memory.weights_bytes,
+        "gradients": memory.gradients_bytes,
+        "optimizer state": memory.optimizer_state_bytes,
+        f"activations kept for {memory.in_flight} microbatches in flight": memory.activation_stash_bytes,
+        "the recompute working set": memory.activation_working_bytes,
+    }
+    dominant = max(parts, key=lambda name: parts[name])
+    sharded = "" if plan.dp > 1 else " with dp > 1"
+    remedies = [
+        remedy
+        for remedy, unused in (
+            ("full recompute (plan.recompute=full)", plan.recompute == "selective"),
+            ("recompute (plan.recompute=selective or full)", plan.recompute == "none"),
+            (
+                f"a distributed optimizer (plan.distributed_optimizer=true){sharded}",
+                not plan.distributed_optimizer,
+            ),
+            (
+                "sequence parallelism (plan.sequence_parallel=true)",
+                plan.tp > 1 and not plan.sequence_parallel,
+            ),
+        )
+        if unused
+    ]
+    listed = "".join(f"{remedy}, " for remedy in remedies)
+    return (
+        f"the plan does not fit: stage {memory.stage} needs {memory.total_bytes / 1e9:.2f} GB per device, "
+        f"{-memory.headroom_bytes / 1e9:.2f} GB over the {memory.hbm_bytes / 1e9:g} GB of HBM; the largest "
+        f"part is {dominant} ({parts[dominant] / 1e9:.2f} GB). Try {listed}{'or ' if remedies else ''}more "
+        "tensor or pipeline parallelism."
+    )

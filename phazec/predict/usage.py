@@ -1,0 +1,267 @@
+"""Utilisation of the cores and energy of a plan: what every result reports beside its throughput.
+
+For one design, microbatch and tensor-parallel width, each layer's forward and backward schedule
+(the same cached exact schedules the search used) gives the core-seconds it keeps the tensor cores
+and the vector cores busy: each operator's duration times the cores it holds (every core of its
+type when it is spread over them, one otherwise; a fused operator holds one of each). Each layer's
+energy comes from `phazec.cost.energy` split into compute (MACs and vector-lane cycles), on-chip
+buffers (per-core and global), HBM and network (collectives inside the layer).
+
+A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
+stage: forward, backward, and where the stage recomputes (the placement model's `stage_mode`: not
+the last stage under PHAZE's rule) the forward again under full recompute, or its attention cores'
+ops under selective recompute, each spread over every core of its kind, one after another, as the
+placement model times them (`phazec.predict.evaluator.attention_core_s`). Per device of a stage:
+
+    utilisation = microbatches * busy core-seconds per microbatch / (cores * time per batch)
+
+`bottleneck` is the device of the stage with the largest time per microbatch (the first on a tie),
+`mean` the average over every device of the plan (stages weighted by their devices; data-parallel
+replicas are identical). Energy per iteration adds every device's layer energy over its microbatches,
+plus the network energy of the plan itself: each cut's activations forward and their gradients back
+(2 x cut bytes per microbatch and replica) and the data-parallel ring all-reduce of each device's
+gradients (2(d-1)/d x its parameter bytes), at `LINK_BYTE_J` a byte. Energy per sample divides by
+the global batch. Sources of the per-event energies: `phazec.hw.energy` (Horowitz, ISSCC 2014, at
+45 nm; O'Connor et al., MICRO 2017, for HBM2). Leakage and idle power are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from phazec.cost.energy import ENERGY_PARTS, op_energy_parts_j
+from phazec.hw.designs import Designs
+from phazec.hw.energy import LINK_BYTE_J
+from phazec.ir.core import Graph
+from phazec.passes.attention import core_ops
+from phazec.predict.evaluator import Candidate, Evaluator
+from phazec.predict.layer_costs import class_costs, op_table, sequence_split_width
+from phazec.solvers.placement.model import Placement, mode_of_stage, stage_costs
+from phazec.solvers.schedule.problem import TC, VC, ScheduleProblem
+from phazec.solvers.schedule.solve import Schedule, schedule
+
+F64 = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """What one device does for each layer and one microbatch."""
+
+    tc_busy_s: F64
+    """Tensor-core core-seconds; arrays here are [3, layers]: forward, backward, and the attention
+    core's forward ops (what selective recompute repeats)."""
+    vc_busy_s: F64
+    """Vector-core core-seconds."""
+    energy_j: dict[str, F64]
+    """Energy by part (ENERGY_PARTS)."""
+
+
+@dataclass(frozen=True)
+class PlanWork:
+    """The plan-level figures `plan_usage` needs beside the layers' work."""
+
+    num_tc: int
+    num_vc: int
+    cut_bytes: tuple[int, ...]
+    """Per stage, the bytes crossing the cut after it, per microbatch."""
+    param_bytes: tuple[int, ...]
+    """Per stage, the parameter (and gradient) bytes on one of its devices."""
+    samples_per_batch: int
+    forward_runs: tuple[float, ...]
+    """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
+    model's `stage_mode`), else 1."""
+    core_runs: tuple[float, ...]
+    """Per stage, attention-core repeats per microbatch: 1 where the stage recomputes selectively, else 0."""
+
+
+def _stage_runs(placement: Placement, last_stage_recomputes: bool, mode: str) -> tuple[float, ...]:
+    """Per stage of a plan, 1.0 where the stage recomputes in `mode`, else 0.0."""
+    s = placement.stage_count
+    return tuple(
+        float(mode_of_stage(placement.recompute, last_stage_recomputes, i, s) == mode) for i in range(s)
+    )
+
+
+def forward_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
+    """Per stage of a plan, the forward passes per microbatch (see `PlanWork.forward_runs`)."""
+    return tuple(1.0 + full for full in _stage_runs(placement, last_stage_recomputes, "full"))
+
+
+def core_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
+    """Per stage of a plan, the attention-core repeats per microbatch (see `PlanWork.core_runs`)."""
+    return _stage_runs(placement, last_stage_recomputes, "selective")
+
+
+def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float]:
+    """Core-seconds a schedule keeps the tensor cores and the vector cores busy."""
+    return _busy_core_s(problem, found.duration_s, found.spread)
+
+
+def _busy_core_s(
+    problem: ScheduleProblem, duration_s: Sequence[float], spread: Sequence[bool]
+) -> tuple[float, float]:
+    """Core-seconds of the problem's ops run for `duration_s`, each over every core of its kind where
+    `spread`, else one."""
+    busy = {TC: 0.0, VC: 0.0}
+    for i in range(len(problem.ops)):
+        for resource in problem.resources(i):
+            if resource in busy:
+                cores = problem.capacity(resource) if spread[i] else 1
+                busy[resource] += duration_s[i] * cores
+    return busy[TC], busy[VC]
+
+
+def core_busy_s(problem: ScheduleProblem, graph: Graph, core: list[int]) -> tuple[float, float]:
+    """Core-seconds of a forward graph's attention-core ops (`core`: their indices, `core_ops`) on a
+    problem built from it, each spread over every core of its kind (`ScheduleOp.latency_io_s`)."""
+    names = {graph.ops[i].name for i in core}
+    duration_s = [op.latency_io_s if op.name in names else 0.0 for op in problem.ops]
+    return _busy_core_s(problem, duration_s, [True] * len(problem.ops))
+
+
+def layer_work(
+    evaluator: Evaluator, design: Designs, microbatch: int, t: int, sequence_parallel: bool
+) -> LayerWork:
+    """Each layer's busy core-seconds and energy on the one design of `design`, at width t."""
+    model = evaluator.graphs[t]
+    shape = (3, len(model.classes))
+    tc_s, vc_s = np.zeros(shape), np.zeros(shape)
+    energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
+    for c, cls in enumerate(model.classes):
+        costs = class_costs(
+            cls,
+            design,
+            evaluator.system,
+            evaluator.latency_model,
+            microbatch,
+            sequence_parallel=sequence_parallel,
+        )
+        split = sequence_split_width(cls, sequence_parallel)
+        graphs = [(0, cls.graph, costs.forward)]
+        if cls.backward is not None and costs.backward is not None:
+            graphs.append((1, cls.backward, costs.backward))
+        for direction, graph, op_costs in graphs:
+            problem = evaluator.schedule_problem(graph, op_costs, design, 0)
+            tc_s[direction, c], vc_s[direction, c] = busy_core_s(
+                problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
+            )
+            parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1, split), design)
+            for part in ENERGY_PARTS:
+                energy[part][direction, c] = float(parts[part].sum())
+            if direction == 0:
+                core = core_ops(graph, model.seq_len)
+                tc_s[2, c], vc_s[2, c] = core_busy_s(problem, graph, core)
+                for part in ENERGY_PARTS:
+                    energy[part][2, c] = float(parts[part][core].sum())
+    layer_class = np.array([layer.cls for layer in model.layers])
+    return LayerWork(
+        tc_s[:, layer_class], vc_s[:, layer_class], {part: e[:, layer_class] for part, e in energy.items()}
+    )
+
+
+def _per_microbatch(placement: Placement, layers: F64, plan: PlanWork) -> F64:
+    """Per stage, the sum over its layers of a [3, layers] array's forward passes, backward pass and
+    attention-core repeats (`plan.forward_runs`, one, `plan.core_runs`)."""
+    out = np.zeros(placement.stage_count)
+    for i, stage in enumerate(placement.stages):
+        rows = list(stage.layers)
+        out[i] = (
+            layers[0, rows].sum() * plan.forward_runs[i]
+            + layers[1, rows].sum()
+            + layers[2, rows].sum() * plan.core_runs[i]
+        )
+    return out
+
+
+def plan_usage(placement: Placement, work: LayerWork, plan: PlanWork) -> dict[str, Any]:
+    """Utilisation of tensor and vector cores (bottleneck device and mean over devices) and energy per
+    iteration and per sample, by part, of one plan (see the module docstring)."""
+    m, d = placement.microbatches_per_pipeline, placement.d
+    devices = np.array([stage.devices for stage in placement.stages], dtype=np.float64)
+    bottleneck = int(np.argmax([stage.load_s for stage in placement.stages]))
+    usage: dict[str, Any] = {}
+    for name, busy_s, cores in (
+        ("tensor_core", work.tc_busy_s, plan.num_tc),
+        ("vector_core", work.vc_busy_s, plan.num_vc),
+    ):
+        per_device = m * _per_microbatch(placement, busy_s, plan) / (cores * placement.time_per_batch_s)
+        usage[f"{name}_utilisation_bottleneck"] = float(per_device[bottleneck])
+        usage[f"{name}_utilisation_mean"] = float((per_device * devices).sum() / devices.sum())
+    iteration_j = {
+        part: float(d * m * (_per_microbatch(placement, work.energy_j[part], plan) * devices).sum())
+        for part in ENERGY_PARTS
+    }
+    transfers = 2.0 * m * d * sum(plan.cut_bytes)
+    allreduce = 2.0 * (d - 1) * float((devices * np.array(plan.param_bytes, dtype=np.float64)).sum())
+    iteration_j["network"] += (transfers + allreduce) * LINK_BYTE_J
+    iteration_j["total"] = sum(iteration_j[part] for part in ENERGY_PARTS)
+    usage["energy_per_iteration_j"] = iteration_j
+    usage["energy_per_sample_j"] = {k: v / plan.samples_per_batch for k, v in iteration_j.items()}
+    return usage
+
+
+UTILISATION_KEYS = (
+    "tensor_core_utilisation_bottleneck",
+    "tensor_core_utilisation_mean",
+    "vector_core_utilisation_bottleneck",
+    "vector_core_utilisation_mean",
+)
+"""The utilisation figures of `plan_usage`, fractions in [0, 1]."""
+USAGE_KEYS = (
+    "peak_power_w",
+    "throughput_per_watt",
+    *UTILISATION_KEYS,
+    "energy_per_iteration_j",
+    "energy_per_sample_j",
+)
+"""The keys a result holds for its plan beside design, plan and throughput."""
+USAGE_COLUMNS = USAGE_KEYS
+"""explored.csv's columns for them (energies: the total)."""
+
+
+def usage_cells(figures: dict[str, Any]) -> list[str]:
+    """A feasible row's USAGE_COLUMNS cells of `outcome`-style figures (energies: the total)."""
+    return [
+        repr(figures[key]["total"] if isinstance(figures[key], dict) else figures[key])
+        for key in USAGE_COLUMNS
+    ]
+
+
+@dataclass
+class Usage:
+    """`plan_usage` of feasible candidates on `designs`, sharing each (design, microbatch, t)'s layer work."""
+
+    evaluator: Evaluator
+    designs: Designs
+    _work: dict[tuple[int, int, int, bool], LayerWork] = field(default_factory=dict)
+
+    def __call__(self, candidate: Candidate) -> dict[str, Any]:
+        """The figures of a feasible candidate, its design being `designs[candidate.design]`."""
+        placement = candidate.result
+        assert isinstance(placement, Placement)
+        design = self.designs.take(np.array([candidate.design]))
+        microbatch, t = candidate.microbatch, placement.t
+        key = (candidate.design, microbatch, t, placement.sequence_parallel)
+        if key not in self._work:
+            self._work[key] = layer_work(self.evaluator, design, microbatch, t, placement.sequence_parallel)
+        layers = len(self.evaluator.graphs[t].layers)
+        no_latency = {width: np.ones((1, 3, layers)) for width in self.evaluator.graphs}
+        problem = self.evaluator.problem(  # only sizes are read
+            no_latency, 0, microbatch, design, placement.sequence_parallel
+        )
+        costs = stage_costs(problem, t, tuple(stage.layers for stage in placement.stages))
+        plan = PlanWork(
+            num_tc=int(design.num_tc[0]),
+            num_vc=int(design.num_vc[0]),
+            cut_bytes=tuple(c.cut_bytes for c in costs),
+            param_bytes=tuple(c.param_bytes for c in costs),
+            samples_per_batch=problem.microbatch_count * microbatch,
+            forward_runs=forward_runs(placement, self.evaluator.knobs.last_stage_recomputes),
+            core_runs=core_runs(placement, self.evaluator.knobs.last_stage_recomputes),
+        )
+        return plan_usage(placement, self._work[key], plan)

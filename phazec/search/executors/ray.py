@@ -1,0 +1,180 @@
+"""Evaluate batches of designs as Ray tasks on a cluster (`search.executor=ray`).
+
+The evaluator goes into Ray's object store once per search. A Ray worker process fetches it the first
+time one of its tasks needs it and keeps it, with its own schedule cache, for the search's later tasks.
+That schedule cache is on the task's node: `<cache_dir>/schedules`, `cache_dir` resolved on the node
+(`phazec.frontend.default_cache_dir`: the configured `cache_dir`, the same path on every node, else
+the node's $PHAZEC_CACHE_DIR as `ray start` saw it, else ~/.cache/phazec there).
+
+Tasks are spread over the nodes (Ray's SPREAD strategy). Ray runs a task again when it raised, its
+worker process died or its node died, up to `search.ray.retries` times (`max_retries` with
+`retry_exceptions`); a batch that still fails raises BatchFailedError when the search reads it. Ray
+is imported only here, when the executor is chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from phazec.errors import PhazecError
+from phazec.frontend import default_cache_dir
+from phazec.hw.designs import Designs
+from phazec.predict.evaluator import Evaluator, Timings
+from phazec.search.executors.local import BatchFailedError, Task, _run
+from phazec.search.schema import SearchConfig
+from phazec.solvers.schedule.solve import ScheduleCache
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_EVALUATOR: dict[str, Evaluator] = {}
+"""This Ray worker process's evaluator, under the id of its object in the store (one search at a time)."""
+
+
+def _node_evaluator(holder: list[Any], cache_dir: str) -> Evaluator:
+    """The search's evaluator (its object id in a list, so Ray passes the id, not the object), fetched
+    once per worker process and given this node's schedule cache."""
+    import ray
+
+    ref = holder[0]
+    if ref.hex() not in _EVALUATOR:
+        _EVALUATOR.clear()
+        cache = ScheduleCache(default_cache_dir(cache_dir) / "schedules")
+        _EVALUATOR[ref.hex()] = replace(ray.get(ref), cache=cache)
+    return _EVALUATOR[ref.hex()]
+
+
+def _run_batch(
+    holder: list[Any], cache_dir: str, task: Task[T], designs: Designs
+) -> tuple[tuple[T, Timings], str]:
+    """A Ray task: one Evaluator method on one batch, with its timings; and the id of its node."""
+    import ray
+
+    found = _run(_node_evaluator(holder, cache_dir), task, designs)
+    return found, ray.get_runtime_context().get_node_id()
+
+
+def _import_ray() -> Any:
+    """The `ray` module, or the error saying how to install it."""
+    try:
+        import ray
+    except ImportError as err:
+        raise PhazecError(
+            "search.executor=ray needs Ray, which is not installed here: install phazec with its cluster "
+            "extra (`pip install -e .[cluster]`) on this machine and on every node of the cluster."
+        ) from err
+    return ray
+
+
+def connect(config: SearchConfig) -> None:
+    """Connect this process to the cluster `search.ray.address`, or start a local Ray on 127.0.0.1 with
+    `search.workers` CPUs (None: one per core) and no dashboard when the address is empty."""
+    ray = _import_ray()
+    address = config.ray.address
+    try:
+        _check_reachable(address)
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=config.workers, include_dashboard=False, _node_ip_address="127.0.0.1")
+    except (OSError, RuntimeError, ValueError) as err:
+        raise PhazecError(
+            f"search.ray.address={address!r}: no Ray cluster could be reached there ({err}). Give `auto` "
+            "on a node where `ray start` ran, the head's `host:port` (its --port, 6379 by default), "
+            "`ray://host:10001` for Ray client, or leave it empty for a local Ray."
+        ) from err
+
+
+def _check_reachable(address: str) -> None:
+    """Raise OSError if nothing listens at a `host:port` or `ray://host:port` address (Ray itself
+    would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        socket.create_connection((host, int(port)), timeout=10).close()
+
+
+def cause(err: BaseException) -> str:
+    """A Ray error as one line: the exception the task raised, or Ray's own message."""
+    import ray.exceptions
+
+    raised = err.cause if isinstance(err, ray.exceptions.RayTaskError) else None
+    text = f"{type(raised).__name__}: {raised}" if raised is not None else str(err)
+    return " ".join(text.split())
+
+
+class RayWorkers:
+    """Batches as Ray tasks on the cluster of `search.ray` (a local Ray started here when its address is
+    empty); a process already connected to Ray (a job of the Ray launcher, a script that called
+    `ray.init`) uses that cluster. At most `count` batches run at once: `search.workers`, else one per
+    CPU of the cluster, and at most one per batch. Use as a context manager; leaving it cancels unread
+    tasks and disconnects from the cluster it connected to."""
+
+    def __init__(self, evaluator: Evaluator, config: SearchConfig, cache_dir: str, batches: int) -> None:
+        ray = _import_ray()
+        self.evaluator = evaluator
+        self._retries = config.ray.retries
+        self._connected = not ray.is_initialized()
+        if self._connected:
+            connect(config)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        self.count = max(1, min(config.workers or cpus, batches))
+        self._evaluator = [ray.put(replace(evaluator, cache=ScheduleCache(), timings=Timings()))]
+        self._cache_dir = cache_dir
+        self._remote = ray.remote(_run_batch).options(
+            num_returns=2, max_retries=config.ray.retries, retry_exceptions=True, scheduling_strategy="SPREAD"
+        )
+        self._pending: dict[Future[Any], tuple[Any, Any]] = {}
+        self.batches_per_node: Counter[str] = Counter()
+        """Batches finished so far (taken or not yet), by the id of the node that ran them."""
+        log.info("Ray: %d CPUs in the cluster, %d batches at once", cpus, self.count)
+
+    def submit(self, task: Task[T], designs: Designs) -> Future[tuple[T, Timings]]:
+        """Start a task on the cluster."""
+        found, node = self._remote.remote(self._evaluator, self._cache_dir, task, designs)
+        future: Future[tuple[T, Timings]] = found.future()
+        self._pending[future] = (found, node)
+        return future
+
+    def result(self, future: Future[tuple[T, Timings]]) -> tuple[T, Timings]:
+        """A task's result and timings. Raises BatchFailedError when the task failed on every attempt."""
+        import ray
+
+        _, node = self._pending.pop(future)
+        try:
+            found = future.result()
+            self.batches_per_node[ray.get(node)] += 1
+        except ray.exceptions.RayError as err:
+            raise BatchFailedError(
+                f"it failed on Ray {self._retries + 1} time(s) (search.ray.retries={self._retries}): "
+                f"{cause(err)}"
+            ) from err
+        return found
+
+    def __enter__(self) -> RayWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+
+        if self.batches_per_node:
+            log.info(
+                "Ray ran %d batches on %d node(s)",
+                sum(self.batches_per_node.values()),
+                len(self.batches_per_node),
+            )
+        if self._connected:
+            ray.shutdown()
+            return
+        for found, _ in self._pending.values():
+            ray.cancel(found)
+
+    @property
+    def lookahead(self) -> int:
+        """How many batches to keep in flight: two per batch run at once, so no CPU waits."""
+        return 2 * self.count

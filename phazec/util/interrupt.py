@@ -1,0 +1,88 @@
+"""Clean stops on SIGINT (Ctrl-C) and SIGTERM: saved batches kept, workers stopped, exit 130 or 143.
+
+While a command runs, both signals raise `Interrupted` in the main thread. It unwinds through the
+search (the worker pool stops its processes on the way out, `phazec.search.executors.local`), Hydra records the
+job as failed, tracking ends its MLflow run KILLED, and the command prints `MESSAGE` and exits with
+128 plus the signal number. Every batch saved before the signal stays saved, so running the same
+command again resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import NoReturn
+
+MESSAGE = "interrupted; rerun the same command to resume"
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
+    """The command received SIGINT or SIGTERM (an Exception, so Hydra records the job as failed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{MESSAGE} (signal {signal.Signals(signum).name})")
+        self.signum = signum
+
+    def __reduce__(self) -> tuple[type[Interrupted], tuple[int]]:
+        """Pickled by its signal, so a worker's interrupt (Gurobi catches a terminal's Ctrl-C in a
+        worker too) reaches the parent whole."""
+        return Interrupted, (self.signum,)
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention: 128 plus the signal number (130 for SIGINT, 143 for SIGTERM)."""
+        return 128 + self.signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> NoReturn:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back after."""
+    old = {s: signal.signal(s, _raise) for s in SIGNALS}
+    try:
+        yield
+    except KeyboardInterrupt as err:  # a SIGINT that arrived before the handler was installed
+        raise Interrupted(signal.SIGINT) from err
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block, for work a signal must not cut midway: handing a new
+    worker process its start-up data (cut, the worker prints a traceback). Within `interruptible`, a
+    signal received in the block raises `Interrupted` when the block ends. A process started in the
+    block begins with SIGINT blocked, so a terminal's Ctrl-C, which reaches the whole process group,
+    cannot end it with a traceback before it ignores SIGINT itself."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    hold = threading.current_thread() is threading.main_thread() and all(
+        signal.getsignal(s) is _raise for s in SIGNALS
+    )
+    held: list[int] = []
+    if hold:
+        for s in SIGNALS:
+            signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        if hold:
+            for s in SIGNALS:
+                signal.signal(s, _raise)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    if held:
+        raise Interrupted(held[0])
+
+
+def exit_interrupted(error: Interrupted) -> NoReturn:
+    """Print the one line and exit with the signal's status."""
+    print(f"phazec: {MESSAGE}", file=sys.stderr)
+    sys.exit(error.exit_status)
