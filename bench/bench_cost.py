@@ -20,7 +20,7 @@ from phazec.frontend.schema import ModelConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind
-from phazec.passes.training import training_pipeline
+from phazec.passes.pipeline import training_pipeline
 from phazec.predict.layer_costs import class_costs
 
 TARGET_S = 3.0

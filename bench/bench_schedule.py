@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from phazec.commands.search import tpuv4_designs
-from phazec.commands.setup import training_graphs
+from phazec.passes.pipeline import training_graphs
 from phazec.config.schema import register
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model

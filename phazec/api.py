@@ -36,8 +36,10 @@ from phazec.commands.lower import lower_config
 from phazec.commands.plan import plan_config
 from phazec.commands.search import run_search
 from phazec.config import command_line as validate
+from phazec.config.command_line import model_list
 from phazec.config.presets import conf_dir
-from phazec.config.schema import model_list, register
+from phazec.config.schema import register
+from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.report.plots import write_plots
 from phazec.util.progress import stage
@@ -92,10 +94,10 @@ def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_d
     to `out_dir` (several models: also each model's to `out_dir/<name>/`) and returns the result."""
     names, model_overrides = model_list(list(overrides))
     if names is not None and len(names) != 1:
-        result = run_multi(cfg, names, out_dir, Path(conf_dir()), model_overrides)
+        result = run_multi(cfg, names, out_dir, model_overrides)
         dirs = [out_dir / name for name in names]
     else:
-        result = run_search(cfg, out_dir, Path(conf_dir()))
+        result = run_search(settings_from_config(cfg), out_dir)
         dirs = [out_dir]
     with stage("plots"):
         for directory in dirs:

@@ -22,9 +22,10 @@ from phazec.api import composed, search_config
 from phazec.commands.lower import lower_config
 from phazec.commands.plan import plan_config
 from phazec.config import command_line as validate
+from phazec.config.command_line import override_strings
 from phazec.config.presets import conf_dir
 from phazec.config.rundir import make_dir
-from phazec.config.schema import override_strings, register
+from phazec.config.schema import register
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
 from phazec.report.plan import plan_table

@@ -14,8 +14,9 @@ from phazec.cost.model import latency_model_from_config
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind, Model, OpKind
-from phazec.passes.training import training_pipeline
-from phazec.predict.evaluator import Evaluator, Knobs
+from phazec.passes.pipeline import training_pipeline
+from phazec.predict.evaluator import Evaluator
+from phazec.predict.training import Knobs
 from phazec.predict.layer_costs import class_costs
 from phazec.solvers.placement.model import Placement
 from phazec.solvers.schema import SolverConfig

@@ -31,7 +31,8 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
-from phazec.predict.evaluator import Evaluator, Knobs, Timings
+from phazec.predict.evaluator import Evaluator, Timings
+from phazec.predict.training import Knobs
 from phazec.search import loop as explore
 from phazec.search.executors.local import Workers
 from phazec.solvers.schema import SolverConfig

@@ -27,7 +27,7 @@ from phazec.ir.core import Graph, LayerKind, Model, Op, OpKind
 from phazec.ir.ops import GemmDims, flash_dims, flops
 from phazec.passes.attention import Attention, core_ops, is_causal
 from phazec.passes.memory import megatron_bytes
-from phazec.passes.training import training_pipeline
+from phazec.passes.pipeline import training_pipeline
 from phazec.predict.layer_costs import op_table, op_work
 from tests.conftest import compose_config
 from tests.test_passes_block import S, block_model, trained

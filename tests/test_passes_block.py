@@ -32,7 +32,8 @@ from phazec.passes.autodiff import GRAD_RULES, Autodiff
 from phazec.passes.fuse import Fuse, fuse_elementwise
 from phazec.passes.memory import Memory
 from phazec.passes.tensor_parallel import TensorParallel
-from phazec.passes.training import graph_totals, rows_at, training_pipeline, training_rows
+from phazec.passes.training import graph_totals, rows_at, training_rows
+from phazec.passes.pipeline import training_pipeline
 from phazec.predict.layer_costs import op_work
 
 GOLDEN = Path(__file__).parent / "golden"

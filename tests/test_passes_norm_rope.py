@@ -22,7 +22,8 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.ir.core import Graph, LayerKind, Model
 from phazec.ir.ops import flops
 from phazec.passes.norm_rope import RMS_NORM, ROTARY, NormRope
-from phazec.passes.training import rows_at, training_pipeline
+from phazec.passes.training import rows_at
+from phazec.passes.pipeline import training_pipeline
 from tests.conftest import compose_config
 from tests.test_passes_block import BlockBuilder, block_model
 

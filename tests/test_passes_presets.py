@@ -12,7 +12,8 @@ from phazec.errors import PhazecError
 from phazec.ir.core import LayerKind, Model
 from phazec.ir.ops import GEMM_TYPES, gemm_dims
 from phazec.ir.verify import verify_graph
-from phazec.passes.training import TrainingRow, rows_at, training_pipeline
+from phazec.passes.training import TrainingRow, rows_at
+from phazec.passes.pipeline import training_pipeline
 from tests.conftest import PRESETS, model_config
 
 config = cache(model_config)

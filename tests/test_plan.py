@@ -20,7 +20,8 @@ from phazec import api
 from phazec.cli import run_plan
 from phazec.commands.plan import plan_knobs, predict_plan
 from phazec.commands.search import run_search
-from phazec.commands.setup import setup, training_graphs
+from phazec.commands.setup import setup
+from phazec.passes.pipeline import training_graphs
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model

@@ -6,12 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from phazec.commands.setup import training_graphs
+from phazec.passes.pipeline import training_graphs
 from phazec.cost.model import latency_model_from_config
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.predict.evaluator import BOUND_MARGIN, Evaluator, Knobs
+from phazec.predict.evaluator import BOUND_MARGIN, Evaluator
+from phazec.predict.training import Knobs
 from phazec.predict.layer_costs import class_costs
 from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schema import SolverConfig

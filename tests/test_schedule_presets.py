@@ -11,7 +11,7 @@ import pytest
 
 from phazec.cli import conf_dir
 from phazec.commands.search import tpuv4_designs
-from phazec.commands.setup import training_graphs
+from phazec.passes.pipeline import training_graphs
 from phazec.cost.model import latency_model_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model

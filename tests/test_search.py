@@ -18,14 +18,15 @@ import pytest
 
 from phazec.cli import conf_dir
 from phazec.commands.search import run_search, tpuv4_baseline, tpuv4_designs
-from phazec.commands.setup import training_graphs
+from phazec.passes.pipeline import training_graphs
 from phazec.config.presets import group_presets
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.predict.evaluator import Candidate, Evaluator, Knobs
+from phazec.predict.evaluator import Candidate, Evaluator
+from phazec.predict.training import Knobs
 from phazec.predict.usage import USAGE_KEYS
 from phazec.search.driver import STRATEGIES
 from phazec.search.state import candidate_from_json, candidate_json, state_key

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phazec.commands.setup import training_graphs
+from phazec.passes.pipeline import training_graphs
 from phazec.cost.model import MODELS, LatencyModel
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
-from phazec.predict.evaluator import Evaluator, Knobs
+from phazec.predict.evaluator import Evaluator
+from phazec.predict.training import Knobs
 from phazec.search.executors.local import Workers
 from phazec.search.state import SearchState
 from phazec.search.strategies.bounded import bounded

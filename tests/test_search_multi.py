@@ -19,7 +19,7 @@ from phazec.cli import conf_dir
 from phazec.commands.common import best_per_chip, common_chip, evaluate_more, model_config, run_multi
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
-from phazec.config.schema import model_list
+from phazec.config.command_line import model_list
 from phazec.errors import PhazecError
 from phazec.predict.evaluator import Candidate
 from phazec.predict.usage import USAGE_KEYS

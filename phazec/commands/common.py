@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from phazec.commands.search import design_record, outcome, run_job, search_record, search_state, speedup
+from phazec.commands.search import run_job, search_state
 from phazec.commands.setup import Job
-from phazec.config.presets import group_presets
+from phazec.config.presets import preset
+from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
-from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import KNOBS, Designs
 from phazec.predict.evaluator import Candidate, Timings, best
-from phazec.search.driver import check_search
+from phazec.report.records import design_record, outcome, search_record, speedup
 from phazec.search.executors.base import start_executor
 from phazec.search.loop import Found, chunks, explore
 from phazec.search.strategies.exhaustive import Exhaustive
@@ -41,26 +41,11 @@ OUTCOME_KEYS = ("design", "plan", "time_per_batch_s", "throughput_samples_per_s"
 """The keys of an `outcome`."""
 
 
-def model_preset(conf_dir: Path, name: str, overrides: dict[str, Any] | None = None) -> DictConfig:
-    """The `model` node of preset `conf/model/<name>.yaml` on its own, typed by the schema, with
-    `model.<key>` overrides (key without the `model.` prefix) applied."""
-    path = conf_dir / "model" / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(group_presets("model", conf_dir))
-        raise PhazecError(f"unknown model preset {name!r} in the model list; presets: {known}.")
-    node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
-    for key, value in (overrides or {}).items():
-        OmegaConf.update(node, key, value, merge=True)
-    assert isinstance(node, DictConfig)
-    return node
-
-
-def model_config(
-    cfg: DictConfig, name: str, conf_dir: Path, overrides: dict[str, Any] | None = None
-) -> DictConfig:
-    """`cfg` with its `model` node replaced by preset `name` alone: the config `model=<name>` composes."""
+def model_config(cfg: DictConfig, name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
+    """`cfg` with its `model` node replaced by preset `name` composed with the `model.<key>=<value>`
+    `overrides`: the config `model=<name>` composes."""
     out = copy.deepcopy(cfg)
-    out.model = model_preset(conf_dir, name, overrides)
+    out.model = preset("model", name, overrides)
     return out
 
 
@@ -70,15 +55,17 @@ def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candi
     search's, in a sub-state of the model's search."""
     if not len(indices):
         return []
-    config = job.cfg.search
+    settings = job.settings
+    config = settings.search
     batches = chunks(indices, config.batch_designs)
     tag = hashlib.sha256(json.dumps(indices.tolist()).encode()).hexdigest()[:16]
-    with start_executor(job.evaluator, config, job.cfg.cache_dir, len(batches)) as workers:
+    cache_dir = str(settings.config["cache_dir"])
+    with start_executor(job.evaluator, config, cache_dir, len(batches)) as workers:
         found = explore(
             Exhaustive(batches),
             job.designs,
             workers,
-            search_state(job.cfg, f"common_{tag}"),
+            search_state(settings, f"common_{tag}"),
             f"{name} (common)",
         )
     return found.candidates
@@ -131,11 +118,7 @@ def common_csv(designs: Designs, chips: list[Chip], per_model: dict[str, dict[Ch
 
 
 def run_multi(
-    cfg: DictConfig,
-    names: list[str],
-    out_dir: Path,
-    conf_dir: Path,
-    model_overrides: dict[str, Any] | None = None,
+    cfg: DictConfig, names: list[str], out_dir: Path, model_overrides: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """One common design for several model presets (`model=[a,b,...]`), beside each model's own best.
 
@@ -153,16 +136,15 @@ def run_multi(
     `out_dir/common.csv` (each model's best throughput on each design of the union).
     """
     start = time.perf_counter()
-    check_search(cfg.search)
     if not names or len(set(names)) != len(names):
         raise PhazecError(
             f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
         )
-    configs = {name: model_config(cfg, name, conf_dir, model_overrides) for name in names}
+    settings = {name: settings_from_config(model_config(cfg, name, model_overrides)) for name in names}
     runs: dict[str, tuple[Job, Found, dict[str, Any]]] = {}
-    for name, model_cfg in configs.items():
+    for name, model_settings in settings.items():
         try:
-            runs[name] = run_job(model_cfg, out_dir / name, conf_dir)
+            runs[name] = run_job(model_settings, out_dir / name)
         except PhazecError as err:
             raise PhazecError(f"model {name}: {err}") from err
     designs = runs[names[0]][0].designs
@@ -179,9 +161,7 @@ def run_multi(
     timings = Timings()
     for job, _, _ in runs.values():
         timings.add(job.evaluator.timings)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)
-    config["model"] = {name: OmegaConf.to_container(c.model, resolve=True) for name, c in configs.items()}
+    config = {**settings[names[0]].config, "model": {name: s.config["model"] for name, s in settings.items()}}
     result = {
         "model": list(names),
         "design": design_record(designs, design, hbm),
@@ -202,7 +182,9 @@ def run_multi(
             )
             for name in names
         },
-        "search": search_record(cfg, len(designs), len(union), timings, time.perf_counter() - start),
+        "search": search_record(
+            settings[names[0]].search.strategy, len(designs), len(union), timings, time.perf_counter() - start
+        ),
         "config": config,
     }
     atomic.write_json(out_dir / "result.json", result)

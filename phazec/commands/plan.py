@@ -8,37 +8,29 @@ plan that does not fit in HBM is still timed, with a warning (an error with `pla
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from phazec.commands.setup import setup
-from phazec.config.schema import PlanConfig
+from phazec.config.settings import Settings, settings_from_config
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
-from phazec.hw.space import HwSpace, hw_space_from_config
-from phazec.hw.system import system_from_config
-from phazec.predict.evaluator import Knobs
-from phazec.predict.plan_report import PlanReport, time_plan
-from phazec.solvers.placement.model import RECOMPUTE_MODES, recompute_mode
+from phazec.hw.space import HwSpace
+from phazec.predict.plan_report import Plan, PlanReport, time_plan
+from phazec.predict.training import Knobs
 from phazec.util import atomic
 
 log = logging.getLogger(__name__)
 
 
-def check_plan(plan: PlanConfig, devices: int, global_batch: int) -> None:
-    """Range checks of the plan that need no model; raises PhazecError naming the bad value."""
-    for name in ("tp", "pp", "dp", "microbatch", "interleave"):
-        value = getattr(plan, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PhazecError(f"plan.{name}={value!r} is not valid: it must be a positive integer.")
-    if plan.recompute not in RECOMPUTE_MODES:
-        raise PhazecError(
-            f"plan.recompute={plan.recompute!r} is not a recompute mode; valid: {list(RECOMPUTE_MODES)}."
-        )
+def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
+    """The plan against the system: its devices, microbatches and interleaving; raises PhazecError
+    naming the bad value (`phazec.config.settings` checked each value on its own)."""
+    training = plan.training
     width = plan.tp * plan.pp * plan.dp
     if devices % width:
         raise PhazecError(
@@ -46,24 +38,25 @@ def check_plan(plan: PlanConfig, devices: int, global_batch: int) -> None:
             f"{devices} devices (system.devices); choose widths whose product divides it, or set "
             f"system.devices={width}."
         )
-    if plan.interleave > 1 and plan.pp == 1:
+    if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
-            f"plan.interleave={plan.interleave} needs plan.pp > 1: it splits each pipeline stage into model "
-            "chunks, and at pp 1 there is no pipeline (Megatron-LM refuses it too); set plan.interleave=1 "
-            "or plan.pp > 1."
+            f"plan.interleave={training.interleave} needs plan.pp > 1: it splits each pipeline stage into "
+            "model chunks, and at pp 1 there is no pipeline (Megatron-LM refuses it too); set "
+            "plan.interleave=1 or plan.pp > 1."
         )
-    if global_batch % plan.microbatch:
+    microbatch = training.microbatch
+    if global_batch % microbatch:
         raise PhazecError(
-            f"plan.microbatch={plan.microbatch} does not divide the global batch {global_batch} "
+            f"plan.microbatch={microbatch} does not divide the global batch {global_batch} "
             "(system.global_batch); choose a divisor of it."
         )
-    microbatches = global_batch // plan.microbatch
+    microbatches = global_batch // microbatch
     if microbatches % plan.dp:
         raise PhazecError(
             f"plan.dp={plan.dp} does not divide the {microbatches} microbatches of a batch (global batch "
-            f"{global_batch} / microbatch {plan.microbatch}): Megatron-LM gives every replica the same "
+            f"{global_batch} / microbatch {microbatch}): Megatron-LM gives every replica the same "
             f"number; choose a dp that divides {microbatches}, or a global batch divisible by microbatch "
-            f"x dp = {plan.microbatch * plan.dp}."
+            f"x dp = {microbatch * plan.dp}."
         )
 
 
@@ -79,41 +72,31 @@ def check_one_design(space: HwSpace) -> None:
         )
 
 
-def plan_knobs(cfg: DictConfig) -> Knobs:
-    """The evaluator's knobs for the one plan: its settings, the largest HBM size."""
-    plan = cfg.plan
-    return Knobs(
-        microbatches=(int(plan.microbatch),),
-        recompute=(recompute_mode(str(plan.recompute)),),
-        hbm_bytes=(round(max(float(g) for g in cfg.system.hbm_gb) * 1e9),),
-        optimizer=str(cfg.train.optimizer),
-        interleave=(int(plan.interleave),),
-        distributed_optimizer=(bool(plan.distributed_optimizer),),
-        sequence_parallel=(bool(plan.sequence_parallel),),
-        last_stage_recomputes=bool(plan.last_stage_recomputes),
-        overlap_grad_reduce=bool(plan.overlap_grad_reduce),
-        overlap_param_gather=bool(plan.overlap_param_gather),
-        pipeline_sends_masks=bool(plan.pipeline_sends_masks),
-        optimizer_step=bool(plan.optimizer_step),
-    )
+def as_megatron_runs(settings: Settings) -> Settings:
+    """The settings with sequence parallelism off at tp 1, where it splits nothing and Megatron-LM turns
+    it off (with a warning); the echoed config says so too."""
+    plan = settings.plan
+    if not (plan.training.sequence_parallel and plan.tp == 1):
+        return settings
+    log.warning("plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it.")
+    training = replace(plan.training, sequence_parallel=False)
+    config = {**settings.config, "plan": {**settings.config["plan"], "sequence_parallel": False}}
+    return replace(settings, plan=replace(plan, training=training), config=config)
 
 
-def predict_plan(cfg: DictConfig) -> PlanReport:
-    """Time the plan of `cfg.plan` on the one design of `cfg.hw`.
+def predict_plan(settings: Settings) -> PlanReport:
+    """Time the plan of `plan.*` on the one design of `hw`.
 
     Raises:
-        PhazecError: bad plan values, a design space of more than one design, or (with
+        PhazecError: a plan the system cannot run, a design space of more than one design, or (with
             `plan.require_fit`) a plan that does not fit in HBM.
     """
-    plan = cfg.plan
-    system = system_from_config(cfg.system)
-    check_plan(plan, system.devices, system.global_batch)
-    check_one_design(hw_space_from_config(cfg.hw))
-    if plan.sequence_parallel and plan.tp == 1:
-        log.warning("plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it.")
-        plan.sequence_parallel = False  # as Megatron-LM turns it off
-    job = setup(cfg, plan_knobs(cfg), widths=[int(plan.tp)])
-    report = time_plan(cfg, job.evaluator, job.designs)
+    plan = settings.plan
+    check_plan(plan, settings.system.devices, settings.system.global_batch)
+    check_one_design(settings.hw)
+    knobs = Knobs.single(plan.training, round(max(settings.system.hbm_bytes)))
+    job = setup(settings, knobs, widths=[plan.tp])
+    report = time_plan(plan, job.evaluator, job.designs)
     if report.warning is not None:
         if plan.require_fit:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")
@@ -126,7 +109,8 @@ PLAN_JSON = "plan.json"
 
 def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
     """Time the configured plan and write `out_dir/plan.json`; returns its content and the report."""
-    report = predict_plan(cfg)
-    content = {**dataclasses.asdict(report), "config": OmegaConf.to_container(cfg, resolve=True)}
+    settings = as_megatron_runs(settings_from_config(cfg))
+    report = predict_plan(settings)
+    content = {**report.plain(), "config": settings.config}
     atomic.write_json(out_dir / PLAN_JSON, content)
     return content, report

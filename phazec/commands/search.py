@@ -1,14 +1,13 @@
-"""The co-search: lower the model, derive its training graphs, search the hardware space, compare.
+"""`phazec`: one model's co-search. Lower the model, derive its training graphs, search the hardware
+space with the configured strategy (`phazec.search.driver`), compare.
 
-The strategies (`phaze`, `exhaustive`, `bounded`) live in `phazec.search.loop`. Every result
-reports the TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and
-the found design with that fixed plan.
+Every result reports the TPUv4 design with optimal placement and with the model's fixed
+Megatron-style plan, and the found design with that fixed plan.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import dataclasses
 import logging
 import time
 from dataclasses import replace
@@ -16,23 +15,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from phazec.commands.setup import Job, setup
-from phazec.config import command_line as validate
+from phazec.config.presets import preset
+from phazec.config.settings import Settings, typed, writable_dir
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir
+from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel, is_template
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.predict.bottleneck import bottleneck_block
 from phazec.predict.evaluator import Candidate, Timings, best, least_memory
-from phazec.predict.usage import USAGE_COLUMNS, USAGE_KEYS, Usage, usage_cells
+from phazec.predict.usage import USAGE_KEYS, Usage
 from phazec.report.gantt import write_bottleneck_gantt
+from phazec.report.records import explored_csv, outcome, search_record, speedup
 from phazec.search.driver import search
 from phazec.search.loop import Found
-from phazec.search.state import SearchState, state_key
-from phazec.solvers.placement.model import NoFeasiblePlacement, Placement
+from phazec.search.state import SearchState, onnx_digest, state_key
+from phazec.solvers.placement.model import NoFeasiblePlacement
 from phazec.util import atomic
 from phazec.util.progress import stage
 
@@ -40,60 +41,6 @@ log = logging.getLogger(__name__)
 
 TPUV4_PRESET = "tpuv4"
 """The `conf/hw/` preset holding the TPUv4-like design every result compares against."""
-
-
-def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
-    """The `design` entry of result.json."""
-    return {
-        "num_tc": int(designs.num_tc[i]),
-        "tc_width": int(designs.tc_width[i]),
-        "tc_depth": int(designs.tc_depth[i]),
-        "num_vc": int(designs.num_vc[i]),
-        "vc_width": int(designs.vc_width[i]),
-        "glb_bytes": int(designs.glb_bytes[i]),
-        "hbm_bytes": hbm_bytes,
-        "area_mm2": float(designs.area_mm2[i]),
-    }
-
-
-def plan_record(candidate: Candidate) -> dict[str, Any]:
-    """The `plan` entry of result.json."""
-    placement = candidate.result
-    assert isinstance(placement, Placement)
-    return {
-        "microbatch": candidate.microbatch,
-        "recompute": placement.recompute,
-        "sequence_parallel": placement.sequence_parallel,
-        "interleave": placement.interleave,
-        "distributed_optimizer": placement.distributed_optimizer,
-        "tp": placement.t,
-        "pp": placement.stage_count,
-        "dp": placement.d,
-        "stages": [{"layers": list(s.layers), "devices": s.devices} for s in placement.stages],
-    }
-
-
-def outcome(designs: Designs, candidate: Candidate | None, usage: Usage | None = None) -> dict[str, Any]:
-    """Design, plan and throughput of a candidate (None: nothing fits); with `usage` (on the same
-    designs), also its peak power, throughput per watt, core utilisation and energy."""
-    if candidate is None:
-        return {"design": None, "plan": None, "throughput_samples_per_s": 0.0, "time_per_batch_s": None}
-    placement = candidate.result
-    assert isinstance(placement, Placement)
-    out = {
-        "design": design_record(designs, candidate.design, placement.hbm_bytes),
-        "plan": plan_record(candidate),
-        "throughput_samples_per_s": placement.throughput_samples_per_s,
-        "time_per_batch_s": placement.time_per_batch_s,
-    }
-    if usage is not None:
-        power_w = float(designs.peak_power_w[candidate.design])
-        out |= {
-            "peak_power_w": power_w,
-            "throughput_per_watt": placement.throughput_samples_per_s / power_w,
-            **usage(candidate),
-        }
-    return out
 
 
 def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> PhazecError:
@@ -113,60 +60,34 @@ def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> Ph
     )
 
 
-def explored_csv(found: Found, usage: Usage) -> str:
-    """One row per evaluated (design, microbatch, t, recompute, sequence parallelism, interleave,
-    distributed optimizer, HBM), with a plan's power, utilisation and energy (`phazec.predict.usage`)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([
-        "design", "num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2",
-        "microbatch", "tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer",
-        "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s", "throughput_samples_per_s",
-        "min_memory_bytes", *USAGE_COLUMNS,
-    ])  # fmt: skip
-    d = found.designs
-    for c in found.candidates:
-        r = c.result
-        knobs = [int(d.num_tc[c.design]), int(d.tc_width[c.design]), int(d.tc_depth[c.design]),
-                 int(d.num_vc[c.design]), int(d.vc_width[c.design]), int(d.glb_bytes[c.design])]  # fmt: skip
-        row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute]
-        row += [r.sequence_parallel, r.interleave, r.distributed_optimizer, r.hbm_bytes]
-        if isinstance(r, Placement):
-            row += [True, r.stage_count, r.d, repr(r.time_per_batch_s), repr(r.throughput_samples_per_s), ""]
-            row += usage_cells(outcome(d, c, usage))
-        else:
-            row += [False, "", "", "", "", r.min_memory_bytes] + [""] * len(USAGE_COLUMNS)
-        writer.writerow(row)
-    return out.getvalue()
+def tpuv4_designs() -> Designs:
+    """The TPUv4-like design, composed from its preset."""
+    return enumerate_designs(hw_space_from_config(typed(HwConfig, preset("hw", TPUV4_PRESET), "hw")))
 
 
-def tpuv4_designs(conf_dir: Path) -> Designs:
-    """The TPUv4-like design, read from its preset."""
-    return enumerate_designs(hw_space_from_config(OmegaConf.load(conf_dir / "hw" / f"{TPUV4_PRESET}.yaml")))
-
-
-def tpuv4_baseline(conf_dir: Path, searched: DeviceModel) -> Designs:
+def tpuv4_baseline(searched: DeviceModel) -> Designs:
     """The TPUv4-like design as the baselines price it: with the searched space's device model when
     that is of the template's kind (`is_template`), so that a change to the template's model, in a
     preset or on the command line (`hw.device.hbm_shared=true`), prices both sides alike; with its
     preset's own otherwise (a GPU's tiles and shared cores are not a TPU's)."""
-    tpuv4 = tpuv4_designs(conf_dir)
+    tpuv4 = tpuv4_designs()
     return replace(tpuv4, device=searched) if is_template(searched) else tpuv4
 
 
-def search_state(cfg: DictConfig, part: str = "") -> SearchState:
-    """The on-disk state of the search with this config (`part`: a named sub-state of it)."""
-    directory = default_cache_dir(cfg.cache_dir) / "search" / state_key(cfg)
-    return SearchState(directory / part if part else directory, cfg.search.resume)
+def search_state(settings: Settings, part: str = "") -> SearchState:
+    """The on-disk state of the search with these settings (`part`: a named sub-state of it)."""
+    key = state_key(settings.config, onnx_digest(settings.model))
+    directory = settings.cache_dir / "search" / key
+    return SearchState(directory / part if part else directory, settings.search.resume)
 
 
-def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict[str, Any]]:
+def baselines(job: Job, found_best: Candidate) -> dict[str, dict[str, Any]]:
     """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
     found design with that fixed plan. A fixed plan that cannot run on the system is reported as not
     applicable, with the reason, and never fails the finished search. The TPUv4 is priced as
     `tpuv4_baseline` says."""
     evaluator = job.evaluator
-    tpuv4 = tpuv4_baseline(conf_dir, job.designs.device)
+    tpuv4 = tpuv4_baseline(job.designs.device)
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
     return {
@@ -179,17 +100,12 @@ def baselines(job: Job, found_best: Candidate, conf_dir: Path) -> dict[str, dict
 def fixed_outcome(job: Job, designs: Designs) -> dict[str, Any]:
     """The model's fixed Megatron-style plan on the designs (its best), or "not applicable" with the
     reason when the plan cannot run on the system."""
-    baseline = job.model_cfg.baseline
+    baseline = job.settings.model.baseline
     try:
         fixed = best(job.evaluator.evaluate_fixed(designs, baseline.pp, baseline.dp, baseline.tp))
     except PhazecError as err:
         return {**outcome(designs, None), "not_applicable": str(err)}
     return outcome(designs, fixed, Usage(job.evaluator, designs))
-
-
-def speedup(throughput: float, reference: float) -> float | None:
-    """`throughput` over a reference throughput (None when the reference has no plan)."""
-    return throughput / reference if reference else None
 
 
 def search_summary(found: Found, timings: Timings) -> str:
@@ -208,40 +124,50 @@ def search_summary(found: Found, timings: Timings) -> str:
     )
 
 
-def search_record(
-    cfg: DictConfig,
-    designs_total: int,
-    designs_evaluated: int,
-    timings: Timings,
-    wall_s: float,
-    *,
-    pruned_by: dict[str, int] | None = None,
-) -> dict[str, Any]:
-    """The `search` entry of result.json (`pruned_by`: the designs not evaluated, by reason)."""
-    return {
-        "strategy": cfg.search.strategy,
-        "designs_total": designs_total,
-        "designs_evaluated": designs_evaluated,
-        "designs_pruned": designs_total - designs_evaluated,
-        "designs_pruned_by": pruned_by or {},
-        "wall_s": wall_s,
-        "cost_s": timings.cost_s,
-        "ilp_s": timings.ilp_s,
-        "dp_s": timings.dp_s,
-        "ilp_cache_hits": timings.ilp_cache_hits,
-        "schedules_unproven": timings.unproven_json(),
-    }
+def check_microbatches(settings: Settings) -> None:
+    """Every searched microbatch size divides the global batch."""
+    global_batch = settings.system.global_batch
+    bad = [m for m in settings.train.tried("microbatch") if global_batch % m]
+    if bad:
+        divisors = [d for d in (1, 2, 4, 8, 16, 32) if global_batch % d == 0]
+        raise PhazecError(
+            f"train.microbatch values {bad} do not divide the global batch {global_batch} "
+            f"(system.global_batch); use divisors such as {divisors}."
+        )
 
 
-def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found, dict[str, Any]]:
+def baseline_plan(model: ModelConfig, devices: int) -> None:
+    """Warn, before searching, when the model's fixed baseline plan cannot run on the system."""
+    plan = model.baseline
+    widths = list(model.tp_widths)
+    reasons = []
+    if plan.tp not in widths:
+        reasons.append(f"tp={plan.tp} is not one of model.tp_widths {widths}")
+    if min(plan.pp, plan.dp, plan.tp) < 1:
+        reasons.append("pp, dp and tp must be at least 1")
+    elif plan.pp * plan.dp * plan.tp > devices:
+        reasons.append(
+            f"pp*dp*tp = {plan.pp * plan.dp * plan.tp} devices, more than system.devices={devices}"
+        )
+    if reasons:
+        log.warning(
+            "the baseline plan model.baseline=%s cannot run: %s; it will be reported as not applicable",
+            dataclasses.asdict(plan),
+            "; ".join(reasons),
+        )
+
+
+def run_job(settings: Settings, out_dir: Path) -> tuple[Job, Found, dict[str, Any]]:
     """One model's whole co-search: writes result.json, explored.csv and the bottleneck Gantt to
     `out_dir`; returns the job, what the search found and the result."""
     start = time.perf_counter()
-    validate.writable_dir(out_dir, "the run directory")
-    validate.baseline_plan(cfg.model, int(cfg.system.devices))
-    job = setup(cfg)
+    writable_dir(out_dir, "the run directory")
+    check_microbatches(settings)
+    baseline_plan(settings.model, settings.system.devices)
+    job = setup(settings)
     searched = time.perf_counter()
-    found = search(job.evaluator, job.designs, cfg.search, search_state(cfg), cfg.cache_dir)
+    state = search_state(settings)
+    found = search(job.evaluator, job.designs, settings.search, state, str(settings.config["cache_dir"]))
     log.info(
         "search: %.1f s, %s", time.perf_counter() - searched, search_summary(found, job.evaluator.timings)
     )
@@ -250,28 +176,28 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     usage = Usage(job.evaluator, job.designs)
     main = outcome(job.designs, found.best, usage)
     with stage("baselines"):
-        compared = baselines(job, found.best, conf_dir)
+        compared = baselines(job, found.best)
     result = {
-        "model": job.model_cfg.name,
+        "model": settings.model.name,
         "design": main["design"],
         "plan": main["plan"],
         "time_per_batch_s": main["time_per_batch_s"],
         "throughput_samples_per_s": main["throughput_samples_per_s"],
-        "objective": cfg.search.objective,
+        "objective": settings.search.objective,
         **{key: main[key] for key in USAGE_KEYS},
         "baselines": compared,
         "speedup_vs_tpuv4": speedup(
             main["throughput_samples_per_s"], compared["tpuv4_optimal_placement"]["throughput_samples_per_s"]
         ),
         "search": search_record(
-            cfg,
+            settings.search.strategy,
             len(job.designs),
             len(found.evaluated),
             job.evaluator.timings,
             time.perf_counter() - start,
             pruned_by=found.pruned_by,
         ),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": settings.config,
     }
     with stage("bottleneck schedule"):
         write_bottleneck_gantt(bottleneck_block(job.evaluator, job.designs, found.best), out_dir)
@@ -280,6 +206,6 @@ def run_job(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> tuple[Job, Found,
     return job, found, result
 
 
-def run_search(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict[str, Any]:
+def run_search(settings: Settings, out_dir: Path) -> dict[str, Any]:
     """The whole co-search for one model; writes result.json and explored.csv to `out_dir`."""
-    return run_job(cfg, out_dir, conf_dir)[2]
+    return run_job(settings, out_dir)[2]

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +35,6 @@ from phazec.config.presets import conf_dir, group_presets
 from phazec.errors import PhazecError
 
 log = logging.getLogger(__name__)
-
-DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
-"""hf_config keys that name a model dimension, which must be a positive integer."""
 
 
 KEY_DETAILS = ("full_key:", "reference_type=", "object_type=")
@@ -245,19 +240,6 @@ def glob_presets(override: str, group: str, glob: Glob, config_dir: Path | None 
     return picked
 
 
-def finite_numbers(node: Any, prefix: str = "") -> None:
-    """Every number in the config is finite (NaN and inf are never valid, and would silently turn
-    comparisons such as the area bins of `search.bin_mm2` into something else)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            finite_numbers(value, f"{prefix}{key}.")
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            finite_numbers(value, f"{prefix.removesuffix('.')}[{i}].")
-    elif isinstance(node, float) and not math.isfinite(node):
-        raise PhazecError(f"{prefix.removesuffix('.')}={node} is not a finite number; give a finite value.")
-
-
 def switches(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
     """A switch (a boolean setting, or a list of them) given on the command line is true or false:
     OmegaConf reads any integer as one (2 as true), which would hide a slip."""
@@ -278,58 +260,28 @@ def switches(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -> None:
             )
 
 
-def model_dims(model: DictConfig) -> None:
-    """A Hugging Face preset's dimensions are positive integers (`phazec.frontend.validate` checks its
-    sequence length)."""
-    if model.source != "hf":
-        return
-    for key, value in model.hf_config.items():
-        if DIMENSION.search(str(key)) and (
-            isinstance(value, bool) or not isinstance(value, int) or value <= 0
-        ):
-            raise PhazecError(
-                f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
-            )
+def override_strings(task: Any) -> list[str]:
+    """The command-line overrides Hydra keeps (`hydra.overrides.task`) as the strings given. Read item by
+    item, the list would resolve a value `${...}` (an interpolation of the job's config) in Hydra's own
+    node, where it names nothing."""
+    raw = OmegaConf.to_container(task, resolve=False) if isinstance(task, ListConfig) else task
+    assert isinstance(raw, list | tuple)
+    return [str(override) for override in raw]
 
 
-def writable_dir(path: Path, what: str) -> None:
-    """`path` is (or can be made) a directory this process can create files in."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise PhazecError(
-            f"{what} {str(path)!r} is not a writable directory ({err.strerror or err}); give a directory "
-            "you can write to."
-        ) from None
-
-
-def baseline_plan(model: DictConfig, devices: int) -> None:
-    """Warn, before searching, when the model's fixed baseline plan cannot run on the system."""
-    plan = model.baseline
-    widths = list(model.tp_widths)
-    reasons = []
-    if plan.tp not in widths:
-        reasons.append(f"tp={plan.tp} is not one of model.tp_widths {widths}")
-    if min(plan.pp, plan.dp, plan.tp) < 1:
-        reasons.append("pp, dp and tp must be at least 1")
-    elif plan.pp * plan.dp * plan.tp > devices:
-        reasons.append(
-            f"pp*dp*tp = {plan.pp * plan.dp * plan.tp} devices, more than system.devices={devices}"
-        )
-    if reasons:
-        log.warning(
-            "the baseline plan model.baseline=%s cannot run: %s; it will be reported as not applicable",
-            dict(plan),
-            "; ".join(reasons),
-        )
-
-
-def before_lowering(cfg: DictConfig, cache_dir: Path) -> None:
-    """Every cross-group check of a config (a search's, a plan's or `phazec-ir`'s), before anything is
-    lowered or evaluated; the search warns about its baseline plan itself (`baseline_plan`)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    finite_numbers(plain)
-    model_dims(cfg.model)
-    writable_dir(cache_dir, "cache_dir")
+def model_list(overrides: list[str]) -> tuple[list[str] | None, tuple[str, ...]]:
+    """The presets of a `model=[a,b,...]` override (None without a list; Hydra merges a list of
+    presets into one `model` node, so the job reads them back from its overrides), and the
+    `model.<key>=<value>` overrides to apply to each, as given."""
+    names: list[str] | None = None
+    keys: list[str] = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        value = override.value()
+        if key == "model" and isinstance(value, list):
+            names = [str(v) for v in value]
+        elif key.startswith("model."):
+            if override.is_delete():
+                raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
+            keys.append(str(override.input_line))
+    return names, tuple(keys)

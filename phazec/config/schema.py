@@ -1,109 +1,45 @@
-"""The config tree: one dataclass schema per group, registered in Hydra's ConfigStore.
+"""The config tree: Hydra's schema of every group, derived from the typed settings it fills.
 
-`conf/config.yaml` starts its defaults list with `phazec_schema`, so every preset is merged into a
-typed node: a misspelled key or a value of the wrong type fails at composition with Hydra's message.
+Each group's settings are a frozen dataclass declared beside the code that reads them: the model
+(`phazec.frontend.schema.ModelConfig`), the hardware space, system and cost model (`phazec.hw.schema`),
+the solver (`phazec.solvers.schema.SolverConfig`), the search (`phazec.search.schema.SearchConfig`), the
+training knobs (`phazec.predict.training.Training`, whose `train.*` lists and `plan.*` values both come
+from it) and the plan (`phazec.predict.plan_report.Plan`); tracking and `phazec-ir`'s parallel settings,
+which only the commands read, are declared here. Hydra composes into mutable twins of them
+(`hydra_twin`), registered as `phazec_schema`, which `conf/config.yaml`, `ir.yaml` and `plan.yaml`
+start their defaults with: a misspelled key or a value of the wrong type fails at composition with
+Hydra's message, and a field without a default must be set. `phazec.config.settings` turns a composed
+config back into the frozen settings, once, at a command's entry.
 """
 
-from dataclasses import dataclass, field
-from typing import Any
+import functools
+import types
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, make_dataclass
+from typing import Any, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import MISSING, ListConfig, OmegaConf
 
 from phazec.config.rundir import register_resolver
-from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
+from phazec.predict.plan_report import Plan
+from phazec.predict.training import KNOB_FIELDS, Training, spec
 from phazec.search.schema import SearchConfig
-from phazec.solvers.placement.model import RECOMPUTE_MODES
 from phazec.solvers.schema import SolverConfig
 
 
-@dataclass
-class TrainConfig:
-    """Training knobs; lists are searched over."""
-
-    microbatch: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    """Microbatch sizes (samples)."""
-    recompute: list[Any] = field(default_factory=lambda: [False, True])
-    """Activation recomputation modes: `none`, `selective` (the attention core), `full` (every layer);
-    false and true mean none and full."""
-    optimizer: str = "sgd"
-    """`sgd` or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and gradients)."""
-    interleave: list[int] = field(default_factory=lambda: [1])
-    """Model chunks per pipeline stage (Megatron's interleaved 1F1B when > 1)."""
-    distributed_optimizer: list[bool] = field(default_factory=lambda: [False])
-    """Shard the optimizer state over the data-parallel replicas (ZeRO-1)."""
-    sequence_parallel: list[bool] = field(default_factory=lambda: [False])
-    """Megatron's sequence parallelism (activations outside the attention and MLP GEMMs split t ways)."""
-    last_stage_recomputes: bool = False
-    """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
-    overlap_grad_reduce: bool = False
-    """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
-    overlap_param_gather: bool = False
-    """With a distributed optimizer, gather the updated weights during the first stage's next forward
-    pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
-    pipeline_sends_masks: bool = False
-    """A pipeline stage also sends the next the tensors built from the model's inputs and constants
-    alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's
-    outputs; false: every stage builds its own, as Megatron-LM's and Megatron-Core's stages do."""
-    optimizer_step: bool = False
-    """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
-    read and written once (all of them without a distributed optimizer), every gradient zeroed."""
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ParallelConfig:
-    """Tensor-parallel settings used when lowering one training graph (phazec-ir)."""
+    """Tensor-parallel settings of the training graphs (`phazec-ir` lowers at `tp`)."""
 
     tp: int = 1
-    """Tensor-parallel width."""
+    """Tensor-parallel width of the graph `phazec-ir` reports."""
     vocab_parallel: bool = True
     """Split the embedding and LM head over the tensor-parallel group (Megatron's vocab-parallel)."""
 
 
-@dataclass
-class PlanConfig:
-    """One training plan to time (`phazec-plan`), as Megatron-LM runs it."""
-
-    tp: int = 1
-    """Tensor-parallel width (one of `model.tp_widths` is not required)."""
-    pp: int = 1
-    """Pipeline stages."""
-    dp: int = 1
-    """Data-parallel width (pipeline replicas)."""
-    microbatch: int = 1
-    """Microbatch size (samples); it must divide `system.global_batch`."""
-    recompute: str = "none"
-    """Activation recomputation: `none`, `selective` (the attention core) or `full` (every layer)."""
-    sequence_parallel: bool = False
-    """Megatron's sequence parallelism inside the tensor-parallel group."""
-    interleave: int = 1
-    """Virtual pipeline stages per device (interleaved 1F1B); it must divide the layers per stage."""
-    layers: list[int] | None = None
-    """Transformer blocks of each stage, first stage first; None splits them evenly (Megatron)."""
-    distributed_optimizer: bool = False
-    """Shard the optimizer state over the data-parallel replicas (Megatron's distributed optimizer)."""
-    last_stage_recomputes: bool = True
-    """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does)."""
-    overlap_grad_reduce: bool = False
-    """Overlap the data-parallel gradient all-reduce with the backward pass (Megatron-LM's default: off)."""
-    overlap_param_gather: bool = False
-    """With a distributed optimizer, gather the updated weights during the first stage's next forward
-    pass (Megatron-Core's `--overlap-param-gather`; Megatron-LM's default: off)."""
-    pipeline_sends_masks: bool = False
-    """A pipeline stage also sends the next the tensors built from the model's inputs and constants
-    alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's
-    outputs; false: every stage builds its own, as Megatron-LM's and Megatron-Core's stages do."""
-    optimizer_step: bool = True
-    """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
-    read and written once (all of them without a distributed optimizer), every gradient zeroed."""
-    require_fit: bool = False
-    """Make a plan that does not fit in HBM an error instead of a warning."""
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TrackingConfig:
     """Where runs are logged."""
 
@@ -123,88 +59,117 @@ class TrackingConfig:
     """Timeout of one request to an `http(s)://` tracking server."""
 
 
-@dataclass
-class Config:
-    """The whole tree; group presets live in `conf/<group>/`."""
-
-    model: ModelConfig = MISSING
-    hw: HwConfig = MISSING
-    system: SystemConfig = MISSING
-    cost: CostConfig = MISSING
-    train: TrainConfig = field(default_factory=TrainConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    plan: PlanConfig = field(default_factory=PlanConfig)
-    solver: SolverConfig = field(default_factory=SolverConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    cache_dir: str = ""
-    """Where exported ONNX files and solver results are cached; empty means $PHAZEC_CACHE_DIR or
-    ~/.cache/phazec."""
-
-
-OPTIMIZERS = ("sgd", "adam")
+GROUPS: dict[str, type] = {
+    "model": ModelConfig,
+    "hw": HwConfig,
+    "system": SystemConfig,
+    "cost": CostConfig,
+    "train": Training,
+    "parallel": ParallelConfig,
+    "search": SearchConfig,
+    "plan": Plan,
+    "solver": SolverConfig,
+    "tracking": TrackingConfig,
+}
+"""Each config group and the settings it fills; `model`, `hw`, `system` and `cost` have no default
+(a preset must be chosen). `cache_dir` is the tree's one plain key."""
+PRESET_GROUPS = ("model", "hw", "system", "cost")
+"""The groups with no default settings: a preset must be chosen."""
 
 
-def validate_train(train: TrainConfig) -> None:
-    """Range checks of the training knobs; raises PhazecError naming the bad value."""
-    bad = [m for m in train.microbatch if m <= 0]
-    if bad or not train.microbatch:
-        raise PhazecError(
-            f"train.microbatch={list(train.microbatch)} must list positive microbatch sizes (samples), "
-            "e.g. [1, 2, 4, 8]."
+def twin_type(kind: Any) -> Any:
+    """The type Hydra is given for a settings field of type `kind`: a dataclass's twin, a tuple as a
+    list (a config holds lists), unions and containers element by element."""
+    origin = get_origin(kind)
+    if is_dataclass(kind) and isinstance(kind, type):
+        return hydra_twin(kind)
+    if origin is tuple:
+        return list[twin_type(get_args(kind)[0])]  # type: ignore[misc]
+    if origin is list:
+        return list[twin_type(get_args(kind)[0])]  # type: ignore[misc]
+    if origin in (types.UnionType,):
+        args = [twin_type(arg) for arg in get_args(kind)]
+        return functools.reduce(lambda a, b: a | b, args)
+    return kind
+
+
+def _twin_field(setting: Field[Any], kind: Any) -> Any:
+    """The default of a twin's field: the setting's, a nested twin, or none (a required field)."""
+    if setting.default is not MISSING:
+        return field(default=list(setting.default) if isinstance(setting.default, tuple) else setting.default)
+    if setting.default_factory is not MISSING:
+        if is_dataclass(kind) and isinstance(kind, type):
+            return field(default_factory=hydra_twin(kind))
+        return field(default_factory=setting.default_factory)
+    return field()
+
+
+@functools.cache
+def hydra_twin(settings: type) -> type:
+    """The mutable dataclass Hydra composes for frozen settings `settings`: the same fields, types and
+    defaults (nested settings as their twins; `Plan`'s knobs flattened, `Training`'s searched knobs as
+    lists of values). A field without a default is one Hydra reports missing."""
+    if settings is Training:
+        return _train_schema()
+    hints = get_type_hints(settings)
+    specs: list[tuple[str, Any, Any]] = []
+    for setting in fields(settings):
+        if settings is Plan and setting.name == "training":
+            specs += _plan_knobs()
+            continue
+        specs.append(
+            (setting.name, twin_type(hints[setting.name]), _twin_field(setting, hints[setting.name]))
         )
-    if not train.recompute:
-        raise PhazecError(
-            "train.recompute=[] lists no recompute setting, so no plan can be tried; give [false], [true] "
-            "or [false, true]."
-        )
-    if train.optimizer not in OPTIMIZERS:
-        raise PhazecError(f"train.optimizer={train.optimizer!r} is not supported; valid: {list(OPTIMIZERS)}.")
-    for name in ("interleave", "distributed_optimizer", "sequence_parallel"):
-        if not getattr(train, name):
-            raise PhazecError(f"train.{name}=[] is not valid: list at least one setting to search.")
-    for value in train.recompute:
-        if not isinstance(value, bool) and value not in RECOMPUTE_MODES:
-            raise PhazecError(
-                f"train.recompute value {value!r} is not a recompute mode; valid: {list(RECOMPUTE_MODES)} "
-                "(false and true mean none and full)."
-            )
-    bad = [v for v in train.interleave if v < 1]
-    if bad:
-        raise PhazecError(
-            f"train.interleave={list(train.interleave)} is not valid: give model chunks per stage >= 1, "
-            "e.g. [1, 2]."
-        )
+    return _twin(settings, specs)
 
 
-def override_strings(task: Any) -> list[str]:
-    """The command-line overrides Hydra keeps (`hydra.overrides.task`) as the strings given. Read item by
-    item, the list would resolve a value `${...}` (an interpolation of the job's config) in Hydra's own
-    node, where it names nothing."""
-    raw = OmegaConf.to_container(task, resolve=False) if isinstance(task, ListConfig) else task
-    assert isinstance(raw, list | tuple)
-    return [str(override) for override in raw]
+def _twin(settings: type, specs: list[tuple[str, Any, Any]]) -> type:
+    twin = make_dataclass(settings.__name__, specs, kw_only=True)
+    twin.__doc__ = settings.__doc__
+    twin.__module__ = __name__
+    return twin
 
 
-def model_list(overrides: list[str]) -> tuple[list[str] | None, dict[str, Any]]:
-    """The presets of a `model=[a,b,...]` override (None without a list; Hydra merges a list of
-    presets into one `model` node, so the job reads them back from its overrides), and the
-    `model.<key>=<value>` overrides to apply to each (keys without the prefix)."""
-    names: list[str] | None = None
-    keys: dict[str, Any] = {}
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.key_or_group
-        value = override.value()
-        if key == "model" and isinstance(value, list):
-            names = [str(v) for v in value]
-        elif key.startswith("model."):
-            if override.is_delete():
-                raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
-            keys[key.removeprefix("model.")] = value
-    return names, keys
+def _train_schema() -> type:
+    """`train.*`: each searched knob a list of the values to try, every other knob one setting."""
+    hints = get_type_hints(Training)
+    specs: list[tuple[str, Any, Any]] = []
+    for knob in KNOB_FIELDS:
+        knob_spec = spec(knob.name)
+        if knob_spec.searched:
+            element = Any if knob_spec.legacy else hints[knob.name]
+            specs.append((knob.name, list[element], field(default_factory=_copies(knob_spec.search))))  # type: ignore[valid-type]
+        else:
+            specs.append((knob.name, hints[knob.name], field(default=knob_spec.search)))
+    return _twin(Training, specs)
+
+
+def _copies(values: list[Any]) -> Callable[[], list[Any]]:
+    """A default factory giving a fresh copy of `values`."""
+    return lambda: list(values)
+
+
+def _plan_knobs() -> list[tuple[str, Any, Any]]:
+    """`plan.<knob>` for each knob a plan takes, at its value for one plan."""
+    hints = get_type_hints(Training)
+    return [(k.name, hints[k.name], field(default=k.default)) for k in KNOB_FIELDS if spec(k.name).in_plan]
+
+
+def root_schema() -> type:
+    """The whole tree: each group's twin (no default for the groups a preset must fill) and `cache_dir`,
+    where exported ONNX files and solver results are cached (empty: $PHAZEC_CACHE_DIR or
+    ~/.cache/phazec)."""
+    specs: list[tuple[str, Any, Any]] = []
+    for group, settings in GROUPS.items():
+        twin = hydra_twin(settings)
+        specs.append((group, twin, field() if group in PRESET_GROUPS else field(default_factory=twin)))
+    specs.append(("cache_dir", str, field(default="")))
+    root = make_dataclass("Config", specs, kw_only=True)
+    root.__module__ = __name__
+    return root
 
 
 def register() -> None:
     """Register the schema with Hydra and the run-directory resolver; called before composition."""
-    ConfigStore.instance().store(name="phazec_schema", node=Config)
+    ConfigStore.instance().store(name="phazec_schema", node=root_schema())
     register_resolver()

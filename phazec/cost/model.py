@@ -6,7 +6,6 @@ system's network tiers and energy always uses `phazec.cost.energy`.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,7 +17,7 @@ from phazec.cost.ops import OpKind, OpTable
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.device import is_template
-from phazec.hw.schema import CostConfig, plain_config
+from phazec.hw.schema import CostConfig
 from phazec.hw.system import System
 
 F64 = NDArray[np.float64]
@@ -75,13 +74,13 @@ MODELS = {
 """Latency models by `cost.name`."""
 
 
-def latency_model_from_config(node: Any) -> LatencyModel:
-    """The latency model of a composed `cost` config node (or a CostConfig, or a plain dict).
+def latency_model_from_config(config: CostConfig) -> LatencyModel:
+    """The latency model a `cost` preset names.
 
     Raises:
-        PhazecError: the model name is unknown or the node does not fit the schema.
+        PhazecError: the model name is unknown.
     """
-    name = plain_config(node, CostConfig, "cost")["name"]
+    name = config.name
     if name not in MODELS:
         raise PhazecError(
             f"cost.name = {name!r} is not a latency model; valid names are {', '.join(MODELS)}."

@@ -6,8 +6,6 @@ import logging
 import os
 from pathlib import Path
 
-from omegaconf import MISSING
-
 from phazec.errors import PhazecError
 from phazec.frontend.export import DTYPES, exported_onnx
 from phazec.frontend.lower import lower_onnx, scores_length
@@ -55,7 +53,7 @@ def validate(cfg: ModelConfig) -> None:
 
 def onnx_path(path: str) -> None:
     """`model.path` of an ONNX model names an existing file."""
-    if path in ("", MISSING):
+    if not path:
         raise PhazecError("model.path is not set: give model.path=/abs/path/model.onnx (an ONNX file).")
     if Path(path).expanduser().is_dir():
         raise PhazecError(f"model.path={path!r} is a directory: give the .onnx file inside it.")

@@ -3,10 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
 
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class BaselinePlan:
     """A fixed Megatron-style plan (phaze-facts section 8): layers split evenly, embedding first."""
 
@@ -18,11 +16,11 @@ class BaselinePlan:
     """Tensor-parallel width."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A model to lower: a Hugging Face architecture built from its config, or a user's ONNX file."""
 
-    name: str = MISSING
+    name: str
     """Preset name, used in tables and results."""
     source: str = "hf"
     """`hf` (build `arch` from `hf_config`, export to ONNX) or `onnx` (lower the file at `path`)."""

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.hw.schema import DeviceConfig
 
 ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
 """Values of `hw.device.attention`."""
@@ -141,26 +142,26 @@ def _tiles(value: Any) -> tuple[tuple[int, int], ...] | None:
     return tuple((int(tile[0]), int(tile[1])) for tile in value)
 
 
-def device_from_config(values: dict[str, Any]) -> DeviceModel:
-    """The validated device model of an hw preset's `device` node (plain values).
+def device_from_config(config: DeviceConfig) -> DeviceModel:
+    """The validated device model of an hw preset's `device` settings.
 
     Raises:
         PhazecError: a value is out of range.
     """
     return DeviceModel(
-        shared_cores=bool(values["shared_cores"]),
-        gemm_tiles=_tiles(values["gemm_tiles"]),
-        gemm_utilisation=_share("gemm_utilisation", values["gemm_utilisation"]),
+        shared_cores=config.shared_cores,
+        gemm_tiles=_tiles(config.gemm_tiles),
+        gemm_utilisation=_share("gemm_utilisation", config.gemm_utilisation),
         gemm_tile_overhead_cycles=_non_negative(
-            "gemm_tile_overhead_cycles", values["gemm_tile_overhead_cycles"]
+            "gemm_tile_overhead_cycles", config.gemm_tile_overhead_cycles
         ),
-        attention_utilisation=_share("attention_utilisation", values["attention_utilisation"]),
-        memory_utilisation=_share("memory_utilisation", values["memory_utilisation"]),
-        kernel_latency_s=_non_negative("kernel_latency_s", values["kernel_latency_s"]),
-        attention=check_kernel(str(values["attention"])),
-        tp_comm_overlap=bool(values["tp_comm_overlap"]),
-        collectives_hold_cores=bool(values["collectives_hold_cores"]),
-        fuse_elementwise=bool(values["fuse_elementwise"]),
-        fuse_norm_rope=bool(values["fuse_norm_rope"]),
-        hbm_shared=bool(values["hbm_shared"]),
+        attention_utilisation=_share("attention_utilisation", config.attention_utilisation),
+        memory_utilisation=_share("memory_utilisation", config.memory_utilisation),
+        kernel_latency_s=_non_negative("kernel_latency_s", config.kernel_latency_s),
+        attention=check_kernel(config.attention),
+        tp_comm_overlap=config.tp_comm_overlap,
+        collectives_hold_cores=config.collectives_hold_cores,
+        fuse_elementwise=config.fuse_elementwise,
+        fuse_norm_rope=config.fuse_norm_rope,
+        hbm_shared=config.hbm_shared,
     )

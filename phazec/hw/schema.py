@@ -1,21 +1,17 @@
 """Config schemas of the `hw`, `system` and `cost` groups.
 
-Hydra checks key names and types against these dataclasses at composition; value ranges are checked by
+Hydra checks key names and types against these dataclasses at composition (through their mutable
+twins, `phazec.config.schema`); a field without a default must be set. Value ranges are checked by
 `phazec.hw.space.hw_space_from_config`, `phazec.hw.system.system_from_config` and
-`phazec.cost.model.latency_model_from_config`, which turn a composed node into the plain frozen objects
-the rest of phazec uses.
+`phazec.cost.model.latency_model_from_config`, which turn these settings into the objects the rest of
+phazec uses.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from phazec.errors import PhazecError
-
-
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class DeviceConfig:
     """The device model of a chip (`phazec.hw.device`): how well kernels use its cores and memory."""
 
@@ -55,7 +51,7 @@ class DeviceConfig:
     (Megatron-Core's `--tp-comm-overlap`; `phazec.predict.layer_costs.overlap_collectives`)."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class HwConfig:
     """A hardware search space in the PHAZE template (a single design is a space with every knob fixed).
 
@@ -64,19 +60,19 @@ class HwConfig:
     included, both powers of two).
     """
 
-    name: str = MISSING
+    name: str
     """Preset name, used in tables and results."""
-    num_tc: Any = MISSING
+    num_tc: Any
     """Tensor-core counts."""
-    tc_width: Any = MISSING
+    tc_width: Any
     """Systolic-array widths (output columns per cycle)."""
-    tc_depth: Any = MISSING
+    tc_depth: Any
     """Systolic-array depths (reduction length per cycle)."""
-    num_vc: Any = MISSING
+    num_vc: Any
     """Vector-core counts."""
     vc_width: Any = "tied"
     """Vector-core widths (lanes), or `tied`: equal to the tensor-core width of the same design."""
-    glb_bytes: Any = MISSING
+    glb_bytes: Any
     """On-chip global-buffer sizes in bytes (the area table has 2 MiB .. 128 MiB, powers of two)."""
     area_budget_mm2: Any = "tpuv4"
     """Largest area kept, in mm^2: a number, `tpuv4` (the TPUv4-like design's area) or null (no budget)."""
@@ -86,9 +82,9 @@ class HwConfig:
     """Keep designs with one tensor core or one vector core even below the floor (as PHAZE does)."""
     power_budget_w: float | None = None
     """Largest peak power kept, in watts (`phazec.hw.energy.peak_power_w`); null for no power budget."""
-    hbm_bytes_per_s: float = MISSING
+    hbm_bytes_per_s: float
     """HBM bandwidth in bytes/s."""
-    clock_hz: float = MISSING
+    clock_hz: float
     """Core clock in Hz."""
     sram_interpolation: bool = False
     """Allow SRAM sizes between the area table's entries, priced by linear interpolation (logged)."""
@@ -96,13 +92,13 @@ class HwConfig:
     """The device model (defaults: the ideal chip)."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class TierConfig:
     """One level of the network: groups of up to `group_size` devices talk over these links."""
 
-    group_size: int = MISSING
+    group_size: int
     """Largest group of devices this tier connects (e.g. 8 GPUs of a node)."""
-    bandwidth_bytes_per_s: float = MISSING
+    bandwidth_bytes_per_s: float
     """Link bandwidth per device and direction, in bytes/s."""
     latency_s: float = 0.0
     """Latency of one message step, in seconds."""
@@ -112,53 +108,26 @@ class TierConfig:
     """Fixed latency of each collective call inside a layer (launch, synchronisation), in seconds."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class SystemConfig:
     """The training system: devices, global batch, HBM capacities to try and network tiers."""
 
-    name: str = MISSING
+    name: str
     """Preset name, used in tables and results."""
-    devices: int = MISSING
+    devices: int
     """Number of accelerators."""
-    global_batch: int = MISSING
+    global_batch: int
     """Samples per training step."""
     hbm_gb: list[float] = field(default_factory=lambda: [32.0, 64.0, 80.0])
     """HBM capacities to search over, in GB (1e9 bytes)."""
-    tiers: list[TierConfig] = MISSING
+    tiers: list[TierConfig]
     """Network tiers from the smallest group to the whole system; a collective uses the first tier whose
     group size covers its group."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CostConfig:
     """The per-operator latency model."""
 
     name: str = "tiled"
     """`tiled` (phazec's model) or `phaze` (the PHAZE reference's closed form)."""
-
-
-def plain_config(node: Any, schema: type, group: str) -> dict[str, Any]:
-    """The values of a config node as plain Python data, checked against `schema`.
-
-    Args:
-        node: a composed node (DictConfig), a schema instance or a plain dict.
-        schema: the group's schema dataclass.
-        group: the config group, for messages (e.g. "hw").
-
-    Raises:
-        PhazecError: a key is unknown, a value has the wrong type, or a required value is missing.
-    """
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
-    except OmegaConfBaseException as error:
-        detail = " ".join(str(error).split())
-        raise PhazecError(f"The {group} config does not fit its schema {schema.__name__}: {detail}") from None
-    missing = sorted(OmegaConf.missing_keys(merged))
-    if missing:
-        raise PhazecError(
-            f"The {group} config is missing {', '.join(f'{group}.{key}' for key in missing)}: "
-            f"every field of {schema.__name__} without a default must be set (see conf/{group}/)."
-        )
-    values = OmegaConf.to_container(merged, resolve=True)
-    assert isinstance(values, dict)
-    return {str(key): value for key, value in values.items()}

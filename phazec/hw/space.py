@@ -22,7 +22,7 @@ from phazec.hw.area import (
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.device import DeviceModel, device_from_config
 from phazec.hw.energy import peak_power_w
-from phazec.hw.schema import HwConfig, plain_config
+from phazec.hw.schema import HwConfig
 
 logger = logging.getLogger(__name__)
 
@@ -159,31 +159,29 @@ def interpolated_sizes(space: HwSpace) -> dict[str, list[int]]:
     }
 
 
-def hw_space_from_config(node: Any) -> HwSpace:
-    """The validated search space of a composed `hw` config node (or an HwConfig, or a plain dict).
+def hw_space_from_config(config: HwConfig) -> HwSpace:
+    """The validated search space of an `hw` preset.
 
     Raises:
-        PhazecError: a field is missing, unknown, of the wrong type, or out of range.
+        PhazecError: a value is out of range.
     """
-    values = plain_config(node, HwConfig, "hw")
-    vc_raw = values["vc_width"]
-    power_raw = values["power_budget_w"]
+    power = config.power_budget_w
     space = HwSpace(
-        name=values["name"],
-        num_tc=validate_knob("num_tc", values["num_tc"]),
-        tc_width=validate_knob("tc_width", values["tc_width"]),
-        tc_depth=validate_knob("tc_depth", values["tc_depth"]),
-        num_vc=validate_knob("num_vc", values["num_vc"]),
-        vc_width=None if vc_raw == TIED else validate_knob("vc_width", vc_raw),
-        glb_bytes=validate_knob("glb_bytes", values["glb_bytes"]),
-        area_budget_mm2=validate_area_budget(values["area_budget_mm2"]),
-        area_floor=validate_fraction("hw.area_floor", values["area_floor"]),
-        floor_exempt_single_core=values["floor_exempt_single_core"],
-        power_budget_w=None if power_raw is None else validate_positive("hw.power_budget_w", power_raw),
-        hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", values["hbm_bytes_per_s"]),
-        clock_hz=validate_positive("hw.clock_hz", values["clock_hz"]),
-        sram_interpolation=values["sram_interpolation"],
-        device=device_from_config(values["device"]),
+        name=config.name,
+        num_tc=validate_knob("num_tc", config.num_tc),
+        tc_width=validate_knob("tc_width", config.tc_width),
+        tc_depth=validate_knob("tc_depth", config.tc_depth),
+        num_vc=validate_knob("num_vc", config.num_vc),
+        vc_width=None if config.vc_width == TIED else validate_knob("vc_width", config.vc_width),
+        glb_bytes=validate_knob("glb_bytes", config.glb_bytes),
+        area_budget_mm2=validate_area_budget(config.area_budget_mm2),
+        area_floor=validate_fraction("hw.area_floor", config.area_floor),
+        floor_exempt_single_core=config.floor_exempt_single_core,
+        power_budget_w=None if power is None else validate_positive("hw.power_budget_w", power),
+        hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s),
+        clock_hz=validate_positive("hw.clock_hz", config.clock_hz),
+        sram_interpolation=config.sram_interpolation,
+        device=device_from_config(config.device),
     )
     interpolated_sizes(space)  # raises for a buffer size off the area tables
     return space

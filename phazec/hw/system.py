@@ -2,11 +2,12 @@
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
-from phazec.hw.schema import SystemConfig, plain_config
+from phazec.hw.schema import SystemConfig, TierConfig
 from phazec.hw.space import validate_positive
 
 BYTES_PER_GB = 1e9
@@ -69,7 +70,7 @@ def _non_negative(name: str, value: Any) -> float:
     return float(value)
 
 
-def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier, ...]:
+def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier, ...]:
     """The network tiers: group sizes strictly ascending, the last covering `devices`, bandwidths > 0,
     efficiencies in (0, 1] and latencies >= 0. A tier's bandwidth is the nominal one times its efficiency.
 
@@ -80,19 +81,19 @@ def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier
         raise PhazecError("system.tiers is empty: give at least one tier covering every device.")
     tiers = []
     for i, tier in enumerate(raw):
-        efficiency = tier["efficiency"]
+        efficiency = tier.efficiency
         if isinstance(efficiency, bool) or not 0 < efficiency <= 1:
             raise PhazecError(
                 f"system.tiers[{i}].efficiency = {efficiency!r} is not valid: it must be a share of the "
                 f"nominal bandwidth in (0, 1]."
             )
-        nominal = validate_positive(f"system.tiers[{i}].bandwidth_bytes_per_s", tier["bandwidth_bytes_per_s"])
+        nominal = validate_positive(f"system.tiers[{i}].bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
         tiers.append(
             NetworkTier(
-                group_size=_positive_int(f"system.tiers[{i}].group_size", tier["group_size"]),
+                group_size=_positive_int(f"system.tiers[{i}].group_size", tier.group_size),
                 bandwidth_bytes_per_s=nominal * float(efficiency),
-                latency_s=_non_negative(f"system.tiers[{i}].latency_s", tier["latency_s"]),
-                call_latency_s=_non_negative(f"system.tiers[{i}].call_latency_s", tier["call_latency_s"]),
+                latency_s=_non_negative(f"system.tiers[{i}].latency_s", tier.latency_s),
+                call_latency_s=_non_negative(f"system.tiers[{i}].call_latency_s", tier.call_latency_s),
             )
         )
     sizes = [tier.group_size for tier in tiers]
@@ -104,23 +105,22 @@ def validate_tiers(raw: list[dict[str, Any]], devices: int) -> tuple[NetworkTier
     return tuple(tiers)
 
 
-def system_from_config(node: Any) -> System:
-    """The validated system of a composed `system` config node (or a SystemConfig, or a plain dict).
+def system_from_config(config: SystemConfig) -> System:
+    """The validated system of a `system` preset.
 
     Raises:
-        PhazecError: a field is missing, unknown, of the wrong type, or out of range.
+        PhazecError: a value is out of range.
     """
-    values = plain_config(node, SystemConfig, "system")
-    devices = _positive_int("system.devices", values["devices"])
-    hbm_gb = values["hbm_gb"]
+    devices = _positive_int("system.devices", config.devices)
+    hbm_gb = config.hbm_gb
     if not hbm_gb:
         raise PhazecError("system.hbm_gb is empty: give at least one HBM capacity in GB, e.g. [32, 64, 80].")
     return System(
-        name=values["name"],
+        name=config.name,
         devices=devices,
-        global_batch=_positive_int("system.global_batch", values["global_batch"]),
+        global_batch=_positive_int("system.global_batch", config.global_batch),
         hbm_bytes=tuple(
             sorted(validate_positive(f"system.hbm_gb[{i}]", gb) * BYTES_PER_GB for i, gb in enumerate(hbm_gb))
         ),
-        tiers=validate_tiers(values["tiers"], devices),
+        tiers=validate_tiers(config.tiers, devices),
     )

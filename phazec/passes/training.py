@@ -1,5 +1,4 @@
-"""The training-graph pipeline (norm-rope -> tensor parallel -> attention -> autodiff -> fuse -> memory) and
-its per-layer rows."""
+"""A training graph's per-layer rows: FLOPs, kernels, all-reduces and memory of each layer, for tables."""
 
 from __future__ import annotations
 
@@ -8,52 +7,7 @@ from dataclasses import dataclass
 from phazec.errors import PhazecError
 from phazec.ir.core import Graph, LayerMemory, Model, OpKind
 from phazec.ir.ops import collective_bytes, flops, gemm_dims
-from phazec.passes.attention import Attention
-from phazec.passes.autodiff import Autodiff
-from phazec.passes.base import PassTiming, Pipeline
-from phazec.passes.fuse import Fuse
-from phazec.passes.memory import Memory
-from phazec.passes.norm_rope import NormRope
-from phazec.passes.tensor_parallel import TensorParallel
-
-
-def training_pipeline(
-    width: int,
-    *,
-    vocab_parallel: bool = False,
-    fuse: bool = True,
-    optimizer: str = "sgd",
-    update: bool = False,
-    attention: str = "unfused",
-    causal: bool = False,
-    fuse_elementwise: bool = False,
-    fuse_norm_rope: bool = False,
-) -> Pipeline:
-    """The passes that turn a lowered model into per-device training graphs with memory figures.
-
-    Args:
-        width: tensor-parallel width t.
-        vocab_parallel: also split the embedding and the LM head over the vocabulary.
-        fuse: fuse each GEMM with its single elementwise consumer.
-        optimizer: `sgd` or `adam`, for the optimizer state (and the update op).
-        update: attach each layer's once-per-batch optimizer update graph.
-        attention: the attention kernel (`unfused`, `fused_softmax`, `flash`; `phazec.passes.attention`).
-        causal: the model's attention is causal (the kernel masks by position and skips masked tiles).
-        fuse_elementwise: fuse each group of elementwise ops into one kernel (`phazec.passes.fuse`).
-        fuse_norm_rope: run each RMSNorm and rotary-embedding chain as one kernel
-            (`phazec.passes.norm_rope`).
-    """
-    return Pipeline(
-        (
-            NormRope(fuse_norm_rope),
-            TensorParallel(width, vocab_parallel),
-            Attention(attention, causal),
-            Autodiff(optimizer if update else None),
-            Fuse(fuse, fuse_elementwise),
-            Memory(optimizer),
-        )
-    )
-
+from phazec.passes.pipeline import GraphSettings, PassTiming, training_pipeline
 
 ON_CHIP = (OpKind.GEMM, OpKind.VECTOR, OpKind.FUSED)
 """Kinds of operator that run as kernels on the cores."""
@@ -115,7 +69,7 @@ def rows_at(model: Model, microbatch: int) -> list[TrainingRow]:
         cls = model.classes[layer.cls]
         if cls.backward is None or cls.memory is None:
             raise PhazecError(
-                f"model {model.name!r} has no backward graphs or memory: run training_pipeline."
+                f"model {model.name!r} has no backward graphs or memory: run the training pipeline (`phazec.passes.pipeline`)."
             )
         rows.append(
             TrainingRow(
@@ -137,31 +91,11 @@ def rows_at(model: Model, microbatch: int) -> list[TrainingRow]:
 
 
 def training_rows(
-    model: Model,
-    width: int,
-    *,
-    microbatch: int = 1,
-    vocab_parallel: bool = False,
-    fuse: bool = True,
-    optimizer: str = "sgd",
-    attention: str = "unfused",
-    causal: bool = False,
-    fuse_elementwise: bool = False,
-    fuse_norm_rope: bool = False,
+    model: Model, width: int, settings: GraphSettings, *, microbatch: int = 1
 ) -> tuple[list[TrainingRow], list[PassTiming]]:
     """Run the training pipeline on a lowered model at width t; per-layer rows and pass timings.
 
     The input model is not changed (it can be shared across widths).
     """
-    pipeline = training_pipeline(
-        width,
-        vocab_parallel=vocab_parallel,
-        fuse=fuse,
-        optimizer=optimizer,
-        attention=attention,
-        causal=causal,
-        fuse_elementwise=fuse_elementwise,
-        fuse_norm_rope=fuse_norm_rope,
-    )
-    trained, timings = pipeline.run(model)
+    trained, timings = training_pipeline(width, settings).run(model)
     return rows_at(trained, microbatch), timings

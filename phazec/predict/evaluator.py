@@ -27,12 +27,12 @@ from phazec.passes.attention import core_ops
 from phazec.passes.memory import megatron_bytes
 from phazec.predict.layer_costs import class_costs, sequence_split_width
 from phazec.predict.schedule_problem import schedule_problem
+from phazec.predict.training import Knobs
 from phazec.solvers.placement.model import (
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     PlacementResult,
-    Recompute,
     Variant,
     evaluate_plan,
     megatron_plan,
@@ -48,37 +48,6 @@ log = logging.getLogger(__name__)
 
 BOUND_MARGIN = 1e-9
 """Relative amount by which a layer's latency lower bound is lowered to absorb rounding."""
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """The training knobs one search covers (tuples are searched over)."""
-
-    microbatches: tuple[int, ...]
-    recompute: tuple[Recompute | bool, ...]
-    """Recompute modes (false/true mean none/full)."""
-    hbm_bytes: tuple[int, ...]
-    optimizer: str
-    interleave: tuple[int, ...] = (1,)
-    """Model chunks per pipeline stage (interleaved 1F1B when > 1)."""
-    distributed_optimizer: tuple[bool, ...] = (False,)
-    sequence_parallel: tuple[bool, ...] = (False,)
-    last_stage_recomputes: bool = False
-    """Megatron-LM's rule (true) or PHAZE's (false: the last stage never recomputes)."""
-    overlap_grad_reduce: bool = False
-    """Overlap the DP gradient all-reduce with the backward pass."""
-    overlap_param_gather: bool = False
-    """With a distributed optimizer, overlap the weights' all-gather with the next forward pass."""
-    pipeline_sends_masks: bool = False
-    """Pipeline stages also send the tensors built from inputs and constants (`phazec.ir.core.Edge`)."""
-    optimizer_step: bool = False
-    """Time the optimizer step at the design's HBM bandwidth (PHAZE does not)."""
-
-    @property
-    def sync_hides(self) -> bool:
-        """Whether a DP sync can hide behind a pass, so that a plan's time can fall as a layer's
-        latency grows (`phazec.solvers.placement`)."""
-        return self.overlap_grad_reduce or (self.overlap_param_gather and any(self.distributed_optimizer))
 
 
 @dataclass(frozen=True)
@@ -267,7 +236,7 @@ class Evaluator:
             tensor_parallel=np.stack([r.tensor_parallel for r in rows]),
             edges=edges,
             edge_bytes=np.array(
-                [e.nbytes(microbatch, self.knobs.pipeline_sends_masks) for e in reference.edges],
+                [e.nbytes(microbatch, self.knobs.fixed.pipeline_sends_masks) for e in reference.edges],
                 dtype=np.int64,
             ),
             device_count=self.system.devices,
@@ -275,14 +244,14 @@ class Evaluator:
             samples_per_microbatch=microbatch,
             tiers=self.system.tiers,
             hbm_bytes=self.knobs.hbm_bytes[0],
-            recompute=recompute_mode(self.knobs.recompute[0]),
-            optimizer="adam" if self.knobs.optimizer == "adam" else "sgd",
+            recompute=recompute_mode(self.knobs.fixed.recompute),
+            optimizer="adam" if self.knobs.fixed.optimizer == "adam" else "sgd",
             selective_stash_bytes=np.stack([r.selective_bytes for r in rows]),
             selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
-            last_stage_recomputes=self.knobs.last_stage_recomputes,
-            overlap_grad_reduce=self.knobs.overlap_grad_reduce,
-            overlap_param_gather=self.knobs.overlap_param_gather,
-            hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.optimizer_step else 0.0,
+            last_stage_recomputes=self.knobs.fixed.last_stage_recomputes,
+            overlap_grad_reduce=self.knobs.fixed.overlap_grad_reduce,
+            overlap_param_gather=self.knobs.fixed.overlap_param_gather,
+            hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             sequence_parallel=sequence_parallel,
             bound_sync_windows=bound_sync_windows,
         )
@@ -293,24 +262,24 @@ class Evaluator:
         return [
             Variant(t, recompute_mode(recompute), hbm, interleave, distributed)
             for t in sorted(self.graphs)
-            for recompute in self.knobs.recompute
+            for recompute in self.knobs.tried("recompute")
             for hbm in hbm_sizes or self.knobs.hbm_bytes
-            for interleave in self.knobs.interleave
-            for distributed in self.knobs.distributed_optimizer
+            for interleave in self.knobs.tried("interleave")
+            for distributed in self.knobs.tried("distributed_optimizer")
         ]
 
     def evaluate(self, designs: Designs) -> list[Candidate]:
         """Every (design, microbatch, variant) of a batch of designs, in that order."""
-        microbatches = self.knobs.microbatches
+        microbatches = self.knobs.tried("microbatch")
         latencies = {
             (mb, sp): self.layer_latencies_s(designs, mb, sp)
             for mb in microbatches
-            for sp in self.knobs.sequence_parallel
+            for sp in self.knobs.tried("sequence_parallel")
         }
         candidates = []
         for j in range(len(designs)):
             for microbatch in microbatches:
-                for sequence_parallel in self.knobs.sequence_parallel:
+                for sequence_parallel in self.knobs.tried("sequence_parallel"):
                     start = time.perf_counter()
                     problem = self.problem(
                         latencies[microbatch, sequence_parallel], j, microbatch, designs, sequence_parallel
@@ -337,8 +306,8 @@ class Evaluator:
         """
         variants = self.variants((max(self.knobs.hbm_bytes),))
         out = np.full(len(designs), np.inf)
-        for microbatch in self.knobs.microbatches:
-            for sequence_parallel in self.knobs.sequence_parallel:
+        for microbatch in self.knobs.tried("microbatch"):
+            for sequence_parallel in self.knobs.tried("sequence_parallel"):
                 latencies = self.layer_lower_bounds_s(designs, microbatch, sequence_parallel)
                 start = time.perf_counter()
                 solved: dict[bytes, float] = {}
@@ -368,7 +337,9 @@ class Evaluator:
         model = self.graphs[min(self.graphs)]
         block = max(model.classes, key=lambda cls: cls.count)
         start = time.perf_counter()
-        costs = class_costs(block, designs, self.system, self.latency_model, max(self.knobs.microbatches))
+        costs = class_costs(
+            block, designs, self.system, self.latency_model, max(self.knobs.tried("microbatch"))
+        )
         self.timings.cost_s += time.perf_counter() - start
         problems = [
             self.schedule_problem(block.graph, costs.forward, designs, j) for j in range(len(designs))
@@ -389,12 +360,13 @@ class Evaluator:
             )
         candidates = []
         reasons = []
-        for microbatch in self.knobs.microbatches:
+        for microbatch in self.knobs.tried("microbatch"):
             latencies = {
-                sp: self.layer_latencies_s(designs, microbatch, sp) for sp in self.knobs.sequence_parallel
+                sp: self.layer_latencies_s(designs, microbatch, sp)
+                for sp in self.knobs.tried("sequence_parallel")
             }
             for j in range(len(designs)):
-                for sequence_parallel in self.knobs.sequence_parallel:
+                for sequence_parallel in self.knobs.tried("sequence_parallel"):
                     problem = self.problem(
                         latencies[sequence_parallel], j, microbatch, designs, sequence_parallel
                     )

@@ -11,12 +11,11 @@ with `plan.require_fit=true`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from omegaconf import DictConfig
-
-from phazec.config.schema import PlanConfig
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.ir.core import Model, OpKind
@@ -24,6 +23,7 @@ from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Evaluator
 from phazec.predict.layer_costs import class_costs
+from phazec.predict.training import RECORDED, Training
 from phazec.solvers.placement.model import (
     PlanFigures,
     StageMemory,
@@ -32,6 +32,25 @@ from phazec.solvers.placement.model import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """One training plan to time (`phazec-plan`'s `plan.*`), as Megatron-LM runs it: its widths, one
+    setting of every training knob, and the split of the blocks over the stages."""
+
+    tp: int = 1
+    """Tensor-parallel width (one of `model.tp_widths` is not required)."""
+    pp: int = 1
+    """Pipeline stages."""
+    dp: int = 1
+    """Data-parallel width (pipeline replicas)."""
+    training: Training = field(default_factory=Training)
+    """The training knobs (`plan.<knob>`; the optimizer is `train.optimizer`)."""
+    layers: tuple[int, ...] | None = None
+    """Transformer blocks of each stage, first stage first; None splits them evenly (Megatron)."""
+    require_fit: bool = False
+    """Make a plan that does not fit in HBM an error instead of a warning."""
 
 
 @dataclass(frozen=True)
@@ -108,16 +127,8 @@ class PlanReport:
     """One plan's predicted iteration: time, throughput, breakdown and memory."""
 
     model: str
-    tp: int
-    pp: int
-    dp: int
-    microbatch: int
-    recompute: str
-    sequence_parallel: bool
-    interleave: int
-    optimizer: str
-    """`train.optimizer`: `sgd` (no state) or `adam` (mixed-precision Adam)."""
-    distributed_optimizer: bool
+    plan: Plan
+    """The plan timed (sequence parallelism off at tp 1, as Megatron-LM turns it off)."""
     devices: int
     """Devices the plan uses: tp * pp * dp."""
     microbatches_per_pipeline: int
@@ -140,8 +151,16 @@ class PlanReport:
     warning: str | None
     """Why the plan does not fit (None when it fits)."""
 
+    def plain(self) -> dict[str, Any]:
+        """The report as plain data (plan.json): the model, the plan's widths and its recorded knobs
+        (`phazec.predict.training.RECORDED`), then every figure."""
+        data = dataclasses.asdict(self)
+        plan = data.pop("plan")
+        knobs = {name: plan["training"][name] for name in RECORDED}
+        return {"model": data.pop("model"), **{k: plan[k] for k in ("tp", "pp", "dp")}, **knobs, **data}
 
-def plan_stages(model: Model, plan: PlanConfig) -> Stages:
+
+def plan_stages(model: Model, plan: Plan) -> Stages:
     """Megatron's stages: the blocks split evenly (or `plan.layers` per stage), the embedding first,
     the head last; every stage's block count divisible by the interleave."""
     blocks = list(range(1, len(model.layers) - 1))
@@ -158,10 +177,11 @@ def plan_stages(model: Model, plan: PlanConfig) -> Stages:
             f"plan.layers={counts} is not valid: give {plan.pp} positive block counts (one per stage, "
             f"plan.pp={plan.pp}) adding up to the model's {len(blocks)} blocks."
         )
-    bad = [c for c in counts if c % plan.interleave]
+    interleave = plan.training.interleave
+    bad = [c for c in counts if c % interleave]
     if bad:
         raise PhazecError(
-            f"plan.interleave={plan.interleave} does not divide the blocks per stage {counts}; the "
+            f"plan.interleave={interleave} does not divide the blocks per stage {counts}; the "
             "interleaved schedule splits each stage into that many equal model chunks."
         )
     stages, first = [], 1
@@ -173,30 +193,29 @@ def plan_stages(model: Model, plan: PlanConfig) -> Stages:
     return tuple(tuple(stage) for stage in stages)
 
 
-def time_plan(cfg: DictConfig, evaluator: Evaluator, designs: Designs) -> PlanReport:
-    """The report of `cfg.plan` on the first design, with an evaluator already built for the plan's
-    knobs (`predict_plan` builds it from the config; benches pass one whose model they built)."""
-    plan = cfg.plan
-    stages = plan_stages(evaluator.graphs[int(plan.tp)], plan)
-    microbatch = int(plan.microbatch)
-    latencies = evaluator.layer_latencies_s(designs, microbatch, bool(plan.sequence_parallel))
-    problem = evaluator.problem(latencies, 0, microbatch, designs, bool(plan.sequence_parallel))
+def time_plan(plan: Plan, evaluator: Evaluator, designs: Designs) -> PlanReport:
+    """The report of `plan` on the first design, with an evaluator built for the plan's knobs
+    (`Knobs.single`; `phazec-plan` builds it from the config, benches pass one whose model they built)."""
+    training = plan.training
+    stages = plan_stages(evaluator.graphs[plan.tp], plan)
+    latencies = evaluator.layer_latencies_s(designs, training.microbatch, training.sequence_parallel)
+    problem = evaluator.problem(latencies, 0, training.microbatch, designs, training.sequence_parallel)
     variant = evaluator.variants()[0]
-    figures = explain_plan(variant.applied(problem), stages, int(plan.tp), int(plan.dp))
-    return plan_report(cfg, evaluator, designs, stages, figures)
+    figures = explain_plan(variant.applied(problem), stages, plan.tp, plan.dp)
+    return plan_report(plan, evaluator, designs, stages, figures)
 
 
 def plan_report(
-    cfg: DictConfig, evaluator: Evaluator, designs: Designs, stages: Stages, figures: PlanFigures
+    plan: Plan, evaluator: Evaluator, designs: Designs, stages: Stages, figures: PlanFigures
 ) -> PlanReport:
     """The report of an evaluated plan: throughput, FLOPs, breakdown and the fullest stage's memory."""
-    plan, placement = cfg.plan, figures.placement
-    tp, microbatch = int(plan.tp), int(plan.microbatch)
+    placement = figures.placement
+    tp, microbatch = plan.tp, plan.training.microbatch
     model = evaluator.graphs[tp]
     samples = evaluator.system.global_batch
     time_s = placement.time_per_batch_s
-    devices = tp * int(plan.pp) * int(plan.dp)
-    layers = layer_figures(evaluator, designs, model, microbatch, bool(plan.sequence_parallel))
+    devices = tp * plan.pp * plan.dp
+    layers = layer_figures(evaluator, designs, model, microbatch, plan.training.sequence_parallel)
     model_flops = 0.0
     recompute_flops = 0.0
     for stage, mode in zip(stages, figures.modes, strict=True):
@@ -212,15 +231,7 @@ def plan_report(
     peak = 2.0 * macs * float(designs.clock_hz[0])
     return PlanReport(
         model=model.name,
-        tp=tp,
-        pp=int(plan.pp),
-        dp=int(plan.dp),
-        microbatch=microbatch,
-        recompute=str(plan.recompute),
-        sequence_parallel=bool(plan.sequence_parallel),
-        interleave=int(plan.interleave),
-        optimizer=str(cfg.train.optimizer),
-        distributed_optimizer=bool(plan.distributed_optimizer),
+        plan=plan,
         devices=devices,
         microbatches_per_pipeline=placement.microbatches_per_pipeline,
         layers_per_stage=tuple(len(stage) for stage in stages),
@@ -323,7 +334,7 @@ def fullest(figures: PlanFigures) -> DeviceMemory:
     )
 
 
-def not_fit_warning(memory: DeviceMemory, plan: DictConfig) -> str:
+def not_fit_warning(memory: DeviceMemory, plan: Plan) -> str:
     """How much the fullest stage is over HBM, what dominates it, and the remedies the plan does not use
     yet."""
     parts = {
@@ -335,18 +346,19 @@ def not_fit_warning(memory: DeviceMemory, plan: DictConfig) -> str:
     }
     dominant = max(parts, key=lambda name: parts[name])
     sharded = "" if plan.dp > 1 else " with dp > 1"
+    training = plan.training
     remedies = [
         remedy
         for remedy, unused in (
-            ("full recompute (plan.recompute=full)", plan.recompute == "selective"),
-            ("recompute (plan.recompute=selective or full)", plan.recompute == "none"),
+            ("full recompute (plan.recompute=full)", training.recompute == "selective"),
+            ("recompute (plan.recompute=selective or full)", training.recompute == "none"),
             (
                 f"a distributed optimizer (plan.distributed_optimizer=true){sharded}",
-                not plan.distributed_optimizer,
+                not training.distributed_optimizer,
             ),
             (
                 "sequence parallelism (plan.sequence_parallel=true)",
-                plan.tp > 1 and not plan.sequence_parallel,
+                plan.tp > 1 and not training.sequence_parallel,
             ),
         )
         if unused

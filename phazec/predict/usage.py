@@ -261,7 +261,7 @@ class Usage:
             cut_bytes=tuple(c.cut_bytes for c in costs),
             param_bytes=tuple(c.param_bytes for c in costs),
             samples_per_batch=problem.microbatch_count * microbatch,
-            forward_runs=forward_runs(placement, self.evaluator.knobs.last_stage_recomputes),
-            core_runs=core_runs(placement, self.evaluator.knobs.last_stage_recomputes),
+            forward_runs=forward_runs(placement, self.evaluator.knobs.fixed.last_stage_recomputes),
+            core_runs=core_runs(placement, self.evaluator.knobs.fixed.last_stage_recomputes),
         )
         return plan_usage(placement, self._work[key], plan)

@@ -8,14 +8,15 @@ from phazec.report.table import render
 
 def plan_table(report: PlanReport) -> str:
     """The plan, its throughput, the iteration's parts and the fullest stage's memory."""
-    b, mem = report.breakdown, report.memory
-    sp = ", sequence parallel" if report.sequence_parallel else ""
-    interleave = f", interleave {report.interleave}" if report.interleave > 1 else ""
-    distributed = ", distributed" if report.distributed_optimizer else ""
+    b, mem, plan = report.breakdown, report.memory, report.plan
+    training = plan.training
+    sp = ", sequence parallel" if training.sequence_parallel else ""
+    interleave = f", interleave {training.interleave}" if training.interleave > 1 else ""
+    distributed = ", distributed" if training.distributed_optimizer else ""
     header = (
-        f"{report.model}: tp {report.tp} x pp {report.pp} x dp {report.dp} = {report.devices} devices, "
-        f"microbatch {report.microbatch}, recompute {report.recompute}{sp}{interleave}; layers per stage "
-        f"{list(report.layers_per_stage)}"
+        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp} = {report.devices} devices, "
+        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}; layers per "
+        f"stage {list(report.layers_per_stage)}"
     )
     speed = (
         f"{report.time_per_batch_s:.4g} s per iteration, {report.samples_per_s:.4g} samples/s, "
@@ -37,7 +38,7 @@ def plan_table(report: PlanReport) -> str:
     memory = [
         ("weights", mem.weights_bytes),
         ("gradients", mem.gradients_bytes),
-        (f"optimizer state ({report.optimizer}{distributed})", mem.optimizer_state_bytes),
+        (f"optimizer state ({training.optimizer}{distributed})", mem.optimizer_state_bytes),
         (f"activations ({mem.in_flight} in flight)", mem.activation_stash_bytes),
         ("recompute working set", mem.activation_working_bytes),
         ("total", mem.total_bytes),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RayConfig:
     """The Ray cluster of `search.executor=ray`."""
 
@@ -18,7 +18,7 @@ class RayConfig:
     `max_retries`, exceptions included); a batch failing once more stops the search."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class SearchConfig:
     """Architecture search strategy, its processes and its saved state."""
 

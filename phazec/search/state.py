@@ -11,6 +11,7 @@ believed. Floats are written with `repr`, which reads back to the same bits."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import asdict
@@ -19,9 +20,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from omegaconf import DictConfig, OmegaConf
 
 import phazec
+from phazec.frontend.schema import ModelConfig
 from phazec.predict.evaluator import Candidate
 from phazec.solvers import core
 from phazec.solvers.placement.model import NoFeasiblePlacement, Placement, PlacementResult, Stage
@@ -42,25 +43,25 @@ IGNORED = (
 only changes the comparison, computed after the search)."""
 
 
-def state_key(cfg: DictConfig) -> str:
-    """The hash naming the state of a search with this config."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(plain, dict)
+def state_key(config: dict[str, Any], onnx: str) -> str:
+    """The hash naming the state of a search with this resolved config (plain data) and ONNX file
+    digest (`onnx_digest`)."""
+    plain = copy.deepcopy(config)
     for path in IGNORED:
         node = plain
         for part in path[:-1]:
             node = node.get(part, {})
         node.pop(path[-1], None)
-    keyed = {"state": STATE_VERSION, "code": code_digest(), "config": plain, "onnx": onnx_digest(cfg)}
+    keyed = {"state": STATE_VERSION, "code": code_digest(), "config": plain, "onnx": onnx}
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
 
 
-def onnx_digest(cfg: DictConfig) -> str:
+def onnx_digest(model: ModelConfig) -> str:
     """The SHA-256 of the ONNX file of `model.path` (empty for Hugging Face presets, whose export is
     fully named by the config)."""
-    if cfg.model.source != "onnx":
+    if model.source != "onnx":
         return ""
-    return sealed.digest(Path(cfg.model.path).expanduser().read_bytes())
+    return sealed.digest(Path(model.path).expanduser().read_bytes())
 
 
 def code_digest() -> str:

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class SolverConfig:
     """The scheduling ILP's backend and limits."""
 

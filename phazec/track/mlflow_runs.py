@@ -28,7 +28,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from phazec.config.schema import model_list, override_strings
+from phazec.config.command_line import model_list, override_strings
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.sweep import ERROR_TXT, Summary
 from phazec.track.sweep import SweepCallback, error_message, error_text, one_line

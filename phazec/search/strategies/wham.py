@@ -175,7 +175,7 @@ def stage_works(evaluator: Evaluator, placement: Placement) -> list[StageWork]:
     """The distinct stages of a plan, as runs of layer classes."""
     model = evaluator.graphs[placement.t]
     out: list[StageWork] = []
-    last = evaluator.knobs.last_stage_recomputes
+    last = evaluator.knobs.fixed.last_stage_recomputes
     runs, core = usage.forward_runs(placement, last), usage.core_runs(placement, last)
     for i, stage in enumerate(placement.stages):
         counts = sorted(Counter(model.layers[layer].cls for layer in stage.layers).items())

@@ -1,0 +1,232 @@
+"""A composed config, checked once and typed: what every command reads.
+
+`settings_from_config(cfg)` runs, before anything is lowered or evaluated, every check a group's values need on
+their own (non-finite numbers anywhere, missing or ill-typed keys, the model's dimensions, the cache
+directory, the space, system, cost model, solver, search, training knobs and plan) and returns frozen
+`Settings`: nothing below the commands sees the composed config. The checks one command alone needs
+stay with it (`phazec.commands.search`: microbatches dividing the global batch, the baseline plan;
+`phazec.commands.plan`: the plan's widths against the system). Each check raises a PhazecError naming
+the bad value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import types
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from phazec.config.schema import ParallelConfig, TrackingConfig, hydra_twin
+from phazec.cost.model import LatencyModel, latency_model_from_config
+from phazec.errors import PhazecError
+from phazec.frontend import default_cache_dir
+from phazec.frontend.schema import ModelConfig
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
+from phazec.hw.space import HwSpace, hw_space_from_config
+from phazec.hw.system import System, system_from_config
+from phazec.predict.plan_report import Plan
+from phazec.predict.training import KNOB_FIELDS, SEARCHED, Knobs, Training, check_knob, spec
+from phazec.search.driver import check_search
+from phazec.search.schema import SearchConfig
+from phazec.solvers.schedule.backends import check_config
+from phazec.solvers.schema import SolverConfig
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every group of a composed config, checked and typed."""
+
+    model: ModelConfig
+    hw: HwSpace
+    """The hardware space, validated (enumerate it with `phazec.hw.space.enumerate_designs`)."""
+    system: System
+    cost: LatencyModel
+    train: Knobs
+    """The training settings a search tries (`train.*`, with `system.hbm_gb`)."""
+    plan: Plan
+    """The plan `phazec-plan` times (`plan.*`, with `train.optimizer`)."""
+    parallel: ParallelConfig
+    search: SearchConfig
+    solver: SolverConfig
+    tracking: TrackingConfig
+    cache_dir: Path
+    """Where exported ONNX files and solver results are cached (`cache_dir`, resolved)."""
+    config: dict[str, Any]
+    """The resolved config as plain data: what result.json and plan.json echo, and what a search
+    state's key hashes."""
+
+
+def settings_from_config(cfg: DictConfig) -> Settings:
+    """Check a composed config and type it (module docstring).
+
+    Raises:
+        PhazecError: the first bad value, named, with what would be valid.
+    """
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    finite_numbers(plain)
+    search = typed(SearchConfig, cfg.search, "search")
+    check_search(search)
+    model = typed(ModelConfig, cfg.model, "model")
+    model_dims(model)
+    cache_dir = default_cache_dir(str(plain["cache_dir"]))
+    writable_dir(cache_dir, "cache_dir")
+    solver = typed(SolverConfig, cfg.solver, "solver")
+    check_config(solver)
+    system_config = typed(SystemConfig, cfg.system, "system")
+    system = system_from_config(system_config)
+    return Settings(
+        model=model,
+        hw=hw_space_from_config(typed(HwConfig, cfg.hw, "hw")),
+        system=system,
+        cost=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
+        train=train_knobs(cfg.train, system_config),
+        plan=plan_settings(cfg.plan, cfg.train),
+        parallel=typed(ParallelConfig, cfg.parallel, "parallel"),
+        search=search,
+        solver=solver,
+        tracking=typed(TrackingConfig, cfg.tracking, "tracking"),
+        cache_dir=cache_dir,
+        config={str(key): value for key, value in plain.items()},
+    )
+
+
+def typed(kind: type[T], node: Any, group: str) -> T:
+    """`node` (a composed group, or plain data) as the frozen settings `kind`, checked against its
+    schema (`phazec.config.schema.hydra_twin`).
+
+    Raises:
+        PhazecError: a key is unknown, a value has the wrong type, or a required value is missing.
+    """
+    data = checked(kind, node, group)
+    return build(kind, data)
+
+
+def checked(kind: type, node: Any, group: str) -> dict[str, Any]:
+    """The values of `node` merged into the schema of settings `kind`, as plain data."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(hydra_twin(kind)), node)
+    except OmegaConfBaseException as error:
+        detail = " ".join(str(error).split())
+        raise PhazecError(f"The {group} config does not fit its schema {kind.__name__}: {detail}") from None
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise PhazecError(
+            f"The {group} config is missing {', '.join(f'{group}.{key}' for key in missing)}: "
+            f"every field of {kind.__name__} without a default must be set (see conf/{group}/)."
+        )
+    values = OmegaConf.to_container(merged, resolve=True)
+    assert isinstance(values, dict)
+    return {str(key): value for key, value in values.items()}
+
+
+def build(kind: type[T], data: dict[str, Any]) -> T:
+    """Frozen settings `kind` from plain data of its shape (nested settings built in turn, lists kept
+    or made tuples as the field's type says)."""
+    hints = get_type_hints(kind)
+    values = {f.name: _value(hints[f.name], data[f.name]) for f in fields(kind) if f.name in data}  # type: ignore[arg-type]
+    return kind(**values)
+
+
+def _value(kind: Any, value: Any) -> Any:
+    """Plain `value` as a field of type `kind` holds it."""
+    origin = get_origin(kind)
+    if is_dataclass(kind) and isinstance(kind, type):
+        return build(kind, value)
+    if origin is types.UnionType and value is not None:
+        return _value(next(arg for arg in get_args(kind) if arg is not type(None)), value)
+    if origin in (list, tuple) and value is not None:
+        element = get_args(kind)[0]
+        items = [_value(element, item) for item in value]
+        return tuple(items) if origin is tuple else items
+    return value
+
+
+def train_knobs(train: Any, system: SystemConfig) -> Knobs:
+    """The training settings a search tries: each searched knob's list of `train.*` (checked), every
+    other knob's setting, and the HBM sizes of `system.hbm_gb` in the order given."""
+    values = checked(Training, train, "train")
+    fixed = Training(
+        **{
+            k.name: check_knob("train", k.name, values[k.name])
+            for k in KNOB_FIELDS
+            if not spec(k.name).searched
+        }
+    )
+    return Knobs.of({name: values[name] for name in SEARCHED}, fixed, [round(g * 1e9) for g in system.hbm_gb])
+
+
+def plan_settings(plan: Any, train: Any) -> Plan:
+    """The plan of `plan.*`: positive widths, each knob checked, and the optimizer of `train.optimizer`.
+
+    Raises:
+        PhazecError: a width or knob value is not valid.
+    """
+    values = checked(Plan, plan, "plan")
+    for name in ("tp", "pp", "dp"):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PhazecError(f"plan.{name}={value!r} is not valid: it must be a positive integer.")
+    knobs = {k.name: check_knob("plan", k.name, values[k.name]) for k in KNOB_FIELDS if spec(k.name).in_plan}
+    optimizer = check_knob("train", "optimizer", checked(Training, train, "train")["optimizer"])
+    layers = values["layers"]
+    return Plan(
+        tp=values["tp"],
+        pp=values["pp"],
+        dp=values["dp"],
+        training=Training(**knobs, optimizer=optimizer),
+        layers=None if layers is None else tuple(layers),
+        require_fit=values["require_fit"],
+    )
+
+
+DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
+"""hf_config keys that name a model dimension, which must be a positive integer."""
+
+
+def finite_numbers(node: Any, prefix: str = "") -> None:
+    """Every number in the config is finite (NaN and inf are never valid, and would silently turn
+    comparisons such as the area bins of `search.bin_mm2` into something else)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            finite_numbers(value, f"{prefix}{key}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            finite_numbers(value, f"{prefix.removesuffix('.')}[{i}].")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise PhazecError(f"{prefix.removesuffix('.')}={node} is not a finite number; give a finite value.")
+
+
+def model_dims(model: ModelConfig) -> None:
+    """A Hugging Face preset's dimensions are positive integers (`phazec.frontend.validate` checks its
+    sequence length)."""
+    if model.source != "hf":
+        return
+    for key, value in model.hf_config.items():
+        if DIMENSION.search(str(key)) and (
+            isinstance(value, bool) or not isinstance(value, int) or value <= 0
+        ):
+            raise PhazecError(
+                f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
+            )
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """`path` is (or can be made) a directory this process can create files in."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise PhazecError(
+            f"{what} {str(path)!r} is not a writable directory ({err.strerror or err}); give a directory "
+            "you can write to."
+        ) from None

@@ -1,0 +1,230 @@
+"""The training knobs, each declared once: a field of `Training`.
+
+A knob's field gives its name, its type, its value for one plan (`phazec-plan`'s `plan.<knob>`) and,
+in the docstring under it, what it means; `knob()` adds what the search does with it (`train.<knob>`:
+a list of values it tries, or one setting for every plan), its valid values and whether the compiled
+model of time and memory reads it. Everything else comes from this one declaration:
+- the `train` and `plan` config schemas (`phazec.config.schema`) and their range checks (`check_knob`);
+- the settings a search tries, in the order ties between equally fast plans are broken (`Knobs`);
+- the settings the compiled core receives (`core_settings`);
+- the plan of result.json, the columns of explored.csv and the plan fields of plan.json (`SEARCHED`,
+  `RECORDED`);
+- the configuration reference of the docs.
+
+Adding a knob is adding a field here, plus its use: where it changes a training graph or a layer's
+cost, there; where the compiled core reads it (`core=True`), one line of `PHAZEC_PLAN_SETTINGS` in
+ext/include/phazec/placement.hpp and its use in ext/src/placement.cpp.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from typing import Any
+
+from phazec.errors import PhazecError
+from phazec.passes.memory import OPTIMIZER_STATE_BYTES
+from phazec.solvers.placement.model import RECOMPUTE_MODES
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """What the search does with a knob, and its valid values (a `Training` field's metadata)."""
+
+    search: Any
+    """The search's default (`train.<knob>`): a list of values to try for a searched knob, or the one
+    value every plan of a search gets (it can differ from `phazec-plan`'s, as for PHAZE's rules)."""
+    searched: bool
+    """Whether `train.<knob>` is a list of values the search tries."""
+    in_plan: bool
+    """Whether `phazec-plan` takes it as `plan.<knob>` (else from `train.<knob>`)."""
+    recorded: bool
+    """Whether plan.json names it beside the plan's widths."""
+    core: bool
+    """Whether the compiled model of time and memory reads it (`core_settings`)."""
+    choices: tuple[Any, ...] | None
+    """Its valid values (None: any value of its type)."""
+    legacy: Mapping[Any, Any]
+    """Old spellings the search's lists still take, and the value each means."""
+    minimum: int | None
+    """Its least valid value (None: no bound)."""
+
+
+def knob(
+    plan: Any,
+    *,
+    search: Any = MISSING,
+    in_plan: bool = True,
+    recorded: bool | None = None,
+    core: bool = False,
+    choices: Sequence[Any] | None = None,
+    legacy: Mapping[Any, Any] | None = None,
+    minimum: int | None = None,
+) -> Any:
+    """A `Training` field: `plan` is its value for one plan; the rest is `KnobSpec` (`search` defaults to
+    `plan`; a list makes the knob searched; `recorded` defaults to `searched`)."""
+    default = plan if search is MISSING else search
+    searched = isinstance(default, list)
+    spec = KnobSpec(
+        search=default,
+        searched=searched,
+        in_plan=in_plan,
+        recorded=searched if recorded is None else recorded,
+        core=core,
+        choices=None if choices is None else tuple(choices),
+        legacy=dict(legacy or {}),
+        minimum=minimum,
+    )
+    return field(default=plan, metadata={"knob": spec})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """One setting of every training knob: the plan `phazec-plan` times (`plan.*`), or one of the
+    plans a search tries (every combination of the lists of `train.*`)."""
+
+    microbatch: int = knob(1, search=[1, 2, 4, 8], minimum=1)
+    """Microbatch size (samples); it must divide `system.global_batch`."""
+    recompute: str = knob(
+        "none",
+        search=[False, True],
+        core=True,
+        choices=RECOMPUTE_MODES,
+        legacy={False: "none", True: "full"},
+    )
+    """Activation recomputation: `none`, `selective` (the attention core) or `full` (every layer); in a
+    search's list, false and true mean none and full."""
+    sequence_parallel: bool = knob(False, search=[False])
+    """Megatron's sequence parallelism: activations outside the attention and MLP GEMMs split over the
+    tensor-parallel group."""
+    interleave: int = knob(1, search=[1], core=True, minimum=1)
+    """Model chunks (virtual stages) per pipeline stage: Megatron's interleaved 1F1B when > 1; it must
+    divide the blocks of each stage."""
+    optimizer: str = knob("sgd", in_plan=False, recorded=True, choices=tuple(OPTIMIZER_STATE_BYTES))
+    """`sgd` (no state) or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and
+    gradients); `phazec-plan` reads it here too."""
+    distributed_optimizer: bool = knob(False, search=[False], core=True)
+    """Shard the optimizer state over the data-parallel replicas (Megatron's distributed optimizer,
+    ZeRO-1)."""
+    last_stage_recomputes: bool = knob(True, search=False, core=True)
+    """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does);
+    the search follows PHAZE by default."""
+    overlap_grad_reduce: bool = knob(False, core=True)
+    """Overlap the data-parallel gradient reduction with the backward pass (Megatron's
+    `--overlap-grad-reduce`; off by default, as in Megatron-LM)."""
+    overlap_param_gather: bool = knob(False, core=True)
+    """With a distributed optimizer, gather the updated weights during the first stage's next forward
+    pass (Megatron-Core's `--overlap-param-gather`; off by default)."""
+    pipeline_sends_masks: bool = knob(False)
+    """A pipeline stage also sends the next the tensors built from the model's inputs and constants
+    alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's
+    outputs; false: every stage builds its own, as Megatron-LM's and Megatron-Core's stages do."""
+    optimizer_step: bool = knob(True, search=False)
+    """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
+    read and written once (all of them without a distributed optimizer), every gradient zeroed; the
+    search leaves it out by default, as PHAZE does."""
+
+
+KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)
+"""Every knob, in declaration order."""
+
+
+def spec(name: str) -> KnobSpec:
+    """The `KnobSpec` of knob `name`."""
+    found: KnobSpec = Training.__dataclass_fields__[name].metadata["knob"]
+    return found
+
+
+SEARCHED = tuple(f.name for f in KNOB_FIELDS if spec(f.name).searched)
+"""The knobs a search tries lists of, in declaration order: the plan entry of result.json and the
+columns of explored.csv."""
+RECORDED = tuple(f.name for f in KNOB_FIELDS if spec(f.name).recorded)
+"""The knobs plan.json names beside the plan's widths."""
+CORE = tuple(f.name for f in KNOB_FIELDS if spec(f.name).core)
+"""The knobs the compiled core reads."""
+
+
+def check_knob(group: str, name: str, value: Any) -> Any:
+    """One setting of knob `name` given as `<group>.<name>` (`plan`, or an element of a `train` list),
+    in its normal spelling (legacy spellings translated).
+
+    Raises:
+        PhazecError: the value is not one of the knob's choices or is below its minimum.
+    """
+    knob_spec = spec(name)
+    value = next((v for k, v in knob_spec.legacy.items() if type(k) is type(value) and k == value), value)
+    if knob_spec.choices is not None and value not in knob_spec.choices:
+        legacy = ", ".join(f"{k!r} means {v!r}" for k, v in knob_spec.legacy.items())
+        raise PhazecError(
+            f"{group}.{name}={value!r} is not valid; valid: {list(knob_spec.choices)}"
+            + (f" ({legacy} in a search's list)." if legacy and group == "train" else ".")
+        )
+    if knob_spec.minimum is not None and (isinstance(value, bool) or value < knob_spec.minimum):
+        raise PhazecError(
+            f"{group}.{name}={value!r} is not valid: it must be an integer >= {knob_spec.minimum}."
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The training settings one search covers: the values of each searched knob, one value of every
+    other knob, and the HBM sizes (`system.hbm_gb`) each plan is tried with."""
+
+    values: tuple[tuple[str, tuple[Any, ...]], ...]
+    """(knob, its values in the order tried) for each searched knob, in declaration order."""
+    fixed: Training
+    """Every knob's setting; a searched knob holds its first value."""
+    hbm_bytes: tuple[int, ...]
+    """HBM sizes to try, in the order given."""
+
+    @classmethod
+    def of(cls, lists: Mapping[str, Sequence[Any]], fixed: Training, hbm_bytes: Sequence[int]) -> Knobs:
+        """The knobs from each searched knob's list (checked: non-empty, each value valid) and the
+        setting of every other."""
+        values = []
+        for name in SEARCHED:
+            given = list(lists[name])
+            if not given:
+                raise PhazecError(
+                    f"train.{name}=[] is not valid: list at least one setting to search, e.g. "
+                    f"{spec(name).search}."
+                )
+            values.append((name, tuple(check_knob("train", name, v) for v in given)))
+        first = {name: settings[0] for name, settings in values}
+        return cls(tuple(values), replace(fixed, **first), tuple(int(h) for h in hbm_bytes))
+
+    @classmethod
+    def single(cls, training: Training, hbm_bytes: int) -> Knobs:
+        """One plan's settings and one HBM size (what `phazec-plan` times)."""
+        values = tuple((name, (getattr(training, name),)) for name in SEARCHED)
+        return cls(values, training, (hbm_bytes,))
+
+    def tried(self, name: str) -> tuple[Any, ...]:
+        """The values tried of knob `name` (one for a knob not searched)."""
+        return dict(self.values).get(name, (getattr(self.fixed, name),))
+
+    def settings(self, names: Sequence[str]) -> Iterator[dict[str, Any]]:
+        """Every combination of the tried values of `names`, the last varying fastest."""
+        for combination in itertools.product(*(self.tried(name) for name in names)):
+            yield dict(zip(names, combination, strict=True))
+
+    @property
+    def sync_hides(self) -> bool:
+        """Whether a DP sync can hide behind a pass, so that a plan's time can fall as a layer's
+        latency grows (`phazec.solvers.placement`)."""
+        fixed = self.fixed
+        return fixed.overlap_grad_reduce or (
+            fixed.overlap_param_gather and any(self.tried("distributed_optimizer"))
+        )
+
+
+def core_settings(training: Training) -> dict[str, int | bool]:
+    """The settings the compiled core reads, by name (a mode as its index among the knob's choices)."""
+    out: dict[str, int | bool] = {}
+    for name in CORE:
+        value = getattr(training, name)
+        choices = spec(name).choices
+        out[name] = choices.index(value) if choices is not None else value
+    return out

@@ -1,0 +1,125 @@
+"""The records of a search's answer: result.json's `design`, `plan`, outcomes and `search` entries, and
+explored.csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from phazec.hw.designs import Designs
+from phazec.predict.evaluator import Candidate, Timings
+from phazec.predict.usage import USAGE_COLUMNS, Usage, usage_cells
+from phazec.search.loop import Found
+from phazec.solvers.placement.model import Placement
+
+
+def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
+    """The `design` entry of result.json."""
+    return {
+        "num_tc": int(designs.num_tc[i]),
+        "tc_width": int(designs.tc_width[i]),
+        "tc_depth": int(designs.tc_depth[i]),
+        "num_vc": int(designs.num_vc[i]),
+        "vc_width": int(designs.vc_width[i]),
+        "glb_bytes": int(designs.glb_bytes[i]),
+        "hbm_bytes": hbm_bytes,
+        "area_mm2": float(designs.area_mm2[i]),
+    }
+
+
+def plan_record(candidate: Candidate) -> dict[str, Any]:
+    """The `plan` entry of result.json."""
+    placement = candidate.result
+    assert isinstance(placement, Placement)
+    return {
+        "microbatch": candidate.microbatch,
+        "recompute": placement.recompute,
+        "sequence_parallel": placement.sequence_parallel,
+        "interleave": placement.interleave,
+        "distributed_optimizer": placement.distributed_optimizer,
+        "tp": placement.t,
+        "pp": placement.stage_count,
+        "dp": placement.d,
+        "stages": [{"layers": list(s.layers), "devices": s.devices} for s in placement.stages],
+    }
+
+
+def outcome(designs: Designs, candidate: Candidate | None, usage: Usage | None = None) -> dict[str, Any]:
+    """Design, plan and throughput of a candidate (None: nothing fits); with `usage` (on the same
+    designs), also its peak power, throughput per watt, core utilisation and energy."""
+    if candidate is None:
+        return {"design": None, "plan": None, "throughput_samples_per_s": 0.0, "time_per_batch_s": None}
+    placement = candidate.result
+    assert isinstance(placement, Placement)
+    out = {
+        "design": design_record(designs, candidate.design, placement.hbm_bytes),
+        "plan": plan_record(candidate),
+        "throughput_samples_per_s": placement.throughput_samples_per_s,
+        "time_per_batch_s": placement.time_per_batch_s,
+    }
+    if usage is not None:
+        power_w = float(designs.peak_power_w[candidate.design])
+        out |= {
+            "peak_power_w": power_w,
+            "throughput_per_watt": placement.throughput_samples_per_s / power_w,
+            **usage(candidate),
+        }
+    return out
+
+
+def explored_csv(found: Found, usage: Usage) -> str:
+    """One row per evaluated (design, microbatch, t, recompute, sequence parallelism, interleave,
+    distributed optimizer, HBM), with a plan's power, utilisation and energy (`phazec.predict.usage`)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([
+        "design", "num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2",
+        "microbatch", "tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer",
+        "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s", "throughput_samples_per_s",
+        "min_memory_bytes", *USAGE_COLUMNS,
+    ])  # fmt: skip
+    d = found.designs
+    for c in found.candidates:
+        r = c.result
+        knobs = [int(d.num_tc[c.design]), int(d.tc_width[c.design]), int(d.tc_depth[c.design]),
+                 int(d.num_vc[c.design]), int(d.vc_width[c.design]), int(d.glb_bytes[c.design])]  # fmt: skip
+        row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute]
+        row += [r.sequence_parallel, r.interleave, r.distributed_optimizer, r.hbm_bytes]
+        if isinstance(r, Placement):
+            row += [True, r.stage_count, r.d, repr(r.time_per_batch_s), repr(r.throughput_samples_per_s), ""]
+            row += usage_cells(outcome(d, c, usage))
+        else:
+            row += [False, "", "", "", "", r.min_memory_bytes] + [""] * len(USAGE_COLUMNS)
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def speedup(throughput: float, reference: float) -> float | None:
+    """`throughput` over a reference throughput (None when the reference has no plan)."""
+    return throughput / reference if reference else None
+
+
+def search_record(
+    strategy: str,
+    designs_total: int,
+    designs_evaluated: int,
+    timings: Timings,
+    wall_s: float,
+    *,
+    pruned_by: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """The `search` entry of result.json (`pruned_by`: the designs not evaluated, by reason)."""
+    return {
+        "strategy": strategy,
+        "designs_total": designs_total,
+        "designs_evaluated": designs_evaluated,
+        "designs_pruned": designs_total - designs_evaluated,
+        "designs_pruned_by": pruned_by or {},
+        "wall_s": wall_s,
+        "cost_s": timings.cost_s,
+        "ilp_s": timings.ilp_s,
+        "dp_s": timings.dp_s,
+        "ilp_cache_hits": timings.ilp_cache_hits,
+        "schedules_unproven": timings.unproven_json(),
+    }
