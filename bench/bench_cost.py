@@ -14,9 +14,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from phazec.config.schema import register
+from phazec.config.settings import typed
 from phazec.cost.model import MODELS
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
+from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind
@@ -39,9 +41,9 @@ def main() -> None:
     block = next(trained.classes[layer.cls] for layer in trained.layers if layer.kind is LayerKind.BLOCK)
     assert block.backward is not None
     start = time.perf_counter()
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
     print(f"enumerate {len(designs)} designs: {time.perf_counter() - start:.3f} s")
-    system = system_from_config(cfg.system)
+    system = system_from_config(typed(SystemConfig, cfg.system, "system"))
     ops = len(block.graph.ops) + len(block.backward.ops)
     for name, model in MODELS.items():
         times = []

@@ -33,7 +33,7 @@ import csv
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,12 +42,14 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
-from phazec.commands.plan import plan_knobs
-from phazec.commands.setup import configured_graphs, setup
-from phazec.frontend import default_cache_dir, load_model
+from phazec.commands.setup import graph_settings, setup
+from phazec.config.settings import settings_from_config
+from phazec.frontend import load_model
 from phazec.hw.designs import Designs
+from phazec.passes.pipeline import training_graphs
 from phazec.predict.evaluator import Evaluator
-from phazec.predict.plan_report import PlanReport, time_plan
+from phazec.predict.plan_report import Plan, PlanReport, time_plan
+from phazec.predict.training import Knobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
@@ -254,7 +256,7 @@ class Prepared:
     """A run lowered once: its config, evaluator and chip, re-priced for any utilisation."""
 
     run: Run
-    cfg: DictConfig
+    plan: Plan
     evaluator: Evaluator
     designs: Designs
 
@@ -262,14 +264,13 @@ class Prepared:
 def prepare(run: Run, overrides: tuple[str, ...] = ()) -> Prepared:
     """Set a run up as `phazec-plan` does (`phazec.commands.setup.setup` with the plan's knobs), its model
     exported with two blocks and repeated to its depth; `overrides` as in `run_config`."""
-    cfg = run_config(run, overrides)
-    knobs = plan_knobs(cfg)
-    job = setup(cfg, knobs, widths=[run.tp])
-    model = fidelity_models.deepen(load_model(job.model_cfg, default_cache_dir(cfg.cache_dir)), run.layers)
-    graphs = configured_graphs(
-        cfg, job.model_cfg, job.designs, model, widths=[run.tp], optimizer=knobs.optimizer
-    )
-    return Prepared(run, cfg, replace(job.evaluator, graphs=graphs), job.designs)
+    settings = settings_from_config(run_config(run, overrides))
+    plan = settings.plan
+    job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
+    model = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
+    options = graph_settings(settings, job.designs.device, plan.training.optimizer)
+    graphs = training_graphs(model, [run.tp], options)
+    return Prepared(run, plan, replace(job.evaluator, graphs=graphs), job.designs)
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,7 @@ def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
             designs.device, gemm_utilisation=device.utilisation, kernel_latency_s=device.kernel_s
         )
         designs = replace(designs, device=fitted)
-    return time_plan(prepared.cfg, prepared.evaluator, designs)
+    return time_plan(prepared.plan, prepared.evaluator, designs)
 
 
 UTILISATIONS = np.round(np.arange(0.30, 1.001, 0.01), 2)
@@ -398,7 +399,7 @@ def main() -> None:
           f" {'compute s':>10s} {'TP s':>7s} {'bubble s':>9s} {'DP sync s':>10s}")  # fmt: skip
     for p in prepared:
         report = predict(p, fitted.get(p.run.chip))
-        reports[p.run.row_id] = asdict(report)
+        reports[p.run.row_id] = report.plain()
         split = "calibration" if p.run.row_id in CALIBRATION[p.run.chip] else "held-out"
         error = report.time_per_batch_s / p.run.measured_s - 1
         errors.setdefault((p.run.chip, split), []).append(abs(error))

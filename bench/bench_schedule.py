@@ -22,14 +22,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from phazec.commands.search import tpuv4_designs
-from phazec.passes.pipeline import training_graphs
 from phazec.config.schema import register
+from phazec.config.settings import typed
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import class_costs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.solvers.schedule.problem import ScheduleProblem
@@ -55,9 +57,9 @@ def config(*overrides: str) -> DictConfig:
 
 def design_sets() -> list[tuple[str, Designs]]:
     """The TPUv4 design, and RANDOM_DESIGNS designs of tpu_area drawn with seed 0."""
-    space = enumerate_designs(hw_space_from_config(config("hw=tpu_area").hw))
+    space = enumerate_designs(hw_space_from_config(typed(HwConfig, config("hw=tpu_area").hw, "hw")))
     drawn = np.sort(np.random.default_rng(0).choice(len(space), RANDOM_DESIGNS, replace=False))
-    return [("tpuv4", tpuv4_designs(CONF)), ("random", space.take(drawn))]
+    return [("tpuv4", tpuv4_designs()), ("random", space.take(drawn))]
 
 
 def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:
@@ -69,8 +71,15 @@ def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:
         assert isinstance(model_cfg, ModelConfig)
         model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
         widths = sorted({min(model_cfg.tp_widths), max(model_cfg.tp_widths)})
-        graphs = training_graphs(model, widths, cfg.train.optimizer, cfg.parallel.vocab_parallel)
-        system, latency = system_from_config(cfg.system), latency_model_from_config(cfg.cost)
+        graphs = training_graphs(
+            model,
+            widths,
+            GraphSettings(optimizer=cfg.train.optimizer, vocab_parallel=cfg.parallel.vocab_parallel),
+        )
+        system, latency = (
+            system_from_config(typed(SystemConfig, cfg.system, "system")),
+            latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
+        )
         for t, graph in graphs.items():
             block = graph.classes[int(np.argmax(np.bincount([layer.cls for layer in graph.layers])))]
             assert block.backward is not None

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
 from phazec.commands.setup import Job, setup
+from phazec.config.settings import settings_from_config
 from phazec.predict.evaluator import Timings
 from phazec.search.driver import search
 from phazec.search.loop import Found
@@ -58,7 +59,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="phazec-scaling-") as tmp:
         scratch = Path(tmp)
         os.environ["RAY_TMPDIR"] = str(scratch)
-        job = setup(config())
+        job = setup(settings_from_config(config()))
         tasks = len(job.designs)
         walls: dict[tuple[str, int], float] = {}
         answers = set()

@@ -61,8 +61,8 @@ def section4_bytes(run: bench_fidelity.Run, report: PlanReport) -> int:
         "none": sum(stashes),
         "selective": sum(stashes) - blocks * core,
         "full": blocks * layer_input + last * layer_input,
-    }[report.recompute]
-    working = {"none": 0, "selective": core, "full": max(stashes)}[report.recompute]
+    }[report.plan.training.recompute]
+    working = {"none": 0, "selective": core, "full": max(stashes)}[report.plan.training.recompute]
     return -(-kept * memory.in_flight // run.interleave) + working
 
 
@@ -83,9 +83,10 @@ def main(path: Path) -> None:
         unfused = report if run.attention == "unfused" else timed(replace(run, attention="unfused"))
         memory = unfused.memory
         formula = section4_bytes(run, unfused)
-        plan = (f"t{report.tp} p{report.pp} d{report.dp} mb{report.microbatch} v{report.interleave} "
-                f"{report.recompute}{' sp' if report.sequence_parallel else ''}"
-                f"{' dopt' if report.distributed_optimizer else ''}")  # fmt: skip
+        p, k = report.plan, report.plan.training
+        plan = (f"t{p.tp} p{p.pp} d{p.dp} mb{k.microbatch} v{k.interleave} "
+                f"{k.recompute}{' sp' if k.sequence_parallel else ''}"
+                f"{' dopt' if k.distributed_optimizer else ''}")  # fmt: skip
         print(f"{run.row_id:24s} {plan:34s} {report.fits!s:5s} {report.memory.total_bytes / 1e9:9.2f} "
               f"{report.memory.activation_bytes:14d} {memory.activation_bytes:14d} {formula:14d} "
               f"{memory.activation_bytes - formula:7d} {report.time_per_batch_s:8.3f} "
@@ -96,7 +97,7 @@ def main(path: Path) -> None:
 def timed(run: bench_fidelity.Run) -> PlanReport:
     """The row's plan as `phazec-plan` times it."""
     prepared = bench_fidelity.prepare(run)
-    return time_plan(prepared.cfg, prepared.evaluator, prepared.designs)
+    return time_plan(prepared.plan, prepared.evaluator, prepared.designs)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
 from phazec.commands.setup import setup
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import MODELS, OpCosts, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel
+from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System, system_from_config
 from phazec.ir.core import Graph, Op, Tensor
@@ -35,7 +37,9 @@ TILED = MODELS["tiled"]
 
 
 def _preset(name: str) -> Designs:
-    return enumerate_designs(hw_space_from_config(OmegaConf.load(Path(conf_dir()) / "hw" / f"{name}.yaml")))
+    return enumerate_designs(
+        hw_space_from_config(typed(HwConfig, OmegaConf.load(Path(conf_dir()) / "hw" / f"{name}.yaml"), "hw"))
+    )
 
 
 def _designs(device: DeviceModel, *rows: dict[str, float]) -> Designs:
@@ -147,9 +151,9 @@ def test_independent_memory_bound_adds_share_the_hbm(shared: bool) -> None:
 def test_network_efficiency_and_call_latency_by_hand() -> None:
     # A ring all-reduce of 1 GB over 8 devices on a 300 GB/s tier at 75 % with 2 us steps and a 20 us call:
     # 2 * 7 / 8 * 1e9 / 225e9 + 14 * 2e-6 + 20e-6.
-    system = system_from_config({"name": "s", "devices": 8, "global_batch": 8, "tiers": [
+    system = system_from_config(typed(SystemConfig, {"name": "s", "devices": 8, "global_batch": 8, "tiers": [
         {"group_size": 8, "bandwidth_bytes_per_s": 300e9, "latency_s": 2e-6, "efficiency": 0.75,
-         "call_latency_s": 20e-6}]})  # fmt: skip
+         "call_latency_s": 20e-6}]}, "system"))  # fmt: skip
     op = OpWork(OpKind.ALL_REDUCE, collective_bytes=10**9, group_size=8)
     costs = op_costs(OpTable.from_rows([op]), _preset("a100"), system, TILED)
     assert costs.all_cores_s[0, 0] == pytest.approx(2 * 7 / 8 * 1e9 / 225e9 + 14 * 2e-6 + 20e-6, rel=1e-12)
@@ -223,7 +227,7 @@ def test_cost_phaze_is_refused_on_gpu_presets() -> None:
 def test_cost_phaze_on_a_gpu_preset_is_refused_before_the_lowering(tmp_path: Path) -> None:
     cfg = compose_config("hw=h100", "cost=phaze", f"cache_dir={tmp_path}", "tracking=none")
     with pytest.raises(PhazecError, match=r"cost=phaze .* meant for the TPU-like template only"):
-        setup(cfg)
+        setup(settings_from_config(cfg))
     assert not (tmp_path / "onnx").exists()  # Llama 2 7B was never exported
 
 
@@ -241,14 +245,14 @@ def test_bad_device_values_are_named(key: str, value: object, message: str) -> N
     node = OmegaConf.load(Path(conf_dir()) / "hw" / "a100.yaml")
     node.device[key] = value
     with pytest.raises(PhazecError, match=message):
-        hw_space_from_config(node)
+        hw_space_from_config(typed(HwConfig, node, "hw"))
 
 
 def test_bad_tier_efficiency_is_named() -> None:
     node = {"name": "s", "devices": 8, "global_batch": 8,
             "tiers": [{"group_size": 8, "bandwidth_bytes_per_s": 1e9, "efficiency": 1.2}]}  # fmt: skip
     with pytest.raises(PhazecError, match=r"system.tiers\[0\].efficiency = 1.2 is not valid"):
-        system_from_config(node)
+        system_from_config(typed(SystemConfig, node, "system"))
 
 
 def _two_independent_ops() -> Graph:

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from phazec.config.settings import typed
 from phazec.cost.model import MODELS, design_op_costs, latency_model_from_config, op_costs
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.hw.schema import CostConfig, SystemConfig
 from phazec.hw.system import System, system_from_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -18,7 +20,9 @@ PJ = 1e-12
 
 
 def _system(name: str) -> System:
-    return system_from_config(OmegaConf.load(CONF_DIR / "system" / f"{name}.yaml"))
+    return system_from_config(
+        typed(SystemConfig, OmegaConf.load(CONF_DIR / "system" / f"{name}.yaml"), "system")
+    )
 
 
 def _designs(num_tc: list[int]) -> Designs:
@@ -128,9 +132,19 @@ def test_design_op_costs_needs_one_design() -> None:
 
 
 def test_cost_config_picks_the_model() -> None:
-    assert latency_model_from_config(OmegaConf.load(CONF_DIR / "cost" / "tiled.yaml")).name == "tiled"
-    assert latency_model_from_config(OmegaConf.load(CONF_DIR / "cost" / "phaze.yaml")).name == "phaze"
+    assert (
+        latency_model_from_config(
+            typed(CostConfig, OmegaConf.load(CONF_DIR / "cost" / "tiled.yaml"), "cost")
+        ).name
+        == "tiled"
+    )
+    assert (
+        latency_model_from_config(
+            typed(CostConfig, OmegaConf.load(CONF_DIR / "cost" / "phaze.yaml"), "cost")
+        ).name
+        == "phaze"
+    )
     with pytest.raises(
         PhazecError, match=r"cost.name = 'roofline' is not a latency model; valid names are tiled"
     ):
-        latency_model_from_config({"name": "roofline"})
+        latency_model_from_config(typed(CostConfig, {"name": "roofline"}, "cost"))

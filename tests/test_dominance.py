@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from phazec.config.settings import typed
 from phazec.hw.designs import Designs
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.search.dominance import BLOCK, RESOURCES, dominated
 from tests.conftest import compose_config
@@ -40,7 +42,9 @@ def test_random_designs_across_blocks() -> None:
 
 
 def test_tpu_small_by_hand() -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config("hw=tpu_small").hw))
+    designs = enumerate_designs(
+        hw_space_from_config(typed(HwConfig, compose_config("hw=tpu_small").hw, "hw"))
+    )
     found = dominated(designs)
     assert found.tolist() == brute_force(designs)
     # The largest-area designs are never dominated; every kept design is maximal among the earlier ones.

@@ -5,6 +5,7 @@ import logging
 import numpy as np
 import pytest
 
+from phazec.config.settings import typed
 from phazec.errors import PhazecError
 from phazec.hw.area import (
     CORE_SRAM_UM2,
@@ -17,6 +18,7 @@ from phazec.hw.area import (
     tpuv4_area_mm2,
     vc_buffer_bytes,
 )
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from tests.conftest import compose_config
 
@@ -78,7 +80,9 @@ def test_interpolation_is_linear_and_said_once(caplog: pytest.LogCaptureFixture)
     area = sram_um2(np.array([48 * MIB]), GLB_SRAM_UM2, "global buffer", interpolate=True)
     assert area.tolist() == [(46750900.0 + 88605700.0) / 2]
     with caplog.at_level(logging.INFO, logger="phazec.hw"):
-        enumerate_designs(hw_space_from_config(compose_config("hw=a100").hw))  # a 40 MiB L2
+        enumerate_designs(
+            hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw"))
+        )  # a 40 MiB L2
     (line,) = [r.getMessage() for r in caplog.records if "interpolated" in r.getMessage()]
     assert line == (
         "hw space a100: global buffer sizes [41943040] bytes are between area-table entries: area "

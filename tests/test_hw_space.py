@@ -10,10 +10,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from phazec.config.schema import register
+from phazec.config.settings import typed
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.area import CORE_SRAM_UM2, GLB_SRAM_UM2, MIB, tpuv4_area_mm2
 from phazec.hw.designs import Designs
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 
@@ -34,7 +36,7 @@ def _preset(name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def tpu_area() -> Designs:
-    return enumerate_designs(hw_space_from_config(_compose("hw=tpu_area").hw))
+    return enumerate_designs(hw_space_from_config(typed(HwConfig, _compose("hw=tpu_area").hw, "hw")))
 
 
 def test_tpu_area_reproduces_the_paper_space(tpu_area: Designs) -> None:
@@ -72,7 +74,7 @@ def _reference_area_mm2(design: tuple[int, int, int, int, int, int]) -> float:
 
 def test_enumeration_matches_a_plain_loop() -> None:
     values = {**_preset("tpu_area"), "num_tc": {"pow2": [1, 64]}, "num_vc": {"pow2": [1, 64]}}
-    space = hw_space_from_config(values)
+    space = hw_space_from_config(typed(HwConfig, values, "hw"))
     designs = enumerate_designs(space)
     budget = tpuv4_area_mm2()
     expected = set()
@@ -91,27 +93,27 @@ def test_enumeration_matches_a_plain_loop() -> None:
 
 def test_equal_areas_are_ordered_by_knobs() -> None:
     values = {**_preset("tpuv4"), "tc_width": [2, 4], "tc_depth": [2, 4], "vc_width": [2], "num_tc": [1]}
-    designs = enumerate_designs(hw_space_from_config(values))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, values, "hw")))
     pairs = list(zip(designs.tc_width.tolist(), designs.tc_depth.tolist(), strict=True))
     assert pairs == [(4, 4), (2, 4), (4, 2), (2, 2)]
     assert designs.area_mm2[1] == designs.area_mm2[2]
 
 
 def test_enumeration_is_deterministic(tpu_area: Designs) -> None:
-    again = enumerate_designs(hw_space_from_config(_compose("hw=tpu_area").hw))
+    again = enumerate_designs(hw_space_from_config(typed(HwConfig, _compose("hw=tpu_area").hw, "hw")))
     for name in ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2"):
         assert np.array_equal(getattr(again, name), getattr(tpu_area, name))
 
 
 def test_single_design_presets() -> None:
-    tpuv4 = enumerate_designs(hw_space_from_config(_compose("hw=tpuv4").hw))
+    tpuv4 = enumerate_designs(hw_space_from_config(typed(HwConfig, _compose("hw=tpuv4").hw, "hw")))
     assert len(tpuv4) == 1 and round(float(tpuv4.area_mm2[0]), 3) == 278.827
-    a100 = enumerate_designs(hw_space_from_config(_compose("hw=a100").hw))
+    a100 = enumerate_designs(hw_space_from_config(typed(HwConfig, _compose("hw=a100").hw, "hw")))
     # 108 SMs of 32x32 at 1.41 GHz: 2 * 108 * 1024 * 1.41e9 = 311.9 TFLOP/s dense bf16.
     assert 2 * a100.num_tc[0] * a100.tc_width[0] * a100.tc_depth[0] * a100.clock_hz[0] == pytest.approx(
         311.9e12, rel=1e-3
     )
-    h100 = enumerate_designs(hw_space_from_config(_compose("hw=h100").hw))
+    h100 = enumerate_designs(hw_space_from_config(typed(HwConfig, _compose("hw=h100").hw, "hw")))
     assert 2 * h100.num_tc[0] * h100.tc_width[0] * h100.tc_depth[0] * h100.clock_hz[0] == pytest.approx(
         989e12, rel=1e-3
     )
@@ -122,27 +124,37 @@ def test_single_design_presets() -> None:
 @pytest.mark.parametrize("cost", ["phaze", "tiled"])
 def test_every_preset_composes(hw: str, system: str, cost: str) -> None:
     cfg = _compose(f"hw={hw}", f"system={system}", f"cost={cost}")
-    assert isinstance(hw_space_from_config(cfg.hw), HwSpace)
-    assert system_from_config(cfg.system).devices == 1024
-    assert latency_model_from_config(cfg.cost).name == cost
+    assert isinstance(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")), HwSpace)
+    assert system_from_config(typed(SystemConfig, cfg.system, "system")).devices == 1024
+    assert latency_model_from_config(typed(CostConfig, cfg.cost, "cost")).name == cost
 
 
 def test_power_budget_keeps_designs_within_it() -> None:
     # TPUv4 peak: 1.05 GHz * (8 * 128^2 MACs * 1.5 pJ + 256 lanes * 1 pJ) + 1.2 TB/s * 31.2 pJ = 244.1472 W
     tpuv4_w = 1.05e9 * (8 * 128 * 128 * 1.5e-12 + 256 * 1e-12) + 1.2e12 * 31.2e-12
     designs = enumerate_designs(
-        hw_space_from_config({**_preset("tpuv4"), "power_budget_w": tpuv4_w * 1.000001})
+        hw_space_from_config(
+            typed(HwConfig, {**_preset("tpuv4"), "power_budget_w": tpuv4_w * 1.000001}, "hw")
+        )
     )
     assert designs.peak_power_w.tolist() == [pytest.approx(tpuv4_w, rel=1e-12)]
     with pytest.raises(PhazecError, match="No design of hw space 'tpuv4' fits its budgets"):
-        enumerate_designs(hw_space_from_config({**_preset("tpuv4"), "power_budget_w": tpuv4_w * 0.999999}))
-    limited = enumerate_designs(hw_space_from_config({**_preset("tpu_area"), "power_budget_w": 100.0}))
+        enumerate_designs(
+            hw_space_from_config(
+                typed(HwConfig, {**_preset("tpuv4"), "power_budget_w": tpuv4_w * 0.999999}, "hw")
+            )
+        )
+    limited = enumerate_designs(
+        hw_space_from_config(typed(HwConfig, {**_preset("tpu_area"), "power_budget_w": 100.0}, "hw"))
+    )
     assert 0 < len(limited) < 29360 and (limited.peak_power_w <= 100.0).all()
 
 
 def test_floor_without_exemption_drops_small_designs() -> None:
     designs = enumerate_designs(
-        hw_space_from_config({**_preset("tpu_area"), "floor_exempt_single_core": False})
+        hw_space_from_config(
+            typed(HwConfig, {**_preset("tpu_area"), "floor_exempt_single_core": False}, "hw")
+        )
     )
     assert (designs.area_mm2 >= 0.3 * tpuv4_area_mm2()).all()
 
@@ -169,7 +181,7 @@ def test_floor_without_exemption_drops_small_designs() -> None:
 )
 def test_bad_values_are_clear_errors(key: str, value: object, message: str) -> None:
     with pytest.raises(PhazecError, match=message):
-        hw_space_from_config({**_preset("tpuv4"), key: value})
+        hw_space_from_config(typed(HwConfig, {**_preset("tpuv4"), key: value}, "hw"))
 
 
 def test_missing_field_in_a_hardware_file(tmp_path: Path) -> None:
@@ -177,19 +189,23 @@ def test_missing_field_in_a_hardware_file(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("clock_hz")))
     with pytest.raises(PhazecError, match=r"The hw config is missing hw.clock_hz"):
-        hw_space_from_config(OmegaConf.load(path))
+        hw_space_from_config(typed(HwConfig, OmegaConf.load(path), "hw"))
 
 
 def test_unknown_key_and_wrong_type_are_clear_errors() -> None:
     with pytest.raises(PhazecError, match="num_tcs"):
-        hw_space_from_config({**_preset("tpuv4"), "num_tcs": [8]})
+        hw_space_from_config(typed(HwConfig, {**_preset("tpuv4"), "num_tcs": [8]}, "hw"))
     with pytest.raises(PhazecError, match="area_floor"):
-        hw_space_from_config({**_preset("tpuv4"), "area_floor": "low"})
+        hw_space_from_config(typed(HwConfig, {**_preset("tpuv4"), "area_floor": "low"}, "hw"))
 
 
 def test_pow2_range_expands_inclusively() -> None:
     space = hw_space_from_config(
-        {**_preset("tpuv4"), "num_tc": {"pow2": [1, 16]}, "glb_bytes": [4 * MIB, 2 * MIB, 4 * MIB]}
+        typed(
+            HwConfig,
+            {**_preset("tpuv4"), "num_tc": {"pow2": [1, 16]}, "glb_bytes": [4 * MIB, 2 * MIB, 4 * MIB]},
+            "hw",
+        )
     )
     assert space.num_tc == (1, 2, 4, 8, 16)
     assert space.glb_bytes == (2 * MIB, 4 * MIB)

@@ -6,7 +6,9 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from phazec.config.settings import typed
 from phazec.errors import PhazecError
+from phazec.hw.schema import SystemConfig
 from phazec.hw.system import NetworkTier, System, system_from_config
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -19,7 +21,7 @@ def _preset(name: str) -> dict[str, Any]:
 
 
 def test_phaze_1024() -> None:
-    system = system_from_config(_preset("phaze_1024"))
+    system = system_from_config(typed(SystemConfig, _preset("phaze_1024"), "system"))
     assert system == System(
         name="phaze_1024",
         devices=1024,
@@ -34,7 +36,7 @@ def test_phaze_1024() -> None:
 
 
 def test_dgx_a100_picks_nvlink_inside_a_node_and_infiniband_across() -> None:
-    system = system_from_config(_preset("dgx_a100"))
+    system = system_from_config(typed(SystemConfig, _preset("dgx_a100"), "system"))
     # The bandwidths collectives reach: NVLink at 77 % of 300 GB/s, InfiniBand at 90 % of 25 GB/s.
     assert system.tier_for(1).bandwidth_bytes_per_s == 0.77 * 300e9
     assert system.tier_for(8).bandwidth_bytes_per_s == 0.77 * 300e9
@@ -45,7 +47,7 @@ def test_dgx_a100_picks_nvlink_inside_a_node_and_infiniband_across() -> None:
 
 
 def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
-    system = system_from_config(_preset("jean_zay_a100"))
+    system = system_from_config(typed(SystemConfig, _preset("jean_zay_a100"), "system"))
     # BLOOM's cluster: 4 Omni-Path links of 100 Gb/s per 8 GPUs, at 90 % of the line rate.
     assert (system.devices, system.global_batch) == (384, 2048)
     assert system.tier_for(8).bandwidth_bytes_per_s == 0.77 * 300e9
@@ -91,11 +93,11 @@ def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
 )
 def test_bad_values_are_clear_errors(change: dict[str, Any], message: str) -> None:
     with pytest.raises(PhazecError, match=message):
-        system_from_config({**_preset("phaze_1024"), **change})
+        system_from_config(typed(SystemConfig, {**_preset("phaze_1024"), **change}, "system"))
 
 
 def test_missing_tiers_is_a_clear_error() -> None:
     values = _preset("phaze_1024")
     del values["tiers"]
     with pytest.raises(PhazecError, match=r"The system config is missing system\.tiers"):
-        system_from_config(values)
+        system_from_config(typed(SystemConfig, values, "system"))

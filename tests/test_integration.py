@@ -10,14 +10,16 @@ import pytest
 from omegaconf import OmegaConf
 
 from phazec.cli import conf_dir
+from phazec.config.settings import typed
 from phazec.cost.model import latency_model_from_config
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind, Model, OpKind
 from phazec.passes.pipeline import training_pipeline
 from phazec.predict.evaluator import Evaluator
-from phazec.predict.training import Knobs
 from phazec.predict.layer_costs import class_costs
+from phazec.predict.training import Knobs
 from phazec.solvers.placement.model import Placement
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
@@ -27,9 +29,15 @@ def test_cost_pass_on_gpt3_block(lowered: Callable[[str], Model]) -> None:
     cfg = compose_config("model=gpt3_175b", "hw=tpu_area", "system=phaze_1024")
     trained, _ = training_pipeline(8).run(lowered("gpt3_175b"))
     block = next(trained.classes[layer.cls] for layer in trained.layers if layer.kind is LayerKind.BLOCK)
-    designs = enumerate_designs(hw_space_from_config(cfg.hw)).take(np.arange(0, 29360, 2936))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))).take(
+        np.arange(0, 29360, 2936)
+    )
     costs = class_costs(
-        block, designs, system_from_config(cfg.system), latency_model_from_config(cfg.cost), 1
+        block,
+        designs,
+        system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
+        1,
     )
     assert costs.backward is not None
     kinds = [op.kind for op in block.graph.ops]
@@ -53,12 +61,14 @@ def test_llama_exported_layer_graph_places(lowered: Callable[[str], Model]) -> N
     assert sorted(e.dst for e in model.edges if e.src == 0) == list(range(1, 33))
     evaluator = Evaluator(
         graphs={1: training_pipeline(1).run(model)[0]},
-        system=system_from_config(cfg.system),
-        latency_model=latency_model_from_config(cfg.cost),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
         solver=SolverConfig(),
-        knobs=Knobs(microbatches=(1,), recompute=(True,), hbm_bytes=(80 * 10**9,), optimizer="sgd"),
+        knobs=Knobs.searching((80 * 10**9,), microbatch=[1], recompute=[True], optimizer="sgd"),
     )
-    tpuv4 = enumerate_designs(hw_space_from_config(OmegaConf.load(Path(conf_dir()) / "hw" / "tpuv4.yaml")))
+    tpuv4 = enumerate_designs(
+        hw_space_from_config(typed(HwConfig, OmegaConf.load(Path(conf_dir()) / "hw" / "tpuv4.yaml"), "hw"))
+    )
     (candidate,) = evaluator.evaluate(tpuv4)
     placement = candidate.result
     assert isinstance(placement, Placement)

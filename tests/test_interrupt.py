@@ -26,9 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from phazec.config.settings import typed
 from phazec.cost.model import MODELS
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.predict.evaluator import Evaluator, Timings
@@ -262,10 +264,10 @@ def test_a_batch_finished_ahead_of_its_turn_is_saved_at_once() -> None:
     ahead of its turn, stops the search only when its turn comes."""
     evaluator = Evaluator(
         graphs={},
-        system=system_from_config(compose_config(*SMALL).system),
+        system=system_from_config(typed(SystemConfig, compose_config(*SMALL).system, "system")),
         latency_model=MODELS["tiled"],
         solver=SolverConfig(),
-        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+        knobs=Knobs.searching((32 * 10**9,), microbatch=[8], recompute=[False], optimizer="sgd"),
     )
     futures: list[Future[tuple[str, Timings]]] = [Future() for _ in range(4)]
     futures[1].set_result(("one", Timings(ilp_solves=10)))
@@ -322,14 +324,16 @@ def test_a_worker_stopped_midway_through_a_result_leaves_no_thread_waiting(
     cfg = compose_config(*SMALL)
     evaluator = Evaluator(
         graphs={},
-        system=system_from_config(cfg.system),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
         latency_model=MODELS["tiled"],
         solver=SolverConfig(),
-        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+        knobs=Knobs.searching((32 * 10**9,), microbatch=[8], recompute=[False], optimizer="sgd"),
     )
     with Workers(evaluator, 2) as workers:
         assert workers._pool is not None
-        workers.submit(send_half_a_result, enumerate_designs(hw_space_from_config(cfg.hw)))
+        workers.submit(
+            send_half_a_result, enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
+        )
         thread: threading.Thread | None = workers._pool._executor_manager_thread  # type: ignore[assignment]
         results = workers._pool._result_queue
         assert thread is not None
@@ -416,6 +420,9 @@ from phazec.cli import user_errors
 from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
 from phazec.solvers.schedule.backends import Mip, solve
 from phazec.solvers.schema import SolverConfig
+from phazec.config.settings import typed
+from phazec.hw.schema import HwConfig
+from phazec.hw.schema import SystemConfig
 # A market-split instance (Cornuejols and Dawande): 5 rows of 40 random binaries, each row's target half
 # its sum, slack priced 1. Proving the optimum takes branch and bound tens of seconds.
 rows, n = 5, 40

@@ -16,18 +16,20 @@ from omegaconf import OmegaConf
 from phazec.cli import conf_dir
 from phazec.commands.lower import lower_config
 from phazec.commands.setup import setup
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import MODELS, op_costs
 from phazec.cost.ops import OpKind as CostKind
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, LayerKind, Model, Op, OpKind
 from phazec.ir.ops import GemmDims, flash_dims, flops
 from phazec.passes.attention import Attention, core_ops, is_causal
 from phazec.passes.memory import megatron_bytes
-from phazec.passes.pipeline import training_pipeline
+from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.predict.layer_costs import op_table, op_work
 from tests.conftest import compose_config
 from tests.test_passes_block import S, block_model, trained
@@ -37,7 +39,7 @@ SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
 
 
 def with_kernel(kernel: str, width: int = 1, causal: bool = True) -> Model:
-    model, _ = training_pipeline(width, attention=kernel, causal=causal).run(block_model())
+    model, _ = training_pipeline(width, GraphSettings(attention=kernel, causal=causal)).run(block_model())
     return model
 
 
@@ -147,7 +149,9 @@ def test_unfused_leaves_the_model_alone_and_bad_kernels_are_named() -> None:
 def test_preset_kernels() -> None:
     kernels = {
         name: enumerate_designs(
-            hw_space_from_config(OmegaConf.load(Path(conf_dir()) / "hw" / f"{name}.yaml"))
+            hw_space_from_config(
+                typed(HwConfig, OmegaConf.load(Path(conf_dir()) / "hw" / f"{name}.yaml"), "hw")
+            )
         ).device.attention
         for name in ("tpuv4", "tpu_small", "tpu_area", "v100", "a100", "h100")
     }
@@ -163,7 +167,7 @@ def test_preset_kernels() -> None:
 )
 def test_setup_builds_each_presets_kernel(hw: str, kernel_op: str, cache_dir: Path) -> None:
     # The composed config's kernel reaches the training graphs of every block of a (causal) GPT-2.
-    job = setup(compose_config(*TINY, f"hw={hw}", f"cache_dir={cache_dir}"), widths=[1])
+    job = setup(settings_from_config(compose_config(*TINY, f"hw={hw}", f"cache_dir={cache_dir}")), widths=[1])
     model = job.evaluator.graphs[1]
     blocks = [model.classes[layer.cls].graph for layer in model.layers if layer.kind is LayerKind.BLOCK]
     assert blocks and all(sum(op.op_type == kernel_op for op in graph.ops) == 1 for graph in blocks)

@@ -31,9 +31,9 @@ from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
 from phazec.passes.fuse import Fuse, fuse_elementwise
 from phazec.passes.memory import Memory
+from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_rows
-from phazec.passes.pipeline import training_pipeline
 from phazec.predict.layer_costs import op_work
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -146,7 +146,7 @@ def class_text(model: Model) -> str:
 
 
 def trained(width: int, fuse: bool = True, optimizer: str = "sgd") -> Model:
-    model, _ = training_pipeline(width, fuse=fuse, optimizer=optimizer).run(block_model())
+    model, _ = training_pipeline(width, GraphSettings(fuse=fuse, optimizer=optimizer)).run(block_model())
     return model
 
 
@@ -219,8 +219,8 @@ def test_fusion_merges_gemm_with_its_single_elementwise_consumer() -> None:
 
 
 def test_elementwise_fusion_runs_the_gelu_chain_as_one_kernel() -> None:
-    model, _ = training_pipeline(1, fuse_elementwise=True, optimizer="adam").run(block_model())
-    plain, _ = training_pipeline(1, optimizer="adam").run(block_model())
+    model, _ = training_pipeline(1, GraphSettings(fuse_elementwise=True, optimizer="adam")).run(block_model())
+    plain, _ = training_pipeline(1, GraphSettings(optimizer="adam")).run(block_model())
     cls, ref = model.classes[0], plain.classes[0]
     chains = [op for op in cls.graph.ops if op.op_type == FUSED_ELEMENTWISE]
     (gelu,) = chains  # Div, Erf, Add, Mul, Mul; the dropouts went into their GEMMs, the adds stand alone
@@ -304,7 +304,7 @@ def test_memory_per_device(width: int) -> None:
 
 @pytest.mark.parametrize("width", [1, 2])
 def test_all_reduces_per_block(width: int) -> None:
-    rows, _ = training_rows(block_model(), width, microbatch=3)
+    rows, _ = training_rows(block_model(), width, GraphSettings(), microbatch=3)
     (row,) = rows
     count = 0 if width == 1 else 2
     assert (row.forward.allreduces, row.backward.allreduces) == (count, count)

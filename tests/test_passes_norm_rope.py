@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from phazec.config.settings import typed
 from phazec.cost.ops import VectorClass, vector_class
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.ir.core import Graph, LayerKind, Model
 from phazec.ir.ops import flops
 from phazec.passes.norm_rope import RMS_NORM, ROTARY, NormRope
+from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.passes.training import rows_at
-from phazec.passes.pipeline import training_pipeline
 from tests.conftest import compose_config
 from tests.test_passes_block import BlockBuilder, block_model
 
@@ -117,7 +119,7 @@ def test_unfused_leaves_the_model_as_it_is() -> None:
 
 
 def test_the_fused_norm_backward_reads_its_input_and_weight_alone() -> None:
-    model, _ = training_pipeline(1, fuse_norm_rope=True).run(block_model(rms_chain()))
+    model, _ = training_pipeline(1, GraphSettings(fuse_norm_rope=True)).run(block_model(rms_chain()))
     cls = model.classes[0]
     assert cls.backward is not None and cls.memory is not None
     (grad,) = cls.backward.ops
@@ -139,7 +141,7 @@ def test_an_exported_rotary_embedding_becomes_one_kernel() -> None:
     n = A * S * D
     assert sum(flops(o, chain) for o in chain.ops) == 3 * n + n // 2
     assert flops(op, fused(chain)) == 3 * n == 144
-    model, _ = training_pipeline(1, fuse_norm_rope=True).run(block_model(chain))
+    model, _ = training_pipeline(1, GraphSettings(fuse_norm_rope=True)).run(block_model(chain))
     backward = model.classes[0].backward
     assert backward is not None
     (grad,) = [g for g in backward.ops if g.op_type == ROTARY]
@@ -163,8 +165,8 @@ def test_llama_runs_each_norm_and_rotary_embedding_as_one_kernel(lowered: Callab
     embedding had 3.5 s h against 3 s h, and six one-element casts of its slices' bounds."""
     model = lowered("llama2_7b")
     s = h = 4096
-    plain, _ = training_pipeline(1, optimizer="adam").run(model)
-    fused_model, _ = training_pipeline(1, optimizer="adam", fuse_norm_rope=True).run(model)
+    plain, _ = training_pipeline(1, GraphSettings(optimizer="adam")).run(model)
+    fused_model, _ = training_pipeline(1, GraphSettings(optimizer="adam", fuse_norm_rope=True)).run(model)
     counts = {
         model.layers[cls.members[0]].kind: (
             sum(op.op_type == RMS_NORM for op in cls.graph.ops),
@@ -214,5 +216,5 @@ def test_grouped_query_architectures_fuse_alike(arch: str, cache_dir: Path) -> N
     ("hw", "fuses"), [("a100", True), ("h100", True), ("v100", True), ("tpu_area", False)]
 )
 def test_gpu_presets_fuse_norm_rope_and_the_template_keeps_phazes_steps(hw: str, fuses: bool) -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config(f"hw={hw}").hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config(f"hw={hw}").hw, "hw")))
     assert designs.device.fuse_norm_rope is fuses

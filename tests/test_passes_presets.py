@@ -12,8 +12,8 @@ from phazec.errors import PhazecError
 from phazec.ir.core import LayerKind, Model
 from phazec.ir.ops import GEMM_TYPES, gemm_dims
 from phazec.ir.verify import verify_graph
+from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.passes.training import TrainingRow, rows_at
-from phazec.passes.pipeline import training_pipeline
 from tests.conftest import PRESETS, model_config
 
 config = cache(model_config)
@@ -38,7 +38,7 @@ def hidden_and_heads(name: str) -> tuple[int, int]:
 def test_backward_gemm_flops_are_twice_forward(
     name: str, width: int, lowered: Callable[[str], Model]
 ) -> None:
-    unfused, _ = training_pipeline(width, fuse=False).run(lowered(name))
+    unfused, _ = training_pipeline(width, GraphSettings(fuse=False)).run(lowered(name))
     for cls in unfused.classes:
         assert cls.backward is not None
         verify_graph(cls.backward, name)
@@ -86,7 +86,7 @@ def test_each_device_holds_one_tth_of_the_block_weights(
 
 def test_gpt3_block_on_one_of_eight_devices(lowered: Callable[[str], Model]) -> None:
     """h = 12288: (12 h^2 + 7 h) / 8 tensor-parallel weights and biases + 6 h replicated = 226,576,896."""
-    model, _ = training_pipeline(8, optimizer="adam").run(lowered("gpt3_175b"))
+    model, _ = training_pipeline(8, GraphSettings(optimizer="adam")).run(lowered("gpt3_175b"))
     block = next(row for row in rows_at(model, 1) if row.kind == "block")
     assert block.parameters == 226_576_896 == (12 * 12288**2 + 7 * 12288) // 8 + 6 * 12288
     assert block.memory.state_bytes == 16 * 226_576_896
@@ -133,7 +133,7 @@ def test_vocab_parallel_embedding_and_head(lowered: Callable[[str], Model]) -> N
     """GPT-2 2.5B at t = 4: the tied word embedding keeps ceil(50257 / 4) = 12565 rows per device."""
     model = lowered("megatron_gpt2_2_5b")
     h, s, rows = 1920, 1024, 12565
-    trained, _ = training_pipeline(4, vocab_parallel=True).run(model)
+    trained, _ = training_pipeline(4, GraphSettings(vocab_parallel=True)).run(model)
     by_kind = {row.kind: row for row in rows_at(trained, 2)}
     embedding, head = by_kind["embedding"], by_kind["head"]
     assert (embedding.tp_width, head.tp_width) == (4, 4)
@@ -159,8 +159,10 @@ def test_elementwise_fusion_keeps_flops_collectives_and_memory(
 ) -> None:
     """Fusing elementwise groups (a GELU or SwiGLU's chain, bias-dropout-add) into one kernel each
     changes the number of kernels only: every layer's FLOPs, all-reduces and memory stay exact."""
-    plain, _ = training_pipeline(width, optimizer="adam").run(lowered(name))
-    fused, _ = training_pipeline(width, optimizer="adam", fuse_elementwise=True).run(lowered(name))
+    plain, _ = training_pipeline(width, GraphSettings(optimizer="adam")).run(lowered(name))
+    fused, _ = training_pipeline(width, GraphSettings(optimizer="adam", fuse_elementwise=True)).run(
+        lowered(name)
+    )
     for before, after in zip(plain.classes, fused.classes, strict=True):
         assert after.backward is not None and before.backward is not None
         for graph in (after.graph, after.backward):

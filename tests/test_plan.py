@@ -18,20 +18,22 @@ from omegaconf import OmegaConf
 
 from phazec import api
 from phazec.cli import run_plan
-from phazec.commands.plan import plan_knobs, predict_plan
+from phazec.commands.plan import predict_plan
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
-from phazec.passes.pipeline import training_graphs
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.export import exported_onnx
 from phazec.frontend.schema import ModelConfig
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, system_from_config
 from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
 from phazec.passes.attention import is_causal
 from phazec.passes.memory import megatron_bytes
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import (
     class_costs,
     neighbour_gemms,
@@ -40,6 +42,7 @@ from phazec.predict.layer_costs import (
     sequence_split,
 )
 from phazec.predict.plan_report import plan_stages
+from phazec.predict.training import Knobs
 from phazec.solvers.placement.model import (
     Placement,
     PlacementProblem,
@@ -250,7 +253,9 @@ def tiny_graphs(cache_dir: Path) -> dict[int, Any]:
     cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
-    return training_graphs(load_model(model_cfg, cache_dir), [1, 2], "adam", vocab_parallel=True)
+    return training_graphs(
+        load_model(model_cfg, cache_dir), [1, 2], GraphSettings(optimizer="adam", vocab_parallel=True)
+    )
 
 
 @pytest.mark.parametrize("t", [1, 2])
@@ -300,9 +305,9 @@ def test_sequence_parallelism_splits_the_replicated_vector_work(tiny_graphs: dic
     # At t = 1 there is nothing to split: the same costs with or without sequence parallelism.
     one = tiny_graphs[1].classes[tiny_graphs[1].layers[1].cls]
     cfg = compose_config("hw=a100", "system=dgx_a100")
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    system = system_from_config(cfg.system)
-    model = latency_model_from_config(cfg.cost)
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
+    system = system_from_config(typed(SystemConfig, cfg.system, "system"))
+    model = latency_model_from_config(typed(CostConfig, cfg.cost, "cost"))
     plain = class_costs(one, designs, system, model, 3)
     sp = class_costs(one, designs, system, model, 3, sequence_parallel=True)
     assert np.array_equal(plain.forward.all_cores_s, sp.forward.all_cores_s)
@@ -349,7 +354,9 @@ def tiny_flash_graphs(cache_dir: Path) -> dict[int, Any]:
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     model = load_model(model_cfg, cache_dir)
-    return training_graphs(model, [1, 2], "adam", vocab_parallel=True, attention="flash", causal=True)
+    return training_graphs(
+        model, [1, 2], GraphSettings(optimizer="adam", vocab_parallel=True, attention="flash", causal=True)
+    )
 
 
 @pytest.mark.parametrize("t", [1, 2])
@@ -383,7 +390,9 @@ def test_head_dim_equal_to_the_sequence_keeps_korthikantis_bytes(cache_dir: Path
     model_cfg = OmegaConf.to_object(cfg.model)
     assert isinstance(model_cfg, ModelConfig)
     model = load_model(model_cfg, cache_dir)
-    graphs = training_graphs(model, [1], "adam", vocab_parallel=True, attention=kernel, causal=True)
+    graphs = training_graphs(
+        model, [1], GraphSettings(optimizer="adam", vocab_parallel=True, attention=kernel, causal=True)
+    )
     block = graphs[1].classes[graphs[1].layers[1].cls]
     assert block.memory is not None
     b, s, h = 3, S, H
@@ -419,14 +428,17 @@ def test_a_cut_carries_the_mask_only_when_the_pipeline_sends_it(cache_dir: Path,
     sends block 0's output, s h bf16 per sample, to stage 1, and the mask only when the pipeline sends
     what each layer reads (Megatron-DeepSpeed's engine); Megatron's stages build their own."""
     cfg = compose_config(*PLAN, f"cache_dir={cache_dir}", f"plan.pipeline_sends_masks={str(sends).lower()}")
-    job = setup(cfg, plan_knobs(cfg), widths=[2])
+    settings = settings_from_config(cfg)
+    job = setup(
+        settings, Knobs.single(settings.plan.training, round(max(settings.system.hbm_bytes))), widths=[2]
+    )
     model = job.evaluator.graphs[2]
     edges = {(e.src, e.dst): e for e in model.edges}
     assert (edges[0, 2].per_sample_bytes, edges[0, 2].built_per_sample_bytes) == (0, S * S)
     assert (edges[1, 2].per_sample_bytes, edges[1, 2].built_per_sample_bytes) == (2 * S * H, 0)
     latencies = job.evaluator.layer_latencies_s(job.designs, 2, False)
     problem = job.evaluator.problem(latencies, 0, 2, job.designs)
-    stages = plan_stages(model, cfg.plan)
+    stages = plan_stages(model, settings.plan)
     assert stages[0] == (0, 1)
     microbatch = 2
     mask = microbatch * S * S if sends else 0
@@ -453,7 +465,7 @@ def test_phazec_plan_and_phazec_give_the_same_time(
         "train.microbatch=[2]", "train.recompute=[full]", "train.last_stage_recomputes=true",
         "train.optimizer_step=true", "system.hbm_gb=[80]", "search.workers=1",
     )  # fmt: skip
-    result = run_search(search, tmp_path / "search", Path(__file__).parents[1] / "conf")
+    result = run_search(settings_from_config(search), tmp_path / "search")
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
     timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
@@ -518,7 +530,7 @@ BAD_PLANS = [
 def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> None:
     """Each is refused before the model is lowered (nothing exported into the empty cache)."""
     with pytest.raises(PhazecError, match=message):
-        predict_plan(compose_config(*PLAN, *override.split(), f"cache_dir={tmp_path}"))
+        predict_plan(settings_from_config(compose_config(*PLAN, *override.split(), f"cache_dir={tmp_path}")))
     assert not (tmp_path / "onnx").exists()
 
 
@@ -538,7 +550,7 @@ def test_bad_plans_needing_the_model_are_named(override: str, message: str, cach
     if override == "plan.pp=3":
         overrides += ["system.devices=12"]
     with pytest.raises(PhazecError, match=message):
-        predict_plan(compose_config(*overrides))
+        predict_plan(settings_from_config(compose_config(*overrides)))
 
 
 def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> None:
@@ -547,8 +559,10 @@ def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> Non
     scores itself, so there it adds nothing."""
     reports = {
         (kernel, mode): predict_plan(
-            compose_config(
-                *PLAN, f"cache_dir={cache_dir}", f"plan.recompute={mode}", f"hw.device.attention={kernel}"
+            settings_from_config(
+                compose_config(
+                    *PLAN, f"cache_dir={cache_dir}", f"plan.recompute={mode}", f"hw.device.attention={kernel}"
+                )
             )
         )
         for kernel in ("unfused", "flash")
@@ -572,15 +586,17 @@ def test_sequence_parallelism_without_tensor_parallelism_is_warned_and_off(
     turns it off there), so the report equals the plan without it."""
     common = (*PLAN, f"cache_dir={cache_dir}", "plan.tp=1", "system.devices=4")
     with caplog.at_level(logging.WARNING):
-        asked = predict_plan(compose_config(*common, "plan.sequence_parallel=true"))
+        asked = predict_plan(settings_from_config(compose_config(*common, "plan.sequence_parallel=true")))
     assert "plan.sequence_parallel=true splits nothing at plan.tp=1" in caplog.text
-    assert asked == predict_plan(compose_config(*common, "plan.sequence_parallel=false"))
-    assert not asked.sequence_parallel
+    assert asked == predict_plan(
+        settings_from_config(compose_config(*common, "plan.sequence_parallel=false"))
+    )
+    assert not asked.plan.training.sequence_parallel
 
 
 def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
     tight = compose_config(*PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]")
-    report = predict_plan(tight)
+    report = predict_plan(settings_from_config(tight))
     assert not report.fits and report.memory.headroom_bytes < 0
     assert report.warning is not None and "the plan does not fit: stage" in report.warning
     assert report.warning.endswith(  # only what the plan does not use yet (it recomputes fully)
@@ -591,12 +607,14 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
         *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.distributed_optimizer=true",
         "plan.sequence_parallel=true",
     )  # fmt: skip
-    assert str(predict_plan(every).warning).endswith("Try more tensor or pipeline parallelism.")
+    assert str(predict_plan(settings_from_config(every)).warning).endswith(
+        "Try more tensor or pipeline parallelism."
+    )
     strict = compose_config(
         *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.require_fit=true"
     )
     with pytest.raises(PhazecError, match=r"does not fit.*plan.require_fit=true makes this an error"):
-        predict_plan(strict)
+        predict_plan(settings_from_config(strict))
 
 
 @pytest.mark.parametrize(
@@ -633,7 +651,7 @@ def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) ->
         "train.sequence_parallel=[false,true]", "train.interleave=[1,2]",
         "train.distributed_optimizer=[false,true]", "search.workers=1",
     )  # fmt: skip
-    result = run_search(cfg, tmp_path, Path(__file__).parents[1] / "conf")
+    result = run_search(settings_from_config(cfg), tmp_path)
     rows = list(csv.DictReader((tmp_path / "explored.csv").open()))
     settings = {(r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
                 for r in rows}  # fmt: skip

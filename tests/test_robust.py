@@ -22,9 +22,10 @@ from phazec.cli import conf_dir
 from phazec.commands.search import run_search
 from phazec.config import command_line as validate
 from phazec.config.rundir import unique_dir
+from phazec.config.settings import settings_from_config, typed
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
-from phazec.hw.schema import DeviceConfig
+from phazec.hw.schema import DeviceConfig, HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.plots import write_plots
 from phazec.search.executors.base import worker_count
@@ -43,7 +44,7 @@ def run(tmp_path: Path, cache: Path, *overrides: str) -> dict[str, Any]:
     """Run a search in `tmp_path` (BERT-large unless `overrides` names another model)."""
     model = () if any(o.startswith("model=") for o in overrides) else BERT2
     cfg = compose_config(*model, "hw=tpuv4", *QUICK, f"cache_dir={cache}", *overrides)
-    run_search(cfg, tmp_path, Path(conf_dir()))
+    run_search(settings_from_config(cfg), tmp_path)
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -189,19 +190,20 @@ def test_state_key_covers_the_onnx_contents_not_the_baseline(tmp_path: Path) -> 
     path = tmp_path / "m.onnx"
     write_onnx(path, 8)
     common = ("model=onnx", f"model.path={path}", "hw=tpu_small")
-    key = state_key(compose_config(*common))
+    key = state_key(settings_from_config(compose_config(*common)).config, "")
     write_onnx(path, 16)  # another model at the same path
-    assert state_key(compose_config(*common)) != key
-    assert state_key(compose_config(*common, "model.baseline.pp=1000")) == state_key(compose_config(*common))
+    assert state_key(settings_from_config(compose_config(*common)).config, "") != key
+    assert state_key(
+        settings_from_config(compose_config(*common, "model.baseline.pp=1000")).config, ""
+    ) == state_key(settings_from_config(compose_config(*common)).config, "")
 
 
 def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Path) -> None:
     from phazec.frontend.export import exported_onnx
     from tests.conftest import model_config
 
-    cfg = model_config("bert_large")
+    cfg = dataclasses.replace(model_config("bert_large"), seq_len=16)
     cfg.hf_config["num_hidden_layers"] = 1
-    cfg.seq_len = 16
     first = exported_onnx(cfg, tmp_path)
     good = first.read_bytes()
     first.write_bytes(good[: len(good) // 3])
@@ -475,7 +477,7 @@ def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_pa
 def test_an_interpolation_on_the_command_line_is_resolved_in_the_whole_config() -> None:
     # The hw node is read on its own, where ${hw.num_tc} would name nothing.
     cfg = api.composed("plan", ["hw=tpuv4", "hw.num_vc=${hw.num_tc}"])
-    assert list(enumerate_designs(hw_space_from_config(cfg.hw)).num_vc) == [8]
+    assert list(enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))).num_vc) == [8]
 
 
 def test_cli_bad_command_lines_exit_2(tmp_path: Path) -> None:

@@ -6,14 +6,16 @@ from collections.abc import Callable
 
 import pytest
 
-from phazec.passes.pipeline import training_graphs
+from phazec.config.settings import typed
 from phazec.cost.model import latency_model_from_config
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import BOUND_MARGIN, Evaluator
-from phazec.predict.training import Knobs
 from phazec.predict.layer_costs import class_costs
+from phazec.predict.training import Knobs
 from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
@@ -26,13 +28,13 @@ def test_every_design_gets_its_own_bound(
     lowered: Callable[[str], Model], preset: str, cost: str, as_vector: bool
 ) -> None:
     cfg = compose_config("hw=tpu_small", f"cost={cost}")
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
     evaluator = Evaluator(
-        graphs=training_graphs(lowered(preset), [1, 2], "adam", vocab_parallel=True),
-        system=system_from_config(cfg.system),
-        latency_model=latency_model_from_config(cfg.cost),
+        graphs=training_graphs(lowered(preset), [1, 2], GraphSettings(optimizer="adam", vocab_parallel=True)),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
         solver=SolverConfig(collectives_as_vector=as_vector),
-        knobs=Knobs(microbatches=(4,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="adam"),
+        knobs=Knobs.searching((32 * 10**9,), microbatch=[4], recompute=[False], optimizer="adam"),
     )
     checked = 0
     for model in evaluator.graphs.values():

@@ -4,17 +4,17 @@ the whole scheduling pass proves every block optimal."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from phazec.cli import conf_dir
 from phazec.commands.search import tpuv4_designs
-from phazec.passes.pipeline import training_graphs
+from phazec.config.settings import typed
 from phazec.cost.model import latency_model_from_config
+from phazec.hw.schema import CostConfig, SystemConfig
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import class_costs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.solvers.schedule.problem import ScheduleProblem
@@ -31,9 +31,16 @@ def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
     preset's smallest and largest tensor-parallel width."""
     cfg, preset = compose_config(f"model={name}"), model_config(name)
     widths = sorted({min(preset.tp_widths), max(preset.tp_widths)})
-    graphs = training_graphs(model, widths, cfg.train.optimizer, cfg.parallel.vocab_parallel)
-    tpu = tpuv4_designs(Path(conf_dir()))
-    system, latency = system_from_config(cfg.system), latency_model_from_config(cfg.cost)
+    graphs = training_graphs(
+        model,
+        widths,
+        GraphSettings(optimizer=cfg.train.optimizer, vocab_parallel=cfg.parallel.vocab_parallel),
+    )
+    tpu = tpuv4_designs()
+    system, latency = (
+        system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
+    )
     problems = []
     for graph in graphs.values():
         block = graph.classes[int(np.argmax(np.bincount([layer.cls for layer in graph.layers])))]

@@ -16,15 +16,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phazec.cli import conf_dir
 from phazec.commands.search import run_search, tpuv4_baseline, tpuv4_designs
-from phazec.passes.pipeline import training_graphs
 from phazec.config.presets import group_presets
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
+from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import Knobs
 from phazec.predict.usage import USAGE_KEYS
@@ -59,7 +60,7 @@ QUICK = (
 def search(tmp_path: Path, cache_dir: Path, *overrides: str) -> dict[str, Any]:
     """Run the co-search with a shared ONNX cache; returns result.json as written."""
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", *overrides)
-    run_search(cfg, tmp_path, Path(conf_dir()))
+    run_search(settings_from_config(cfg), tmp_path)
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -100,13 +101,12 @@ def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, ca
 
 
 def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:
-    conf = Path(conf_dir())
-    preset = tpuv4_designs(conf).device
+    preset = tpuv4_designs().device
     shared = replace(preset, hbm_shared=True, kernel_latency_s=1e-5)
-    assert tpuv4_baseline(conf, shared).device == shared
-    gpu = enumerate_designs(hw_space_from_config(compose_config("hw=a100").hw)).device
-    assert tpuv4_baseline(conf, gpu).device == preset
-    assert tpuv4_baseline(conf, replace(preset, shared_cores=True)).device == preset
+    assert tpuv4_baseline(shared).device == shared
+    gpu = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw"))).device
+    assert tpuv4_baseline(gpu).device == preset
+    assert tpuv4_baseline(replace(preset, shared_cores=True)).device == preset
 
 
 @pytest.mark.parametrize(
@@ -188,14 +188,16 @@ def test_strategies_agree_and_count_pruned_designs(tmp_path: Path, cache_dir: Pa
 
 def test_lower_bounds_hold_on_every_design(lowered: Callable[[str], Model]) -> None:
     cfg = compose_config(*SMALL)
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
-    knobs = Knobs(
-        microbatches=(8,), recompute=(False, True), hbm_bytes=(32 * 10**9, 80 * 10**9), optimizer="sgd"
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
+    knobs = Knobs.searching(
+        (32 * 10**9, 80 * 10**9), microbatch=[8], recompute=[False, True], optimizer="sgd"
     )
     evaluator = Evaluator(
-        graphs=training_graphs(lowered("bert_large"), [1], "sgd", vocab_parallel=True),
-        system=system_from_config(cfg.system),
-        latency_model=latency_model_from_config(cfg.cost),
+        graphs=training_graphs(
+            lowered("bert_large"), [1], GraphSettings(optimizer="sgd", vocab_parallel=True)
+        ),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
         solver=SolverConfig(),
         knobs=knobs,
     )
@@ -273,13 +275,18 @@ def test_every_strategy_has_a_preset_and_a_module() -> None:
 
 
 def test_state_key_ignores_what_cannot_change_the_answer() -> None:
-    key = state_key(compose_config(*SMALL))
+    key = state_key(settings_from_config(compose_config(*SMALL)).config, "")
     same = state_key(
-        compose_config(*SMALL, "search.workers=3", "search.resume=false", "tracking=mlflow", "cache_dir=/x")
+        settings_from_config(
+            compose_config(
+                *SMALL, "search.workers=3", "search.resume=false", "tracking=mlflow", "cache_dir=/x"
+            )
+        ).config,
+        "",
     )
     assert key == same
-    assert state_key(compose_config(*SMALL, "train.microbatch=[8]")) != key
-    assert state_key(compose_config(*SMALL, "search=bounded")) != key
+    assert state_key(settings_from_config(compose_config(*SMALL, "train.microbatch=[8]")).config, "") != key
+    assert state_key(settings_from_config(compose_config(*SMALL, "search=bounded")).config, "") != key
 
 
 def test_saved_candidates_read_back_bit_for_bit() -> None:
@@ -305,13 +312,15 @@ def test_bo_places_the_design_with_the_fastest_block(
     assert (result["search"]["designs_evaluated"], result["search"]["designs_pruned"]) == (1, 36)
     # The 30 trials found the design whose block forward pass is fastest among all 37.
     cfg = compose_config(*QUICK, *SMALL)
-    designs = enumerate_designs(hw_space_from_config(cfg.hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
     evaluator = Evaluator(
-        graphs=training_graphs(lowered("bert_large"), [1], "sgd", vocab_parallel=True),
-        system=system_from_config(cfg.system),
-        latency_model=latency_model_from_config(cfg.cost),
+        graphs=training_graphs(
+            lowered("bert_large"), [1], GraphSettings(optimizer="sgd", vocab_parallel=True)
+        ),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
+        latency_model=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
         solver=SolverConfig(),
-        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+        knobs=Knobs.searching((32 * 10**9,), microbatch=[8], recompute=[False], optimizer="sgd"),
     )
     fastest = int(np.argmin(evaluator.block_forward_s(designs)))
     assert result["design"]["area_mm2"] == designs.area_mm2[fastest]

@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phazec.passes.pipeline import training_graphs
+from phazec.config.settings import typed
 from phazec.cost.model import MODELS, LatencyModel
+from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
+from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import Evaluator
 from phazec.predict.training import Knobs
 from phazec.search.executors.local import Workers
@@ -51,18 +53,20 @@ def test_bounded_gives_exhaustives_answer_on_a_slice_of_phazes_space(tmp_path: P
 def _evaluator(lowered: Callable[[str], Model], latency_model: LatencyModel) -> Evaluator:
     cfg = compose_config(*SMALL)
     return Evaluator(
-        graphs=training_graphs(lowered("bert_large"), [1], "sgd", vocab_parallel=True),
-        system=system_from_config(cfg.system),
+        graphs=training_graphs(
+            lowered("bert_large"), [1], GraphSettings(optimizer="sgd", vocab_parallel=True)
+        ),
+        system=system_from_config(typed(SystemConfig, cfg.system, "system")),
         latency_model=latency_model,
         solver=SolverConfig(),
-        knobs=Knobs(microbatches=(8,), recompute=(False,), hbm_bytes=(32 * 10**9,), optimizer="sgd"),
+        knobs=Knobs.searching((32 * 10**9,), microbatch=[8], recompute=[False], optimizer="sgd"),
     )
 
 
 def test_a_cost_model_without_the_promise_prunes_by_bound_alone(
     tmp_path: Path, lowered: Callable[[str], Model]
 ) -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config(*SMALL).hw, "hw")))
     tiled = MODELS["tiled"]
     unpromised = LatencyModel("tiled, unpromised", tiled.by_kind, tiled.hbm_traffic_s, monotone=False)
     kept = {}
@@ -80,9 +84,10 @@ def test_a_sync_that_hides_behind_a_pass_prunes_by_bound_alone(
 ) -> None:
     # With overlap_grad_reduce a faster design can time a plan slower (its passes hide less of the
     # DP sync), so no design is dropped for being dominated.
-    designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config(*SMALL).hw, "hw")))
     evaluator = _evaluator(lowered, MODELS["tiled"])
-    hiding = replace(evaluator, knobs=replace(evaluator.knobs, overlap_grad_reduce=True))
+    knobs = evaluator.knobs
+    hiding = replace(evaluator, knobs=replace(knobs, fixed=replace(knobs.fixed, overlap_grad_reduce=True)))
     with Workers(hiding, 1) as workers:
         strategy = bounded(designs, 8, workers, SearchState(tmp_path, resume=False))
     assert (strategy.dominated, sorted(np.concatenate(strategy.batches).tolist())) == (0, list(range(37)))
@@ -91,7 +96,7 @@ def test_a_sync_that_hides_behind_a_pass_prunes_by_bound_alone(
 def test_bounds_are_saved_and_resumed(
     tmp_path: Path, lowered: Callable[[str], Model], caplog: pytest.LogCaptureFixture
 ) -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config(*SMALL).hw))
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config(*SMALL).hw, "hw")))
     evaluator = _evaluator(lowered, MODELS["tiled"])
     strategies = []
     for _ in range(2):

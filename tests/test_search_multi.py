@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from phazec.cli import conf_dir
 from phazec.commands.common import best_per_chip, common_chip, evaluate_more, model_config, run_multi
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
 from phazec.config.command_line import model_list
+from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.predict.evaluator import Candidate
 from phazec.predict.usage import USAGE_KEYS
@@ -37,7 +37,7 @@ KNOBS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes")
 def multi(tmp_path: Path, cache_dir: Path, *overrides: str) -> dict[str, Any]:
     """Run the multi-model search as `model=[bert_large,opt_350m]` composes it; returns result.json."""
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", f"model=[{','.join(MODELS)}]", *overrides)
-    run_multi(cfg, MODELS, tmp_path, Path(conf_dir()))
+    run_multi(cfg, MODELS, tmp_path)
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -56,7 +56,7 @@ def test_each_model_gets_its_preset_alone() -> None:
     merged = compose_config("model=[bert_large,opt_350m]", "hw=tpuv4", "model.tp_widths=[1,2]")
     for name in MODELS:
         alone = compose_config(f"model={name}", "hw=tpuv4", "model.tp_widths=[1,2]")
-        own = model_config(merged, name, Path(conf_dir()), {"tp_widths": [1, 2]})
+        own = model_config(merged, name, ("model.tp_widths=[1,2]",))
         assert OmegaConf.to_container(own) == OmegaConf.to_container(alone)
 
 
@@ -69,9 +69,10 @@ def test_exhaustive_common_design_is_the_best_mean(tmp_path: Path, cache_dir: Pa
     for name in MODELS:
         own = json.loads((tmp_path / name / "result.json").read_text())
         single = run_search(
-            compose_config(*QUICK, f"cache_dir={cache_dir}", f"model={name}", *SPACE, "search=exhaustive"),
+            settings_from_config(
+                compose_config(*QUICK, f"cache_dir={cache_dir}", f"model={name}", *SPACE, "search=exhaustive")
+            ),
             tmp_path / f"single_{name}",
-            Path(conf_dir()),
         )
         assert answer(own) == answer(single)
         for key in ("design", "plan", "time_per_batch_s", "throughput_samples_per_s"):
@@ -140,7 +141,7 @@ def test_evaluate_more_gives_the_evaluators_candidates(cache_dir: Path, tmp_path
     cfg = compose_config(*QUICK, f"cache_dir={tmp_path}", "model=bert_large", *SPACE, "search.workers=1")
     (cache_dir / "onnx").mkdir(exist_ok=True)  # a cache of its own, sharing the exported models
     (tmp_path / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
-    job = setup(cfg)
+    job = setup(settings_from_config(cfg))
     indices = np.array([3, 5, 11], dtype=np.int64)
     more = evaluate_more(job, indices, "bert_large")
     direct = job.evaluator.evaluate(job.designs.take(indices))
@@ -152,15 +153,15 @@ def test_bad_model_lists(tmp_path: Path, cache_dir: Path) -> None:
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "hw=tpuv4")
     unknown = r"unknown model preset 'nope' in the model list; presets: .*bert_large"
     with pytest.raises(PhazecError, match=unknown):
-        run_multi(cfg, ["bert_large", "nope"], tmp_path, Path(conf_dir()))
+        run_multi(cfg, ["bert_large", "nope"], tmp_path)
     with pytest.raises(PhazecError, match=r"give a list of distinct model presets"):
-        run_multi(cfg, ["bert_large", "bert_large"], tmp_path, Path(conf_dir()))
+        run_multi(cfg, ["bert_large", "bert_large"], tmp_path)
 
 
 def test_model_list_reads_the_overrides() -> None:
     names, keys = model_list(["model=[a,b]", "hw=tpuv4", "model.tp_widths=[1,2]"])
-    assert (names, keys) == (["a", "b"], {"tp_widths": [1, 2]})
-    assert model_list(["model=bert_large"]) == (None, {})
+    assert (names, keys) == (["a", "b"], ("model.tp_widths=[1,2]",))
+    assert model_list(["model=bert_large"]) == (None, ())
     with pytest.raises(PhazecError, match="cannot be combined"):
         model_list(["model=[a,b]", "~model.path"])
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from phazec.commands.setup import setup
+from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.report.table import result_table
 from phazec.search.strategies.wham import LocalSearch, StageWork, stage_works
@@ -51,7 +52,11 @@ def test_wham_is_repeatable_and_never_beats_exhaustive(tmp_path: Path, cache_dir
 
 
 def test_a_selective_stage_repeats_its_attention_cores_and_the_last_stage_does_not(cache_dir: Path) -> None:
-    job = setup(compose_config("model=bert_large", "hw=tpuv4", f"cache_dir={cache_dir}", "tracking=none"))
+    job = setup(
+        settings_from_config(
+            compose_config("model=bert_large", "hw=tpuv4", f"cache_dir={cache_dir}", "tracking=none")
+        )
+    )
     classes = [layer.cls for layer in job.evaluator.graphs[1].layers]
     assert classes == [0] + [1] * 24 + [2]  # embedding, 24 blocks, head
     placement = Placement(
@@ -68,7 +73,7 @@ def test_the_local_search_grows_what_shortens_the_repeated_attention_cores(cache
     """A stage whose only work is selective recompute's repeated attention cores: growing from the
     smallest design must find designs that run those cores faster (with no critical operators to
     read, only the cores' own gain can pick the neighbours)."""
-    job = setup(compose_config(*SMALL, f"cache_dir={cache_dir}", "tracking=none"))
+    job = setup(settings_from_config(compose_config(*SMALL, f"cache_dir={cache_dir}", "tracking=none")))
     local = LocalSearch(job.evaluator, job.designs, microbatch=1, t=1, top_k=4, weight=None)
     stage = StageWork(runs=(), core_runs=((1, 12.0),))
     start = len(job.designs) - 1

@@ -7,9 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from phazec.config.settings import typed
 from phazec.cost.energy import ENERGY_PARTS, op_energy_j, op_energy_parts_j
 from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.predict.usage import LayerWork, PlanWork, busy_core_s, plan_usage
 from phazec.search.strategies.wham import critical_ops, neighbours
@@ -136,7 +138,9 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
 
 
 def test_neighbours_are_one_step_away() -> None:
-    designs = enumerate_designs(hw_space_from_config(compose_config("hw=tpu_small").hw))
+    designs = enumerate_designs(
+        hw_space_from_config(typed(HwConfig, compose_config("hw=tpu_small").hw, "hw"))
+    )
     free = [k for k in KNOBS if k != "vc_width"]  # tied to tc_width in tpu_small
     values = {k: sorted({int(v) for v in getattr(designs, k)}) for k in free}
 

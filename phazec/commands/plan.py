@@ -72,16 +72,13 @@ def check_one_design(space: HwSpace) -> None:
         )
 
 
-def as_megatron_runs(settings: Settings) -> Settings:
-    """The settings with sequence parallelism off at tp 1, where it splits nothing and Megatron-LM turns
-    it off (with a warning); the echoed config says so too."""
-    plan = settings.plan
+def as_megatron_runs(plan: Plan) -> Plan:
+    """The plan with sequence parallelism off at tp 1, where it splits nothing and Megatron-LM turns it
+    off (with a warning)."""
     if not (plan.training.sequence_parallel and plan.tp == 1):
-        return settings
+        return plan
     log.warning("plan.sequence_parallel=true splits nothing at plan.tp=1; timed without it.")
-    training = replace(plan.training, sequence_parallel=False)
-    config = {**settings.config, "plan": {**settings.config["plan"], "sequence_parallel": False}}
-    return replace(settings, plan=replace(plan, training=training), config=config)
+    return replace(plan, training=replace(plan.training, sequence_parallel=False))
 
 
 def predict_plan(settings: Settings) -> PlanReport:
@@ -91,7 +88,7 @@ def predict_plan(settings: Settings) -> PlanReport:
         PhazecError: a plan the system cannot run, a design space of more than one design, or (with
             `plan.require_fit`) a plan that does not fit in HBM.
     """
-    plan = settings.plan
+    plan = as_megatron_runs(settings.plan)
     check_plan(plan, settings.system.devices, settings.system.global_batch)
     check_one_design(settings.hw)
     knobs = Knobs.single(plan.training, round(max(settings.system.hbm_bytes)))
@@ -109,8 +106,9 @@ PLAN_JSON = "plan.json"
 
 def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
     """Time the configured plan and write `out_dir/plan.json`; returns its content and the report."""
-    settings = as_megatron_runs(settings_from_config(cfg))
+    settings = settings_from_config(cfg)
     report = predict_plan(settings)
-    content = {**report.plain(), "config": settings.config}
+    timed = {"sequence_parallel": report.plan.training.sequence_parallel}  # as `as_megatron_runs` ran it
+    content = {**report.plain(), "config": {**settings.config, "plan": {**settings.config["plan"], **timed}}}
     atomic.write_json(out_dir / PLAN_JSON, content)
     return content, report

@@ -196,6 +196,18 @@ class Knobs:
         return cls(tuple(values), replace(fixed, **first), tuple(int(h) for h in hbm_bytes))
 
     @classmethod
+    def searching(cls, hbm_bytes: Sequence[int], **given: Any) -> Knobs:
+        """A search's knobs: `train.*`'s defaults but for the knobs `given` (a list of values for a
+        searched knob, one setting for any other)."""
+        lists = {name: given.get(name, spec(name).search) for name in SEARCHED}
+        fixed = {
+            k.name: check_knob("train", k.name, given.get(k.name, spec(k.name).search))
+            for k in KNOB_FIELDS
+            if not spec(k.name).searched
+        }
+        return cls.of(lists, Training(**fixed), hbm_bytes)
+
+    @classmethod
     def single(cls, training: Training, hbm_bytes: int) -> Knobs:
         """One plan's settings and one HBM size (what `phazec-plan` times)."""
         values = tuple((name, (getattr(training, name),)) for name in SEARCHED)
