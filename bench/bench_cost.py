@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from phazec.config.schema import register
 from phazec.config.settings import typed
@@ -35,7 +34,7 @@ def main() -> None:
     register()
     with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
         cfg = compose("config", overrides=["hw=tpu_area", "system=phaze_1024", "model=gpt3_175b"])
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     trained, _ = training_pipeline(8).run(load_model(model_cfg, default_cache_dir()))
     block = next(trained.classes[layer.cls] for layer in trained.layers if layer.kind is LayerKind.BLOCK)

@@ -284,8 +284,8 @@ class Fit:
 
 
 def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
-    """The row's plan timed by `phazec.predict.plan_report.time_plan`, as `phazec-plan` times it, with the preset's
-    device model or a fitted utilisation and kernel latency."""
+    """The row's plan timed by `phazec.predict.plan_report.time_plan`, as `phazec-plan` times it, with
+    the preset's device model or a fitted utilisation and kernel latency."""
     designs = prepared.designs
     if device is not None:
         fitted = replace(

@@ -19,9 +19,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from phazec.cli import conf_dir
 from phazec.frontend import load_model
+from phazec.config.settings import typed
+from phazec.frontend.schema import ModelConfig
 start = time.perf_counter()
 with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-    cfg = OmegaConf.to_object(compose("config", overrides=["model=llama2_7b"]).model)
+    cfg = typed(ModelConfig, compose("config", overrides=["model=llama2_7b"]).model, "model")
 model = load_model(cfg, Path(sys.argv[1]))
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

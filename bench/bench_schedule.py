@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from phazec.commands.search import tpuv4_designs
 from phazec.config.schema import register
@@ -67,7 +67,7 @@ def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:
     sets = design_sets()
     for name in PRESETS:
         cfg = config(f"model={name}")
-        model_cfg = OmegaConf.to_object(cfg.model)
+        model_cfg = typed(ModelConfig, cfg.model, "model")
         assert isinstance(model_cfg, ModelConfig)
         model = load_model(model_cfg, default_cache_dir(cfg.cache_dir))
         widths = sorted({min(model_cfg.tp_widths), max(model_cfg.tp_widths)})

@@ -2,8 +2,8 @@
 against Korthikanti et al. 2022 (arXiv 2205.05198) section 4.
 
 Rows: Megatron-LM's own runs (NAR21-T1-*, NAR21-T2-PTD-*, MEG20-*, MEG24-*; the ZeRO-3 rows ran
-DeepSpeed). Each row's plan is timed by `phazec.predict.plan_report.time_plan`, the function `phazec-plan` runs after
-lowering, on the row's model exported with two blocks and repeated to its depth
+DeepSpeed). Each row's plan is timed by `phazec.predict.plan_report.time_plan`, the function
+`phazec-plan` runs after lowering, on the row's model exported with two blocks and repeated to its depth
 (`bench_fidelity.prepare`: the row's chip, system and HBM, mixed-precision Adam, Megatron's stages,
 full recompute in every stage, the last included, for the Megatron-LM rows; selective for the
 Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes them in the backward

@@ -51,8 +51,9 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
 
     Raises:
         PhazecError: Hydra cannot compose them (an unknown preset or key, a value of the wrong type: the
-            paragraph of `phazec.config.command_line.hydra_message`), or one fails `phazec.config.command_line.command_line`
-            (a key appended that the schema does not have, a switch given other than true or false).
+            paragraph of `phazec.config.command_line.hydra_message`), or one fails
+            `phazec.config.command_line.command_line` (a key appended that the schema does not have, a
+            switch given other than true or false).
     """
     register()
     try:

@@ -180,8 +180,8 @@ something else or compose another config (`--config-dir` only adds to the search
 def check_command_line(command: str, argv: list[str]) -> None:
     """Compose the command line's config (`phazec.api.composed`) before Hydra does, so that one it
     cannot compose ends as any bad input does, with one paragraph and exit 2, not Hydra's several lines;
-    a multirun's with each value of its sweeps in turn (`phazec.config.command_line.sweep_command_lines`), so that
-    a bad value fails before the first job, not when its own job's turn comes."""
+    a multirun's with each value of its sweeps in turn (`phazec.config.command_line.sweep_command_lines`),
+    so that a bad value fails before the first job, not when its own job's turn comes."""
     args = get_args_parser().parse_args(argv)
     with user_errors():
         searchpath = config_dir_searchpath(args.config_dir)

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hypothesis import settings
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
+from phazec.config.settings import typed
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
@@ -90,7 +91,7 @@ exports took a minute of CI)."""
 def model_config(name: str) -> ModelConfig:
     """The typed `model` node of a preset (at the depth `SHALLOW` gives it, if any)."""
     overrides = [f"model={name}", *([SHALLOW[name]] if name in SHALLOW else [])]
-    cfg = OmegaConf.to_object(compose_config(*overrides).model)
+    cfg = typed(ModelConfig, compose_config(*overrides).model, "model")
     assert isinstance(cfg, ModelConfig)
     return cfg
 

@@ -5,9 +5,10 @@ import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
+from omegaconf import open_dict
 
 from phazec.cli import conf_dir
+from phazec.config.settings import typed
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
@@ -24,7 +25,7 @@ def _lower(layers: int, cache_dir: Path) -> Model:
             "n_inner": 512}  # fmt: skip
     with open_dict(cfg.model.hf_config):
         cfg.model.hf_config.update(dims)
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     return load_model(model_cfg, cache_dir)
 

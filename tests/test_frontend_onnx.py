@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -163,9 +164,8 @@ def test_unknown_operators_are_listed(tmp_path: Path) -> None:
 )
 def test_bad_model_config(tmp_path: Path, field: str, value: object, message: str) -> None:
     cfg = ModelConfig(name="bad", arch="GPT2LMHeadModel", seq_len=1024, hf_config={"n_layer": 1})
-    setattr(cfg, field, value)
     with pytest.raises(PhazecError, match=message):
-        load_model(cfg, tmp_path)
+        load_model(dataclasses.replace(cfg, **{field: value}), tmp_path)  # type: ignore[arg-type]
 
 
 def run_ir_cli(*args: str) -> subprocess.CompletedProcess[str]:

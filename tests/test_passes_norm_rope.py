@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from phazec.config.settings import typed
 from phazec.cost.ops import VectorClass, vector_class
@@ -198,7 +197,7 @@ def test_grouped_query_architectures_fuse_alike(arch: str, cache_dir: Path) -> N
     cfg = compose_config(
         "model=llama2_7b", f"model.arch={arch}", f"model.name={arch}", "model.seq_len=256", *overrides
     )
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     model = load_model(model_cfg, cache_dir)
     fused_model = NormRope(fused=True)(model).model

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from phazec import api
 from phazec.cli import run_plan
@@ -251,7 +250,7 @@ TINY = (
 @pytest.fixture(scope="module")
 def tiny_graphs(cache_dir: Path) -> dict[int, Any]:
     cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     return training_graphs(
         load_model(model_cfg, cache_dir), [1, 2], GraphSettings(optimizer="adam", vocab_parallel=True)
@@ -351,7 +350,7 @@ def test_overlapped_collectives_by_hand() -> None:
 @pytest.fixture(scope="module")
 def tiny_flash_graphs(cache_dir: Path) -> dict[int, Any]:
     cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     model = load_model(model_cfg, cache_dir)
     return training_graphs(
@@ -387,7 +386,7 @@ def test_head_dim_equal_to_the_sequence_keeps_korthikantis_bytes(cache_dir: Path
         f"model.hf_config.n_head={a}" if o.startswith("model.hf_config.n_head=") else o for o in TINY
     )
     cfg = compose_config(*heads, f"cache_dir={cache_dir}")
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = typed(ModelConfig, cfg.model, "model")
     assert isinstance(model_cfg, ModelConfig)
     model = load_model(model_cfg, cache_dir)
     graphs = training_graphs(
@@ -480,7 +479,7 @@ def test_an_onnx_file_told_it_is_causal_plans_as_its_preset(cache_dir: Path) -> 
               "plan.pp=1", "plan.dp=8", "plan.microbatch=2", "plan.recompute=selective",
               f"cache_dir={cache_dir}")  # fmt: skip
     preset = api.plan(*TINY, *common)
-    model_cfg = OmegaConf.to_object(compose_config(*TINY).model)
+    model_cfg = typed(ModelConfig, compose_config(*TINY).model, "model")
     assert isinstance(model_cfg, ModelConfig)
     path = exported_onnx(model_cfg, cache_dir)
     told = api.plan("model=onnx", f"model.path={path}", "model.causal=true", "tracking=none", *common)

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from phazec import api
 from phazec.cli import conf_dir
-from phazec.commands.search import run_search
+from phazec.commands.search import run_search, search_state
 from phazec.config import command_line as validate
 from phazec.config.rundir import unique_dir
 from phazec.config.settings import settings_from_config, typed
@@ -29,7 +29,7 @@ from phazec.hw.schema import DeviceConfig, HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.plots import write_plots
 from phazec.search.executors.base import worker_count
-from phazec.search.state import SearchState, state_key
+from phazec.search.state import SearchState
 from phazec.solvers.schedule.solve import ScheduleCache
 from phazec.util import atomic, sealed
 from tests.conftest import compose_config
@@ -190,12 +190,13 @@ def test_state_key_covers_the_onnx_contents_not_the_baseline(tmp_path: Path) -> 
     path = tmp_path / "m.onnx"
     write_onnx(path, 8)
     common = ("model=onnx", f"model.path={path}", "hw=tpu_small")
-    key = state_key(settings_from_config(compose_config(*common)).config, "")
+    key = search_state(settings_from_config(compose_config(*common))).directory.name
     write_onnx(path, 16)  # another model at the same path
-    assert state_key(settings_from_config(compose_config(*common)).config, "") != key
-    assert state_key(
-        settings_from_config(compose_config(*common, "model.baseline.pp=1000")).config, ""
-    ) == state_key(settings_from_config(compose_config(*common)).config, "")
+    assert search_state(settings_from_config(compose_config(*common))).directory.name != key
+    assert (
+        search_state(settings_from_config(compose_config(*common, "model.baseline.pp=1000"))).directory.name
+        == search_state(settings_from_config(compose_config(*common))).directory.name
+    )
 
 
 def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phazec.commands.search import run_search, tpuv4_baseline, tpuv4_designs
+from phazec.commands.search import run_search, search_state, tpuv4_baseline, tpuv4_designs
 from phazec.config.presets import group_presets
 from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import latency_model_from_config
@@ -275,7 +275,7 @@ def test_every_strategy_has_a_preset_and_a_module() -> None:
 
 
 def test_state_key_ignores_what_cannot_change_the_answer() -> None:
-    key = state_key(settings_from_config(compose_config(*SMALL)).config, "")
+    key = search_state(settings_from_config(compose_config(*SMALL))).directory.name
     same = state_key(
         settings_from_config(
             compose_config(
@@ -285,8 +285,11 @@ def test_state_key_ignores_what_cannot_change_the_answer() -> None:
         "",
     )
     assert key == same
-    assert state_key(settings_from_config(compose_config(*SMALL, "train.microbatch=[8]")).config, "") != key
-    assert state_key(settings_from_config(compose_config(*SMALL, "search=bounded")).config, "") != key
+    assert (
+        search_state(settings_from_config(compose_config(*SMALL, "train.microbatch=[8]"))).directory.name
+        != key
+    )
+    assert search_state(settings_from_config(compose_config(*SMALL, "search=bounded"))).directory.name != key
 
 
 def test_saved_candidates_read_back_bit_for_bit() -> None:

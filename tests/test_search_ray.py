@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from phazec.commands.search import search_state
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.search.schema import RayConfig, SearchConfig
-from phazec.search.state import state_key
 from tests.conftest import compose_config
 from tests.test_search import QUICK, answer, search
 from tests.test_track_mlflow import free_port
@@ -201,7 +201,9 @@ def test_a_batch_failing_every_attempt_stops_the_search_and_keeps_saved_batches(
     tmp_path: Path, cache_dir: Path, ray_cluster: RayCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     search(tmp_path / "local", cache_dir, *EXHAUSTIVE, "search.workers=1")
-    state = cache_dir / "search" / state_key(settings_from_config(compose_config(*EXHAUSTIVE)).config, "")
+    state = (
+        cache_dir / "search" / search_state(settings_from_config(compose_config(*EXHAUSTIVE))).directory.name
+    )
     shutil.rmtree(state)  # the local run's batches: the failed search must save its own
     ray_cluster.add_worker()
     process = start_phazec(

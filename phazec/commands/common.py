@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from phazec.commands.search import run_job, search_state
 from phazec.commands.setup import Job
-from phazec.config.presets import preset
+from phazec.config.command_line import preset
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS, Designs

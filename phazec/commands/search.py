@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from phazec.commands.setup import Job, setup
-from phazec.config.presets import preset
+from phazec.config.command_line import preset
 from phazec.config.settings import Settings, typed, writable_dir
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig

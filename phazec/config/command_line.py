@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob, Override, RangeSweep
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
@@ -285,3 +287,26 @@ def model_list(overrides: list[str]) -> tuple[list[str] | None, tuple[str, ...]]
                 raise PhazecError(f"~{key} cannot be combined with a list of models; drop it.")
             keys.append(str(override.input_line))
     return names, tuple(keys)
+
+
+def preset(group: str, name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
+    """Config group `group` as preset `name` gives it, with `overrides` (e.g. `model.seq_len=512`),
+    composed in the running command's config search path (the shipped tree outside a command). A
+    preset is composed, never read by path: one of the user's (`--config-dir`) beside the shipped ones
+    is found the same way, and its keys are checked against the schema.
+
+    Raises:
+        PhazecError: Hydra cannot compose it (an unknown preset, a bad key; `hydra_message`).
+    """
+    choice = [f"{group}={name}", *overrides]
+    try:
+        if GlobalHydra.instance().is_initialized():
+            composed = compose("config", overrides=choice)
+        else:
+            with initialize_config_dir(config_dir=conf_dir(), version_base=None):
+                composed = compose("config", overrides=choice)
+    except HydraException as err:
+        raise PhazecError(hydra_message(err)) from err
+    node: Any = composed[group]
+    assert isinstance(node, DictConfig)
+    return node

@@ -124,9 +124,13 @@ def hydra_twin(settings: type) -> type:
 
 
 def _twin(settings: type, specs: list[tuple[str, Any, Any]]) -> type:
+    """A dataclass of `specs` standing for `settings`, reachable as this module's `Hydra<name>`: Hydra's
+    launchers pickle composed configs into other processes, which find their schema classes by name."""
     twin = make_dataclass(settings.__name__, specs, kw_only=True)
     twin.__doc__ = settings.__doc__
     twin.__module__ = __name__
+    twin.__qualname__ = f"Hydra{settings.__name__}"
+    globals()[twin.__qualname__] = twin
     return twin
 
 
@@ -166,10 +170,15 @@ def root_schema() -> type:
     specs.append(("cache_dir", str, field(default="")))
     root = make_dataclass("Config", specs, kw_only=True)
     root.__module__ = __name__
+    root.__qualname__ = "SCHEMA"
     return root
+
+
+SCHEMA = root_schema()
+"""The root schema (made at import, so that every twin is this module's attribute in any process)."""
 
 
 def register() -> None:
     """Register the schema with Hydra and the run-directory resolver; called before composition."""
-    ConfigStore.instance().store(name="phazec_schema", node=root_schema())
+    ConfigStore.instance().store(name="phazec_schema", node=SCHEMA)
     register_resolver()

@@ -1,7 +1,7 @@
 """A composed config, checked once and typed: what every command reads.
 
-`settings_from_config(cfg)` runs, before anything is lowered or evaluated, every check a group's values need on
-their own (non-finite numbers anywhere, missing or ill-typed keys, the model's dimensions, the cache
+`settings_from_config(cfg)` runs, before anything is lowered or evaluated, every check a group's values
+need on their own (non-finite numbers anywhere, missing or ill-typed keys, the model's dimensions, the cache
 directory, the space, system, cost model, solver, search, training knobs and plan) and returns frozen
 `Settings`: nothing below the commands sees the composed config. The checks one command alone needs
 stay with it (`phazec.commands.search`: microbatches dividing the global batch, the baseline plan;
@@ -72,7 +72,6 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     """
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
-    finite_numbers(plain)
     search = typed(SearchConfig, cfg.search, "search")
     check_search(search)
     model = typed(ModelConfig, cfg.model, "model")
@@ -83,7 +82,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_config(solver)
     system_config = typed(SystemConfig, cfg.system, "system")
     system = system_from_config(system_config)
-    return Settings(
+    typed_settings = Settings(
         model=model,
         hw=hw_space_from_config(typed(HwConfig, cfg.hw, "hw")),
         system=system,
@@ -97,6 +96,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         cache_dir=cache_dir,
         config={str(key): value for key, value in plain.items()},
     )
+    finite_numbers(plain)  # last: a group's own check names a bad value more precisely
+    return typed_settings
 
 
 def typed(kind: type[T], node: Any, group: str) -> T:

@@ -69,7 +69,8 @@ def rows_at(model: Model, microbatch: int) -> list[TrainingRow]:
         cls = model.classes[layer.cls]
         if cls.backward is None or cls.memory is None:
             raise PhazecError(
-                f"model {model.name!r} has no backward graphs or memory: run the training pipeline (`phazec.passes.pipeline`)."
+                f"model {model.name!r} has no backward graphs or memory: run the training pipeline "
+                "(`phazec.passes.pipeline`)."
             )
         rows.append(
             TrainingRow(

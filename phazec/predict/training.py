@@ -145,25 +145,27 @@ CORE = tuple(f.name for f in KNOB_FIELDS if spec(f.name).core)
 """The knobs the compiled core reads."""
 
 
-def check_knob(group: str, name: str, value: Any) -> Any:
-    """One setting of knob `name` given as `<group>.<name>` (`plan`, or an element of a `train` list),
-    in its normal spelling (legacy spellings translated).
+def check_knob(group: str, name: str, value: Any, listed: Sequence[Any] | None = None) -> Any:
+    """One setting of knob `name` given as `<group>.<name>` (`plan.<name>`, or an element of the list
+    `listed` of `train.<name>`), in its normal spelling (a legacy spelling translated).
 
     Raises:
         PhazecError: the value is not one of the knob's choices or is below its minimum.
     """
     knob_spec = spec(name)
     value = next((v for k, v in knob_spec.legacy.items() if type(k) is type(value) and k == value), value)
+    where = f"{group}.{name}={value!r}" if listed is None else f"{group}.{name}={list(listed)!r}"
+    which = "" if listed is None else f"{value!r}: "
     if knob_spec.choices is not None and value not in knob_spec.choices:
         legacy = ", ".join(f"{k!r} means {v!r}" for k, v in knob_spec.legacy.items())
         raise PhazecError(
-            f"{group}.{name}={value!r} is not valid; valid: {list(knob_spec.choices)}"
-            + (f" ({legacy} in a search's list)." if legacy and group == "train" else ".")
+            f"{where} is not valid: {which}give one of {list(knob_spec.choices)}"
+            + (f" ({legacy})." if legacy and listed is not None else ".")
         )
-    if knob_spec.minimum is not None and (isinstance(value, bool) or value < knob_spec.minimum):
-        raise PhazecError(
-            f"{group}.{name}={value!r} is not valid: it must be an integer >= {knob_spec.minimum}."
-        )
+    least = knob_spec.minimum
+    if least is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        what = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise PhazecError(f"{where} is not valid: {which}it must be {what}.")
     return value
 
 
@@ -191,7 +193,7 @@ class Knobs:
                     f"train.{name}=[] is not valid: list at least one setting to search, e.g. "
                     f"{spec(name).search}."
                 )
-            values.append((name, tuple(check_knob("train", name, v) for v in given)))
+            values.append((name, tuple(check_knob("train", name, v, given) for v in given)))
         first = {name: settings[0] for name, settings in values}
         return cls(tuple(values), replace(fixed, **first), tuple(int(h) for h in hbm_bytes))
 

@@ -1,9 +1,9 @@
 """Clean stops on SIGINT (Ctrl-C) and SIGTERM: saved batches kept, workers stopped, exit 130 or 143.
 
 While a command runs, both signals raise `Interrupted` in the main thread. It unwinds through the
-search (the worker pool stops its processes on the way out, `phazec.search.executors.local`), Hydra records the
-job as failed, tracking ends its MLflow run KILLED, and the command prints `MESSAGE` and exits with
-128 plus the signal number. Every batch saved before the signal stays saved, so running the same
+search (the worker pool stops its processes on the way out, `phazec.search.executors.local`), Hydra
+records the job as failed, tracking ends its MLflow run KILLED, and the command prints `MESSAGE` and
+exits with 128 plus the signal number. Every batch saved before the signal stays saved, so running the same
 command again resumes.
 """
 
