@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
 
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.table import render
@@ -91,13 +91,13 @@ def gather(sweep_dir: Path) -> list[SweepJob]:
     jobs = []
     for overrides_path in sweep_dir.rglob(".hydra/overrides.yaml"):
         job_dir = overrides_path.parent.parent
-        hydra_cfg = OmegaConf.load(overrides_path.parent / "hydra.yaml")
-        overrides = OmegaConf.to_container(OmegaConf.load(overrides_path))
+        job = yaml.safe_load((overrides_path.parent / "hydra.yaml").read_text())["hydra"]["job"]
+        overrides = yaml.safe_load(overrides_path.read_text())
         assert isinstance(overrides, list)
-        kind = KINDS.get(str(hydra_cfg.hydra.job.config_name), "search")
+        kind = KINDS.get(str(job["config_name"]), "search")
         output = job_dir / OUTPUTS[kind]
         result = json.loads(output.read_text()) if output.is_file() else None
-        num = int(hydra_cfg.hydra.job.num)
+        num = int(job["num"])
         error_path = job_dir / ERROR_TXT
         error = error_path.read_text().partition("\n")[0] if result is None and error_path.is_file() else ""
         jobs.append(SweepJob(num, [str(o) for o in overrides], job_dir, result, kind, error))
