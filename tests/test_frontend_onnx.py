@@ -178,7 +178,7 @@ def run_ir_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("override", "message"),
     [
         ("model.seq_len=0", "model.seq_len=0 is not valid: give a positive number of tokens"),
-        ("train.microbatch=[2,0]", "train.microbatch=[2, 0] must list positive microbatch sizes"),
+        ("train.microbatch=[2,0]", "train.microbatch=[2, 0] is not valid: 0 is not a positive integer"),
         ("model=onnx", "model.path"),
     ],
 )

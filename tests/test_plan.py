@@ -496,7 +496,7 @@ BAD_PLANS = [
     ),
     (
         "plan.recompute=some",
-        r"plan.recompute='some' is not a recompute mode; valid: \['none', 'selective', 'full'\]",
+        r"plan.recompute='some' is not valid: it must be one of \['none', 'selective', 'full'\]",
     ),
     ("plan.tp=3", r"3 \* 2 \* 2 = 12 does not divide the 8 devices"),
     ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
@@ -619,7 +619,7 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("plan.recompute=some", "phazec: error: plan.recompute='some' is not a recompute mode"),
+        ("plan.recompute=some", "phazec: error: plan.recompute='some' is not valid: it must be one of"),
         # Hydra's words for a value its typed config cannot hold, as one paragraph.
         (
             "plan.dp=nan",

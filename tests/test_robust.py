@@ -221,10 +221,10 @@ def test_a_damaged_cached_export_is_exported_again(tmp_path: Path, cache_dir: Pa
     [
         (("search.bin_mm2=nan",), r"search.bin_mm2=nan is not a finite number"),
         (("search.bin_mm2=inf",), r"search.bin_mm2=inf is not a finite number"),
-        (("system.hbm_gb=[32,inf]",), r"system.hbm_gb\[1\]=inf is not a finite number"),
+        (("system.hbm_gb=[32,inf]",), r"system.hbm_gb\[1\] = inf is not valid: it must be a finite number"),
         (
             ("train.recompute=[]",),
-            r"train.recompute=\[\] lists no recompute setting, .*; give \[false\], \[true\]",
+            r"train.recompute=\[\] is not valid: list at least one setting to search, e.g. \[False, True\]",
         ),
         (
             ("system.global_batch=1000", "train.microbatch=[64]"),

@@ -151,7 +151,7 @@ def test_evaluate_more_gives_the_evaluators_candidates(cache_dir: Path, tmp_path
 
 def test_bad_model_lists(tmp_path: Path, cache_dir: Path) -> None:
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "hw=tpuv4")
-    unknown = r"unknown model preset 'nope' in the model list; presets: .*bert_large"
+    unknown = r"Could not find 'model/nope'\. Available options in 'model': bert_large, .*opt_350m"
     with pytest.raises(PhazecError, match=unknown):
         run_multi(cfg, ["bert_large", "nope"], tmp_path)
     with pytest.raises(PhazecError, match=r"give a list of distinct model presets"):

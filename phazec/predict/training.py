@@ -154,18 +154,20 @@ def check_knob(group: str, name: str, value: Any, listed: Sequence[Any] | None =
     """
     knob_spec = spec(name)
     value = next((v for k, v in knob_spec.legacy.items() if type(k) is type(value) and k == value), value)
-    where = f"{group}.{name}={value!r}" if listed is None else f"{group}.{name}={list(listed)!r}"
-    which = "" if listed is None else f"{value!r}: "
+    if listed is None:
+        where, it = f"{group}.{name}={value!r} is not valid:", "it must be"
+    else:
+        where, it = f"{group}.{name}={list(listed)!r} is not valid: {value!r}", "is not"
     if knob_spec.choices is not None and value not in knob_spec.choices:
         legacy = ", ".join(f"{k!r} means {v!r}" for k, v in knob_spec.legacy.items())
         raise PhazecError(
-            f"{where} is not valid: {which}give one of {list(knob_spec.choices)}"
+            f"{where} {it} one of {list(knob_spec.choices)}"
             + (f" ({legacy})." if legacy and listed is not None else ".")
         )
     least = knob_spec.minimum
     if least is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
         what = "a positive integer" if least == 1 else f"an integer >= {least}"
-        raise PhazecError(f"{where} is not valid: {which}it must be {what}.")
+        raise PhazecError(f"{where} {it} {what}.")
     return value
 
 
