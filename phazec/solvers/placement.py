@@ -348,40 +348,7 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         _check_positive_int("interleave", variant.interleave)
     start_s = time.perf_counter()
     results = _placement.solve_placements(
-        n=problem.layer_count,
-        edges=_edge_list(problem),
-        edge_bytes=problem.edge_bytes,
-        t_values=problem.t_values,
-        forward_s=problem.forward_latency_s,
-        backward_s=problem.backward_latency_s,
-        selective_s=problem.selective_s,
-        param_bytes=problem.param_bytes,
-        activation_bytes=problem.activation_bytes,
-        stash_bytes=problem.stash_bytes,
-        selective_bytes=problem.selective_stash,
-        input_bytes=problem.input_bytes,
-        tensor_parallel=problem.tensor_parallel,
-        devices=problem.device_count,
-        microbatches=problem.microbatch_count,
-        tier_group_sizes=np.array([tier.group_size for tier in problem.tiers], dtype=np.int64),
-        tier_bandwidth_bytes_per_s=np.array([tier.bandwidth_bytes_per_s for tier in problem.tiers]),
-        tier_latency_s=np.array([tier.latency_s for tier in problem.tiers]),
-        optimizer_factor=OPTIMIZER_FACTOR[problem.optimizer],
-        last_stage_recomputes=problem.last_stage_recomputes,
-        overlap_grad_reduce=problem.overlap_grad_reduce,
-        overlap_param_gather=problem.overlap_param_gather,
-        hbm_bytes_per_s=problem.hbm_bytes_per_s,
-        bound_sync_windows=problem.bound_sync_windows,
-        variants=[
-            (
-                _t_index(problem, v.t),
-                RECOMPUTE_MODES.index(recompute_mode(v.recompute)),
-                v.hbm_bytes,
-                v.interleave,
-                v.distributed_optimizer,
-            )
-            for v in variants
-        ],
+        **_problem_arguments(problem), variants=[_variant_argument(problem, v) for v in variants]
     )
     logger.debug("placement: %d variants in %.3f s", len(variants), time.perf_counter() - start_s)
     return tuple(_result(problem, v, r) for v, r in zip(variants, results, strict=True))
@@ -394,18 +361,64 @@ def solve_placement(problem: PlacementProblem) -> PlacementResult:
     """
     results = solve_placements(
         problem,
-        [
-            Variant(
-                int(t), problem.mode, problem.hbm_bytes, problem.interleave, problem.distributed_optimizer
-            )
-            for t in problem.t_values
-        ],
+        [_own_variant(problem, int(t)) for t in problem.t_values],
     )
     feasible = [r for r in results if isinstance(r, Placement)]
     if feasible:
         return min(feasible, key=lambda r: r.time_per_batch_s)
     infeasible = [r for r in results if isinstance(r, NoFeasiblePlacement)]
     return min(infeasible, key=lambda r: r.min_memory_bytes)
+
+
+def _own_variant(problem: PlacementProblem, t: int) -> Variant:
+    """The variant at width t whose other settings are the problem's (`Variant.applied` undone)."""
+    return Variant(t, problem.mode, problem.hbm_bytes, problem.interleave, problem.distributed_optimizer)
+
+
+def _problem_arguments(problem: PlacementProblem) -> dict[str, Any]:
+    """The arguments describing the problem that both C++ calls (`_placement.solve_placements` and
+    `_placement.evaluate_plan`) take first."""
+    return {
+        "n": problem.layer_count,
+        "edges": _edge_list(problem),
+        "edge_bytes": problem.edge_bytes,
+        "t_values": problem.t_values,
+        "forward_s": problem.forward_latency_s,
+        "backward_s": problem.backward_latency_s,
+        "selective_s": problem.selective_s,
+        "param_bytes": problem.param_bytes,
+        "activation_bytes": problem.activation_bytes,
+        "stash_bytes": problem.stash_bytes,
+        "selective_bytes": problem.selective_stash,
+        "input_bytes": problem.input_bytes,
+        "tensor_parallel": problem.tensor_parallel,
+        "devices": problem.device_count,
+        "microbatches": problem.microbatch_count,
+        "tier_group_sizes": np.array([tier.group_size for tier in problem.tiers], dtype=np.int64),
+        "tier_bandwidth_bytes_per_s": np.array([tier.bandwidth_bytes_per_s for tier in problem.tiers]),
+        "tier_latency_s": np.array([tier.latency_s for tier in problem.tiers]),
+        "optimizer_factor": OPTIMIZER_FACTOR[problem.optimizer],
+        "hbm_bytes_per_s": problem.hbm_bytes_per_s,
+        "bound_sync_windows": problem.bound_sync_windows,
+    }
+
+
+def _variant_argument(problem: PlacementProblem, variant: Variant) -> tuple[int, int, dict[str, int | bool]]:
+    """(width index, HBM bytes, settings) of a variant for the C++ calls: the one place that names the
+    plan settings the C++ model reads (`PHAZEC_PLAN_SETTINGS` in ext/include/phazec/placement.hpp).
+
+    Raises:
+        PhazecError: the variant's t has no figures in the problem.
+    """
+    settings: dict[str, int | bool] = {
+        "recompute": RECOMPUTE_MODES.index(recompute_mode(variant.recompute)),
+        "interleave": int(variant.interleave),
+        "distributed_optimizer": bool(variant.distributed_optimizer),
+        "last_stage_recomputes": bool(problem.last_stage_recomputes),
+        "overlap_grad_reduce": bool(problem.overlap_grad_reduce),
+        "overlap_param_gather": bool(problem.overlap_param_gather),
+    }
+    return _t_index(problem, variant.t), int(variant.hbm_bytes), settings
 
 
 @dataclass(frozen=True)
@@ -685,6 +698,82 @@ def plan_figures(
         optimizer_s=tails[last][1],
     )
     return PlanFigures(placement, iteration, modes, times, memories)
+
+
+def _cpp_plan_figures(
+    problem: PlacementProblem, t: int, stages: Stages, d: int
+) -> tuple[PlanFigures, tuple[StageCost, ...]]:
+    """The figures of a valid plan at data-parallel width d and its stage costs, from the C++ model."""
+    r = _placement.evaluate_plan(
+        **_problem_arguments(problem),
+        variant=_variant_argument(problem, _own_variant(problem, t)),
+        stages=[list(stage) for stage in stages],
+        d=d,
+    )
+    placement = Placement(
+        stages=tuple(Stage(tuple(x.layers), x.devices, x.load_s, x.memory_bytes) for x in r.stages),
+        t=r.t,
+        d=r.d,
+        recompute=problem.mode,
+        hbm_bytes=problem.hbm_bytes,
+        microbatches_per_pipeline=r.microbatches_per_pipeline,
+        time_per_batch_s=r.time_per_batch_s,
+        throughput_samples_per_s=problem.samples_per_microbatch
+        * problem.microbatch_count
+        / r.time_per_batch_s,
+        fits_hbm=r.fits_hbm,
+        interleave=problem.interleave,
+        distributed_optimizer=problem.distributed_optimizer,
+        sequence_parallel=problem.sequence_parallel,
+    )
+    it = r.iteration
+    iteration = IterationTime(
+        bottleneck_stage=it.bottleneck_stage,
+        forward_s=it.forward_s,
+        backward_s=it.backward_s,
+        recompute_s=it.recompute_s,
+        p2p_s=it.p2p_s,
+        bubble_s=it.bubble_s,
+        dp_sync_stage=it.dp_sync_stage,
+        dp_sync_s=it.dp_sync_s,
+        optimizer_s=it.optimizer_s,
+    )
+    figures = PlanFigures(
+        placement,
+        iteration,
+        modes=tuple(recompute_mode(RECOMPUTE_MODES[x.recompute]) for x in r.stages),
+        times=tuple(
+            StageTime(x.time.forward_s, x.time.backward_s, x.time.recompute_s, x.time.p2p_s) for x in r.stages
+        ),
+        memories=tuple(
+            StageMemory(
+                weights_bytes=x.memory.weights_bytes,
+                gradients_bytes=x.memory.gradients_bytes,
+                optimizer_state_bytes=x.memory.optimizer_state_bytes,
+                stash_bytes=x.memory.stash_bytes,
+                working_bytes=x.memory.working_bytes,
+                in_flight=x.memory.in_flight,
+            )
+            for x in r.stages
+        ),
+    )
+    costs = tuple(
+        StageCost(
+            forward_s=x.cost.forward_s,
+            backward_s=x.cost.backward_s,
+            selective_s=x.cost.selective_s,
+            param_bytes=x.cost.param_bytes,
+            stash_bytes=x.cost.stash_bytes,
+            selective_bytes=x.cost.selective_bytes,
+            input_bytes=x.cost.input_bytes,
+            selective_working_bytes=x.cost.selective_working_bytes,
+            full_working_bytes=x.cost.full_working_bytes,
+            cut_bytes=x.cost.cut_bytes,
+            devices=x.cost.devices,
+        )
+        for x in r.stages
+    )
+    return figures, costs
 
 
 def placement_of(
