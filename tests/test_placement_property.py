@@ -1,11 +1,10 @@
 """The C++ placement DP equals a brute force over every plan, on random chains and branching DAGs.
 
-Both sides compute each time with the same operation order (phazec.solvers.placement states it),
-so times compare exactly. The brute force (phazec.solvers.placement_reference) evaluates every
-plan and every data-parallel width with the Python statement of the model.
+The brute force (phazec.solvers.placement_reference) times every plan and every data-parallel width
+with the C++ model of one plan (`evaluate_plan`), whose functions the DP shares, so times compare
+exactly: what this checks is the DP's search.
 """
 
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -20,12 +19,9 @@ from phazec.solvers.placement import (
     Placement,
     PlacementProblem,
     Variant,
-    _cpp_plan_figures,
     evaluate_plan,
-    plan_figures,
     recompute_mode,
     solve_placements,
-    stage_costs,
 )
 from phazec.solvers.placement_reference import all_plans, best_time_s, min_memory_bytes
 
@@ -245,28 +241,3 @@ def test_all_plans_enumerates_each_plan_once(graph: tuple[int, list[tuple[int, i
     )
     plans = list(all_plans(problem))
     assert len(plans) == len(set(plans)) == plan_count(n, edges)
-
-
-@settings(max_examples=int(os.environ.get("PHAZEC_FUZZ_EXAMPLES", "200")), deadline=None)
-@given(st.booleans().flatmap(problems), st.data())
-def test_cpp_evaluate_plan_equals_the_python_statement(
-    problem: PlacementProblem, data: st.DataObject
-) -> None:
-    # Every figure of a random plan under random settings, from the C++ evaluate_plan and from the
-    # Python arithmetic it replaces, equal bit for bit (repr tells -0.0 from 0.0).
-    variant = Variant(
-        int(data.draw(st.sampled_from(problem.t_values.tolist()))),
-        data.draw(st.sampled_from(RECOMPUTE_MODES)),
-        problem.hbm_bytes,
-        data.draw(st.integers(1, 3)),
-        data.draw(st.booleans()),
-    )
-    applied = variant.applied(problem)
-    stages = data.draw(st.sampled_from(list(all_plans(problem))))
-    d = data.draw(st.integers(1, min(problem.microbatch_count, problem.device_count)))
-    costs = stage_costs(applied, variant.t, stages)
-    expected = plan_figures(applied, variant.t, stages, costs, d)
-    figures, cpp_costs = _cpp_plan_figures(applied, variant.t, stages, d)
-    assert repr(cpp_costs) == repr(costs)
-    assert repr(figures) == repr(expected)
-    assert figures == expected
