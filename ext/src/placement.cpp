@@ -177,6 +177,8 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
 struct SyncTime {
   double exposed_s = 0.0;
   double step_s = 0.0;
+  /// When the stage's work after the flush ends.
+  double end_s() const { return exposed_s + step_s; }
 };
 
 /// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
@@ -276,10 +278,14 @@ struct PlanModel {
     return out;
   }
 
-  /// `sync_time`'s two parts summed: when the stage's work after the flush ends.
-  double after_flush_s(int64_t weights, int64_t d, const NetworkTier& tier, std::pair<double, double> windows_s) const {
-    const SyncTime sync = sync_time(weights, d, tier, windows_s);
-    return sync.exposed_s + sync.step_s;
+  /// (s - 1) / v: the bubble of interleaved 1F1B over `total` stages, in stage loads.
+  double bubble(int64_t total) const {
+    return static_cast<double>(total - 1) / static_cast<double>(settings.interleave);
+  }
+
+  /// m + (s - 1) / v: the stage loads the bottleneck stage runs one after another per batch at width d.
+  double slots(int64_t total, int64_t d) const {
+    return static_cast<double>(microbatches_per_replica(d)) + bubble(total);
   }
 };
 
@@ -551,10 +557,8 @@ PlanResult solve_variant(const VariantModel& model) {
   } best;
   const auto max_stages = static_cast<std::size_t>(lat.graph.g.n);
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
-  const auto v = static_cast<double>(model.interleave());
   for (std::size_t s = 1; s <= max_stages; ++s) {
     const auto total = static_cast<int64_t>(s);
-    const double bubble = static_cast<double>(total - 1) / v;
     for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
       const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
@@ -576,12 +580,14 @@ PlanResult solve_variant(const VariantModel& model) {
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier);
-          const double slots = static_cast<double>(model.plan.microbatches_per_replica(d)) + bubble;
+          const double slots = model.plan.slots(total, d);
           const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
           auto first_end_s = [&](double bottleneck_s) {
-            return model.plan.after_flush_s(model.tab.cost[p].param_bytes, d, first_sync,
-                                            model.plan.sync_windows_s(model.tab.cost[p], false, bottleneck_s));
+            return model.plan
+                .sync_time(model.tab.cost[p].param_bytes, d, first_sync,
+                           model.plan.sync_windows_s(model.tab.cost[p], false, bottleneck_s))
+                .end_s();
           };
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
@@ -594,8 +600,11 @@ PlanResult solve_variant(const VariantModel& model) {
           for (std::size_t i = 0; i < rest.size(); ++i) {
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
-            const double rest_end_s = model.plan.after_flush_s(
-                rest[i].weights, d, wide_sync[d], model.plan.sync_windows_s(model.tab.cost[p], true, bottleneck_s));
+            const double rest_end_s =
+                model.plan
+                    .sync_time(rest[i].weights, d, wide_sync[d],
+                               model.plan.sync_windows_s(model.tab.cost[p], true, bottleneck_s))
+                    .end_s();
             const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, static_cast<int32_t>(i)};
           }
@@ -804,26 +813,22 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   const NetworkTier later_sync = dp_sync_tier(in.tiers, d, k, std::min(f.t, k));
   std::size_t last = 0;
   SyncTime last_sync;
-  double last_end_s = 0.0;
   for (std::size_t i = 0; i < s; ++i) {
     const SyncTime sync = plan.sync_time(out.stages[i].memory.weights_bytes, d, i == 0 ? first_sync : later_sync,
                                          plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
-    const double end_s = sync.exposed_s + sync.step_s;
-    if (i == 0 || end_s > last_end_s) {
+    if (i == 0 || sync.end_s() > last_sync.end_s()) {
       last = i;
       last_sync = sync;
-      last_end_s = end_s;
     }
   }
-  const double bubble = static_cast<double>(total - 1) / static_cast<double>(variant.settings.interleave);
   out.microbatches_per_pipeline = m;
-  out.time_per_batch_s = bottleneck_s * (static_cast<double>(m) + bubble) + last_end_s;
+  out.time_per_batch_s = bottleneck_s * plan.slots(total, d) + last_sync.end_s();
   out.fits_hbm = std::all_of(out.stages.begin(), out.stages.end(),
                              [&](const PlanStage& stage) { return stage.memory_bytes <= variant.hbm_bytes; });
   const StageTime& slowest = out.stages[top].time;
   const auto times_m = static_cast<double>(m);
   out.iteration = {static_cast<int64_t>(top), times_m * slowest.forward_s, times_m * slowest.backward_s,
-                   times_m * slowest.recompute_s, times_m * slowest.p2p_s, bottleneck_s * bubble,
+                   times_m * slowest.recompute_s, times_m * slowest.p2p_s, bottleneck_s * plan.bubble(total),
                    static_cast<int64_t>(last), last_sync.exposed_s, last_sync.step_s};
   return out;
 }
