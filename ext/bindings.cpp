@@ -89,7 +89,7 @@ void read_setting(const nb::dict& settings, const char* name, T& field) {
 /// or mistyped setting. Needs the GIL.
 phazec::Variant variant_of(const VariantArg& arg) {
   const auto& [width_index, hbm_bytes, settings] = arg;
-  for (const auto& [key, value] : settings) {
+  for (nb::handle key : settings.keys()) {
     const std::string name = nb::cast<std::string>(nb::str(key));
     if (std::find(std::begin(kSettingNames), std::end(kSettingNames), name) == std::end(kSettingNames)) {
       throw std::invalid_argument("unknown plan setting '" + name + "'");
@@ -102,7 +102,7 @@ phazec::Variant variant_of(const VariantArg& arg) {
   return out;
 }
 
-/// `body` as a bound function whose first arguments describe the problem (`kProblemArgs` names
+/// `body` as a bound function whose first arguments describe the problem (`def_taking_problem` names
 /// them): it gets them as one PlacementInput, then its own `extra` arguments.
 template <typename Result, typename... Extra>
 auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
