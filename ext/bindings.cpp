@@ -3,12 +3,19 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "phazec/dag.hpp"
 #include "phazec/list_schedule.hpp"
@@ -54,62 +61,122 @@ std::vector<Out> matrix_row(const Matrix<T>& a, std::size_t row, std::size_t row
   return std::vector<Out>(start, start + cols);
 }
 
-std::vector<phazec::PlanResult> solve_placements(
-    int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
-    const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
-    const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
-    const Matrix<int64_t>& activation_bytes, const Matrix<int64_t>& stash_bytes,
-    const Matrix<int64_t>& selective_bytes, const Matrix<int64_t>& input_bytes,
-    const Matrix<bool>& tensor_parallel,
-    int64_t devices, int64_t microbatches, const Vector<int64_t>& tier_group_sizes,
-    const Vector<double>& tier_bandwidth_bytes_per_s, const Vector<double>& tier_latency_s,
-    int64_t optimizer_factor, bool last_stage_recomputes, bool overlap_grad_reduce, bool overlap_param_gather,
-    double hbm_bytes_per_s, bool bound_sync_windows,
-    const std::vector<std::tuple<int32_t, int32_t, int64_t, int64_t, bool>>& variants) {
-  if (n < 0) throw std::invalid_argument("layer count must be >= 0");
-  phazec::PlacementInput in;
-  in.n = n;
-  in.edges = edges;
-  in.edge_bytes = to_vector(edge_bytes);
-  in.devices = devices;
-  in.microbatches = microbatches;
-  in.optimizer_factor = optimizer_factor;
-  in.last_stage_recomputes = last_stage_recomputes;
-  in.overlap_grad_reduce = overlap_grad_reduce;
-  in.overlap_param_gather = overlap_param_gather;
-  in.hbm_bytes_per_s = hbm_bytes_per_s;
-  in.bound_sync_windows = bound_sync_windows;
-  const std::size_t tiers = tier_group_sizes.shape(0);
-  if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
-    throw std::invalid_argument("network tier arrays differ in length");
+/// A plan's settings as a Python dict {name: int | bool}, one entry per PHAZEC_PLAN_SETTINGS line.
+using Settings = nb::typed<nb::dict, nb::str, std::variant<int64_t, bool>>;
+/// (width index, HBM bytes per device, settings).
+using VariantArg = std::tuple<int32_t, int64_t, Settings>;
+
+constexpr const char* kSettingNames[] = {
+#define PHAZEC_SETTING_NAME(type, name, value) #name,
+    PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_NAME)
+#undef PHAZEC_SETTING_NAME
+};
+
+/// Reads setting `name` of `settings` into `field`: a Python bool for a bool, an int (not a bool)
+/// otherwise; ValueError naming it when it is missing or of another type.
+template <typename T>
+void read_setting(const nb::dict& settings, const char* name, T& field) {
+  if (!settings.contains(name)) throw std::invalid_argument(std::string("plan setting '") + name + "' is missing");
+  const nb::object value = settings[name];
+  const bool wrong_bool = !std::is_same_v<T, bool> && nb::isinstance<nb::bool_>(value);
+  if (wrong_bool || !nb::try_cast(value, field, false)) {
+    throw std::invalid_argument(std::string("plan setting '") + name + "' must be " +
+                                (std::is_same_v<T, bool> ? "a bool" : "an int"));
   }
-  for (std::size_t i = 0; i < tiers; ++i) {
-    in.tiers.push_back(
-        {tier_group_sizes.data()[i], tier_bandwidth_bytes_per_s.data()[i], tier_latency_s.data()[i]});
+}
+
+/// The variant a (width index, HBM bytes, settings) tuple names; ValueError on a missing, unknown
+/// or mistyped setting. Needs the GIL.
+phazec::Variant variant_of(const VariantArg& arg) {
+  const auto& [width_index, hbm_bytes, settings] = arg;
+  for (nb::handle key : settings.keys()) {
+    const std::string name = nb::cast<std::string>(nb::str(key));
+    if (std::find(std::begin(kSettingNames), std::end(kSettingNames), name) == std::end(kSettingNames)) {
+      throw std::invalid_argument("unknown plan setting '" + name + "'");
+    }
   }
-  const std::size_t widths = t_values.shape(0);
-  const auto cols = static_cast<std::size_t>(n);
-  for (std::size_t w = 0; w < widths; ++w) {
-    phazec::LayerFigures f;
-    f.t = t_values.data()[w];
-    f.forward_s = matrix_row(forward_s, w, widths, cols, "forward_s");
-    f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
-    f.selective_s = matrix_row(selective_s, w, widths, cols, "selective_s");
-    f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
-    f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
-    f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
-    f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
-    f.input_bytes = matrix_row(input_bytes, w, widths, cols, "input_bytes");
-    f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
-    in.widths.push_back(std::move(f));
-  }
+  phazec::Variant out{width_index, hbm_bytes, {}};
+#define PHAZEC_READ_SETTING(type, name, value) read_setting(settings, #name, out.settings.name);
+  PHAZEC_PLAN_SETTINGS(PHAZEC_READ_SETTING)
+#undef PHAZEC_READ_SETTING
+  return out;
+}
+
+/// `body` as a bound function whose first arguments describe the problem (`def_taking_problem` names
+/// them): it gets them as one PlacementInput, then its own `extra` arguments.
+template <typename Result, typename... Extra>
+auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
+  return [body](int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
+                const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
+                const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
+                const Matrix<int64_t>& activation_bytes, const Matrix<int64_t>& stash_bytes,
+                const Matrix<int64_t>& selective_bytes, const Matrix<int64_t>& input_bytes,
+                const Matrix<bool>& tensor_parallel, int64_t devices, int64_t microbatches,
+                const Vector<int64_t>& tier_group_sizes, const Vector<double>& tier_bandwidth_bytes_per_s,
+                const Vector<double>& tier_latency_s, int64_t optimizer_factor, double hbm_bytes_per_s,
+                bool bound_sync_windows, Extra... extra) {
+    if (n < 0) throw std::invalid_argument("layer count must be >= 0");
+    phazec::PlacementInput in;
+    in.n = n;
+    in.edges = edges;
+    in.edge_bytes = to_vector(edge_bytes);
+    in.devices = devices;
+    in.microbatches = microbatches;
+    in.optimizer_factor = optimizer_factor;
+    in.hbm_bytes_per_s = hbm_bytes_per_s;
+    in.bound_sync_windows = bound_sync_windows;
+    const std::size_t tiers = tier_group_sizes.shape(0);
+    if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
+      throw std::invalid_argument("network tier arrays differ in length");
+    }
+    for (std::size_t i = 0; i < tiers; ++i) {
+      in.tiers.push_back(
+          {tier_group_sizes.data()[i], tier_bandwidth_bytes_per_s.data()[i], tier_latency_s.data()[i]});
+    }
+    const std::size_t widths = t_values.shape(0);
+    const auto cols = static_cast<std::size_t>(n);
+    for (std::size_t w = 0; w < widths; ++w) {
+      phazec::LayerFigures f;
+      f.t = t_values.data()[w];
+      f.forward_s = matrix_row(forward_s, w, widths, cols, "forward_s");
+      f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
+      f.selective_s = matrix_row(selective_s, w, widths, cols, "selective_s");
+      f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
+      f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
+      f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
+      f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
+      f.input_bytes = matrix_row(input_bytes, w, widths, cols, "input_bytes");
+      f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
+      in.widths.push_back(std::move(f));
+    }
+    return body(in, std::forward<Extra>(extra)...);
+  };
+}
+
+/// Defines `name` on `m`: `fn` taking the problem's arguments, then `extra` ones.
+template <typename Fn, typename... Extra>
+void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc, Extra... extra) {
+  m.def(name, taking_problem(fn), nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"), nb::arg("t_values"),
+        nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
+        nb::arg("activation_bytes"), nb::arg("stash_bytes"), nb::arg("selective_bytes"), nb::arg("input_bytes"),
+        nb::arg("tensor_parallel"), nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
+        nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
+        nb::arg("hbm_bytes_per_s"), nb::arg("bound_sync_windows"), extra..., doc);
+}
+
+std::vector<phazec::PlanResult> solve_placements(const phazec::PlacementInput& in,
+                                                 const std::vector<VariantArg>& variants) {
   std::vector<phazec::Variant> vs;
-  for (const auto& [width_index, recompute, hbm_bytes, interleave, distributed_optimizer] : variants) {
-    vs.push_back({width_index, static_cast<phazec::Recompute>(recompute), hbm_bytes, interleave,
-                  distributed_optimizer});
-  }
+  for (const auto& v : variants) vs.push_back(variant_of(v));
   nb::gil_scoped_release release;
   return phazec::solve_placements(in, vs);
+}
+
+phazec::PlanFigures evaluate_plan(const phazec::PlacementInput& in, const VariantArg& variant,
+                                  const std::vector<std::vector<int32_t>>& stages, int64_t d) {
+  const phazec::Variant v = variant_of(variant);
+  nb::gil_scoped_release release;
+  return phazec::evaluate_plan(in, v, stages, d);
 }
 
 std::vector<std::vector<phazec::OpMode>> op_modes(
@@ -186,16 +253,74 @@ NB_MODULE(_core, m) {
       .def_ro("parameter_bytes", &PlanResult::parameter_bytes)
       .def_ro("activation_bytes", &PlanResult::activation_bytes)
       .def_ro("stash_bytes", &PlanResult::stash_bytes);
-  m.def("solve_placements", &solve_placements, nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"),
-        nb::arg("t_values"), nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"),
-        nb::arg("param_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
-        nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("tensor_parallel"),
-        nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
-        nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
-        nb::arg("last_stage_recomputes"), nb::arg("overlap_grad_reduce"), nb::arg("overlap_param_gather"), nb::arg("hbm_bytes_per_s"),
-        nb::arg("bound_sync_windows"), nb::arg("variants"),
-        "Solves each (width index, recompute mode 0/1/2, HBM bytes, interleave, distributed optimizer) "
-        "variant with the GIL released; ValueError on bad input.");
+  def_taking_problem(m, "solve_placements", &solve_placements,
+                     "Solves each (width index, HBM bytes, settings) variant with the GIL released; settings "
+                     "holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError "
+                     "on bad input.",
+                     nb::arg("variants"));
+
+  using phazec::StageCost;
+  nb::class_<StageCost>(m, "StageCost", "A stage's figures that depend on neither d, its position nor the settings.")
+      .def_ro("forward_s", &StageCost::forward_s)
+      .def_ro("backward_s", &StageCost::backward_s)
+      .def_ro("selective_s", &StageCost::selective_s)
+      .def_ro("param_bytes", &StageCost::param_bytes)
+      .def_ro("stash_bytes", &StageCost::stash_bytes)
+      .def_ro("selective_bytes", &StageCost::selective_bytes)
+      .def_ro("input_bytes", &StageCost::input_bytes)
+      .def_ro("selective_working_bytes", &StageCost::selective_working_bytes)
+      .def_ro("full_working_bytes", &StageCost::full_working_bytes)
+      .def_ro("cut_bytes", &StageCost::cut_bytes)
+      .def_ro("devices", &StageCost::devices);
+  using phazec::StageTime;
+  nb::class_<StageTime>(m, "StageTime", "Time per microbatch of one stage, in parts.")
+      .def_ro("forward_s", &StageTime::forward_s)
+      .def_ro("backward_s", &StageTime::backward_s)
+      .def_ro("recompute_s", &StageTime::recompute_s)
+      .def_ro("p2p_s", &StageTime::p2p_s);
+  using phazec::StageMemory;
+  nb::class_<StageMemory>(m, "StageMemory", "Bytes on one device of one stage, in parts.")
+      .def_ro("weights_bytes", &StageMemory::weights_bytes)
+      .def_ro("gradients_bytes", &StageMemory::gradients_bytes)
+      .def_ro("optimizer_state_bytes", &StageMemory::optimizer_state_bytes)
+      .def_ro("stash_bytes", &StageMemory::stash_bytes)
+      .def_ro("working_bytes", &StageMemory::working_bytes)
+      .def_ro("in_flight", &StageMemory::in_flight);
+  using phazec::PlanStage;
+  nb::class_<PlanStage>(m, "PlanStage", "One stage of an evaluated plan.")
+      .def_ro("layers", &PlanStage::layers)
+      .def_ro("devices", &PlanStage::devices)
+      .def_ro("load_s", &PlanStage::load_s)
+      .def_ro("memory_bytes", &PlanStage::memory_bytes)
+      .def_ro("recompute", &PlanStage::recompute)
+      .def_ro("cost", &PlanStage::cost)
+      .def_ro("time", &PlanStage::time)
+      .def_ro("memory", &PlanStage::memory);
+  using phazec::IterationTime;
+  nb::class_<IterationTime>(m, "IterationTime", "One iteration in parts.")
+      .def_ro("bottleneck_stage", &IterationTime::bottleneck_stage)
+      .def_ro("forward_s", &IterationTime::forward_s)
+      .def_ro("backward_s", &IterationTime::backward_s)
+      .def_ro("recompute_s", &IterationTime::recompute_s)
+      .def_ro("p2p_s", &IterationTime::p2p_s)
+      .def_ro("bubble_s", &IterationTime::bubble_s)
+      .def_ro("dp_sync_stage", &IterationTime::dp_sync_stage)
+      .def_ro("dp_sync_s", &IterationTime::dp_sync_s)
+      .def_ro("optimizer_s", &IterationTime::optimizer_s);
+  using phazec::PlanFigures;
+  nb::class_<PlanFigures>(m, "PlanFigures", "Every figure of one plan.")
+      .def_ro("t", &PlanFigures::t)
+      .def_ro("d", &PlanFigures::d)
+      .def_ro("microbatches_per_pipeline", &PlanFigures::microbatches_per_pipeline)
+      .def_ro("time_per_batch_s", &PlanFigures::time_per_batch_s)
+      .def_ro("fits_hbm", &PlanFigures::fits_hbm)
+      .def_ro("stages", &PlanFigures::stages)
+      .def_ro("iteration", &PlanFigures::iteration);
+  def_taking_problem(m, "evaluate_plan", &evaluate_plan,
+                     "The figures of one plan (layer ids per stage, first stage first) of a (width index, HBM "
+                     "bytes, settings) variant at data-parallel width d, with the GIL released; ValueError on "
+                     "bad input.",
+                     nb::arg("variant"), nb::arg("stages"), nb::arg("d"));
 
   using phazec::ScheduleSearchResult;
   nb::class_<ScheduleSearchResult>(m, "ScheduleSearchResult", "The outcome of the exact schedule search.")

@@ -95,15 +95,182 @@ def solve_placements(
         NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
     ],
     optimizer_factor: int,
-    last_stage_recomputes: bool,
-    overlap_grad_reduce: bool,
-    overlap_param_gather: bool,
     hbm_bytes_per_s: float,
     bound_sync_windows: bool,
-    variants: Sequence[tuple[int, int, int, int, bool]],
+    variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, recompute mode 0/1/2, HBM bytes, interleave, distributed optimizer) variant with the GIL released; ValueError on bad input.
+    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError on bad input.
+    """
+
+class StageCost:
+    """
+    A stage's figures that depend on neither d, its position nor the settings.
+    """
+
+    @property
+    def forward_s(self) -> float: ...
+    @property
+    def backward_s(self) -> float: ...
+    @property
+    def selective_s(self) -> float: ...
+    @property
+    def param_bytes(self) -> int: ...
+    @property
+    def stash_bytes(self) -> int: ...
+    @property
+    def selective_bytes(self) -> int: ...
+    @property
+    def input_bytes(self) -> int: ...
+    @property
+    def selective_working_bytes(self) -> int: ...
+    @property
+    def full_working_bytes(self) -> int: ...
+    @property
+    def cut_bytes(self) -> int: ...
+    @property
+    def devices(self) -> int: ...
+
+class StageTime:
+    """Time per microbatch of one stage, in parts."""
+
+    @property
+    def forward_s(self) -> float: ...
+    @property
+    def backward_s(self) -> float: ...
+    @property
+    def recompute_s(self) -> float: ...
+    @property
+    def p2p_s(self) -> float: ...
+
+class StageMemory:
+    """Bytes on one device of one stage, in parts."""
+
+    @property
+    def weights_bytes(self) -> int: ...
+    @property
+    def gradients_bytes(self) -> int: ...
+    @property
+    def optimizer_state_bytes(self) -> int: ...
+    @property
+    def stash_bytes(self) -> int: ...
+    @property
+    def working_bytes(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+
+class PlanStage:
+    """One stage of an evaluated plan."""
+
+    @property
+    def layers(self) -> list[int]: ...
+    @property
+    def devices(self) -> int: ...
+    @property
+    def load_s(self) -> float: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def recompute(self) -> int: ...
+    @property
+    def cost(self) -> StageCost: ...
+    @property
+    def time(self) -> StageTime: ...
+    @property
+    def memory(self) -> StageMemory: ...
+
+class IterationTime:
+    """One iteration in parts."""
+
+    @property
+    def bottleneck_stage(self) -> int: ...
+    @property
+    def forward_s(self) -> float: ...
+    @property
+    def backward_s(self) -> float: ...
+    @property
+    def recompute_s(self) -> float: ...
+    @property
+    def p2p_s(self) -> float: ...
+    @property
+    def bubble_s(self) -> float: ...
+    @property
+    def dp_sync_stage(self) -> int: ...
+    @property
+    def dp_sync_s(self) -> float: ...
+    @property
+    def optimizer_s(self) -> float: ...
+
+class PlanFigures:
+    """Every figure of one plan."""
+
+    @property
+    def t(self) -> int: ...
+    @property
+    def d(self) -> int: ...
+    @property
+    def microbatches_per_pipeline(self) -> int: ...
+    @property
+    def time_per_batch_s(self) -> float: ...
+    @property
+    def fits_hbm(self) -> bool: ...
+    @property
+    def stages(self) -> list[PlanStage]: ...
+    @property
+    def iteration(self) -> IterationTime: ...
+
+def evaluate_plan(
+    n: int,
+    edges: Sequence[tuple[int, int]],
+    edge_bytes: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)],
+    t_values: Annotated[NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)],
+    forward_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    backward_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    selective_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    param_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    activation_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    stash_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    selective_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    input_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    tensor_parallel: Annotated[
+        NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    devices: int,
+    microbatches: int,
+    tier_group_sizes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    tier_bandwidth_bytes_per_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    tier_latency_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None,), order="C", device="cpu", writable=False)
+    ],
+    optimizer_factor: int,
+    hbm_bytes_per_s: float,
+    bound_sync_windows: bool,
+    variant: tuple[int, int, dict[str, int | bool]],
+    stages: Sequence[Sequence[int]],
+    d: int,
+) -> PlanFigures:
+    """
+    The figures of one plan (layer ids per stage, first stage first) of a (width index, HBM bytes, settings) variant at data-parallel width d, with the GIL released; ValueError on bad input.
     """
 
 class ScheduleSearchResult:

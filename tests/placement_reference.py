@@ -1,20 +1,14 @@
 """Brute force over every plan of a small placement problem: the check on the C++ DP.
 
-Every split of the layers into stages in pipeline order, and every data-parallel width, is
-evaluated with the Python statement of the model (`stage_costs`, `placement_of`); nothing is
-pruned. Exponential in the layer count: meant for about 8 layers.
+Every split of the layers into stages in pipeline order, and every data-parallel width, is timed
+with the model of one plan (`plan_figures`: the C++ `evaluate_plan`, which shares its functions with
+the DP); nothing is pruned. It checks the DP's search, not the model. Exponential in the layer count:
+meant for about 8 layers.
 """
 
 from collections.abc import Iterator
 
-from phazec.solvers.placement.model import (
-    PlacementProblem,
-    Stages,
-    Variant,
-    chunks_fit,
-    placement_of,
-    stage_costs,
-)
+from phazec.solvers.placement.model import PlacementProblem, Stages, Variant, chunks_fit, plan_figures
 
 
 def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
@@ -45,10 +39,10 @@ def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
     problem = variant.applied(problem)
     best: float | None = None
     for stages in all_plans(problem):
-        costs = stage_costs(problem, variant.t, stages)
-        k = sum(c.devices for c in costs)
+        one = plan_figures(problem, variant.t, stages, 1)
+        k = sum(stage.devices for stage in one.placement.stages)
         for d in range(1, min(problem.microbatch_count, problem.device_count // k) + 1):
-            placement = placement_of(problem, variant.t, stages, costs, d)
+            placement = (one if d == 1 else plan_figures(problem, variant.t, stages, d)).placement
             if placement.fits_hbm and (best is None or placement.time_per_batch_s < best):
                 best = placement.time_per_batch_s
     return best
@@ -57,10 +51,9 @@ def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
 def min_memory_bytes(problem: PlacementProblem, variant: Variant) -> int:
     """The least, over plans that fit on the devices, of the peak memory of a device at d = 1."""
     problem = variant.applied(problem)
-    t = variant.t
     peaks = []
     for stages in all_plans(problem):
-        costs = stage_costs(problem, t, stages)
-        if sum(c.devices for c in costs) <= problem.device_count:
-            peaks.append(max(s.memory_bytes for s in placement_of(problem, t, stages, costs, 1).stages))
+        placement = plan_figures(problem, variant.t, stages, 1).placement
+        if sum(stage.devices for stage in placement.stages) <= problem.device_count:
+            peaks.append(max(stage.memory_bytes for stage in placement.stages))
     return min(peaks)

@@ -11,6 +11,8 @@ import pytest
 
 from phazec.errors import PhazecError
 from phazec.hw.system import NetworkTier
+from phazec.solvers import core
+from phazec.solvers.placement import model as placement
 from phazec.solvers.placement.model import (
     NoFeasiblePlacement,
     Placement,
@@ -357,6 +359,27 @@ def test_bad_plans_and_variants_raise_a_clear_error() -> None:
         solve_placements(CHAIN, [Variant(2, False, 1000)])
     with pytest.raises(PhazecError, match=r"hbm_bytes = 0 is not valid"):
         solve_placements(CHAIN, [Variant(1, False, 0)])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"interleave": None}, r"plan setting 'interleave' is missing"),
+        ({"interleaved": 2}, r"unknown plan setting 'interleaved'"),
+        ({"recompute": True}, r"plan setting 'recompute' must be an int"),
+        ({"overlap_grad_reduce": 1}, r"plan setting 'overlap_grad_reduce' must be a bool"),
+    ],
+)
+def test_the_extension_reads_each_plan_setting_by_name(change: dict[str, Any], message: str) -> None:
+    # A variant's settings reach the C++ model as a dict by name (PHAZEC_PLAN_SETTINGS); a missing,
+    # unknown or mistyped one is refused by name, never read as a default.
+    arguments = placement._problem_arguments(CHAIN)
+    index, hbm_bytes, settings = placement._variant_argument(CHAIN, Variant(1, "none", 10**6))
+    bad = {name: value for name, value in {**settings, **change}.items() if value is not None}
+    with pytest.raises(ValueError, match=message):
+        core.evaluate_plan(**arguments, variant=(index, hbm_bytes, bad), stages=[[0, 1, 2]], d=1)
+    with pytest.raises(ValueError, match=message):
+        core.solve_placements(**arguments, variants=[(index, hbm_bytes, bad)])
 
 
 def test_shipped_stubs_match_the_extension(tmp_path: Path) -> None:

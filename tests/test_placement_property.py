@@ -1,8 +1,8 @@
 """The C++ placement DP equals a brute force over every plan, on random chains and branching DAGs.
 
-Both sides compute each time with the same operation order (phazec.solvers.placement states it),
-so times compare exactly. The brute force (phazec.solvers.placement_reference) evaluates every
-plan and every data-parallel width with the Python statement of the model.
+The brute force (phazec.solvers.placement_reference) times every plan and every data-parallel width
+with the C++ model of one plan (`evaluate_plan`), whose functions the DP shares, so times compare
+exactly: what this checks is the DP's search.
 """
 
 from dataclasses import replace

@@ -150,7 +150,7 @@ def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, in
     # is the same on stages that can.
     problem = toy(2, sequence_parallel, recompute=mode, interleave=interleave)
     stages = ((0,), (1,))
-    figures = plan_figures(problem, 2, stages, stage_costs(problem, 2, stages), 1)
+    figures = plan_figures(problem, 2, stages, 1)
     placement = figures.placement
     loads, time_s = TIMES[mode, interleave]
     assert [s.load_s for s in placement.stages] == loads

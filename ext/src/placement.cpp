@@ -33,13 +33,85 @@ NodeSet difference(const NodeSet& a, const NodeSet& b) {
   return out;
 }
 
+/// The layer DAG with the bytes of its edges.
+struct LayerGraph {
+  Dag g;
+  std::vector<int32_t> order;                                       // topological
+  std::vector<std::vector<std::pair<int32_t, int64_t>>> out_edges;  // per layer: (target, bytes)
+};
+
+LayerGraph make_layer_graph(const PlacementInput& in) {
+  LayerGraph graph;
+  graph.g = make_dag(in.n, in.edges);
+  graph.order = topological_order(graph.g);
+  graph.out_edges.assign(in.n, {});
+  for (std::size_t e = 0; e < in.edges.size(); ++e) {
+    graph.out_edges[in.edges[e].first].emplace_back(in.edges[e].second, in.edge_bytes[e]);
+  }
+  return graph;
+}
+
+/// Sum over layers u outside `inside` of the largest edge from u into `targets`: a layer sends a
+/// tensor once to a stage however many of the stage's layers read it.
+int64_t incoming_bytes(const LayerGraph& graph, const NodeSet& targets, const NodeSet& inside) {
+  int64_t total = 0;
+  for (int32_t u = 0; u < graph.g.n; ++u) {
+    if (contains(inside, u)) continue;
+    int64_t largest = 0;
+    for (const auto& [v, bytes] : graph.out_edges[u]) {
+      if (contains(targets, v)) largest = std::max(largest, bytes);
+    }
+    total += largest;
+  }
+  return total;
+}
+
+/// Longest path through the stage's layers, each weighing its latency; backward walks the edges
+/// in reverse. finish(v) = max(finish of v's neighbours before it in the stage, 0) + latency(v).
+double critical_path_s(const LayerGraph& graph, const NodeSet& stage, const std::vector<double>& latency_s,
+                       bool backward, std::vector<double>& finish) {
+  double longest = 0.0;
+  for (std::size_t i = 0; i < graph.order.size(); ++i) {
+    const int32_t v = graph.order[backward ? graph.order.size() - 1 - i : i];
+    if (!contains(stage, v)) continue;
+    double start = 0.0;
+    for (int32_t u : backward ? graph.g.succ[v] : graph.g.pred[v]) {
+      if (contains(stage, u)) start = std::max(start, finish[u]);
+    }
+    finish[v] = start + latency_s[v];
+    longest = std::max(longest, finish[v]);
+  }
+  return longest;
+}
+
+/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it; `finish` is scratch space
+/// of n entries.
+StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes,
+                     std::vector<double>& finish) {
+  StageCost c;
+  c.forward_s = critical_path_s(graph, stage, f.forward_s, false, finish);
+  c.backward_s = critical_path_s(graph, stage, f.backward_s, true, finish);
+  bool any_tensor_parallel = false;
+  for (int32_t v : members(stage)) {
+    c.selective_s += f.selective_s[v];
+    c.param_bytes += f.param_bytes[v];
+    c.stash_bytes += f.stash_bytes[v];
+    c.selective_bytes += f.selective_bytes[v];
+    c.input_bytes += f.input_bytes[v];
+    c.selective_working_bytes = std::max(c.selective_working_bytes, f.stash_bytes[v] - f.selective_bytes[v]);
+    c.full_working_bytes = std::max(c.full_working_bytes, f.activation_bytes[v]);
+    any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
+  }
+  c.cut_bytes = cut_bytes;
+  c.devices = any_tensor_parallel ? f.t : 1;
+  return c;
+}
+
 /// The downsets of the layer DAG and every nested pair of them; independent of t.
 /// Pair p is the stage sets[outer[p]] minus sets[inner[p]].
 struct Lattice {
-  Dag g;
-  std::vector<int32_t> order;  // topological
-  std::vector<std::vector<std::pair<int32_t, int64_t>>> out_edges;  // per layer: (target, bytes)
-  std::vector<NodeSet> sets;                                        // by size: empty first, all last
+  LayerGraph graph;
+  std::vector<NodeSet> sets;  // by size: empty first, all last
   std::vector<int32_t> set_size;
   std::vector<int64_t> cut_bytes;       // per set: bytes sent into it from outside
   std::vector<std::size_t> first_pair;  // pairs of outer set i: [first_pair[i], first_pair[i + 1])
@@ -48,33 +120,13 @@ struct Lattice {
   std::vector<NodeSet> stage;           // per pair
 };
 
-/// Sum over layers u outside `inside` of the largest edge from u into `targets`: a layer sends a
-/// tensor once to a stage however many of the stage's layers read it.
-int64_t incoming_bytes(const Lattice& lat, const NodeSet& targets, const NodeSet& inside) {
-  int64_t total = 0;
-  for (int32_t u = 0; u < lat.g.n; ++u) {
-    if (contains(inside, u)) continue;
-    int64_t largest = 0;
-    for (const auto& [v, bytes] : lat.out_edges[u]) {
-      if (contains(targets, v)) largest = std::max(largest, bytes);
-    }
-    total += largest;
-  }
-  return total;
-}
-
 Lattice make_lattice(const PlacementInput& in) {
   Lattice lat;
-  lat.g = make_dag(in.n, in.edges);
-  lat.order = topological_order(lat.g);
-  lat.out_edges.assign(in.n, {});
-  for (std::size_t e = 0; e < in.edges.size(); ++e) {
-    lat.out_edges[in.edges[e].first].emplace_back(in.edges[e].second, in.edge_bytes[e]);
-  }
-  lat.sets = downsets(lat.g, std::numeric_limits<std::size_t>::max());
+  lat.graph = make_layer_graph(in);
+  lat.sets = downsets(lat.graph.g, std::numeric_limits<std::size_t>::max());
   for (const auto& set : lat.sets) {
     lat.set_size.push_back(static_cast<int32_t>(members(set).size()));
-    lat.cut_bytes.push_back(incoming_bytes(lat, set, set));
+    lat.cut_bytes.push_back(incoming_bytes(lat.graph, set, set));
   }
   for (std::size_t i = 0; i < lat.sets.size(); ++i) {
     lat.first_pair.push_back(lat.outer.size());
@@ -89,30 +141,10 @@ Lattice make_lattice(const PlacementInput& in) {
   return lat;
 }
 
-/// Longest path through the stage's layers, each weighing its latency; backward walks the edges
-/// in reverse. finish(v) = max(finish of v's neighbours before it in the stage, 0) + latency(v).
-double critical_path_s(const Lattice& lat, const NodeSet& stage, const std::vector<double>& latency_s,
-                       bool backward, std::vector<double>& finish) {
-  double longest = 0.0;
-  for (std::size_t i = 0; i < lat.order.size(); ++i) {
-    const int32_t v = lat.order[backward ? lat.order.size() - 1 - i : i];
-    if (!contains(stage, v)) continue;
-    double start = 0.0;
-    for (int32_t u : backward ? lat.g.succ[v] : lat.g.pred[v]) {
-      if (contains(stage, u)) start = std::max(start, finish[u]);
-    }
-    finish[v] = start + latency_s[v];
-    longest = std::max(longest, finish[v]);
-  }
-  return longest;
-}
-
-/// Per-pair stage figures at one tensor-parallel width.
+/// Per-pair stage costs at one tensor-parallel width.
 struct StageTable {
   int64_t t = 1;
-  std::vector<double> forward_s, backward_s, selective_s;
-  std::vector<int64_t> param_bytes, stash_bytes, selective_bytes, input_bytes;
-  std::vector<int64_t> selective_working_bytes, full_working_bytes;
+  std::vector<StageCost> cost;  // per pair
   std::vector<uint8_t> narrow;  // 1 when the stage uses one device although t > 1
   int64_t max_narrow = 0;       // most narrow stages a plan can have
 };
@@ -120,32 +152,10 @@ struct StageTable {
 StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
   StageTable tab;
   tab.t = f.t;
-  std::vector<double> finish(lat.g.n);
+  std::vector<double> finish(lat.graph.g.n);
   for (std::size_t p = 0; p < lat.stage.size(); ++p) {
-    const NodeSet& stage = lat.stage[p];
-    tab.forward_s.push_back(critical_path_s(lat, stage, f.forward_s, false, finish));
-    tab.backward_s.push_back(critical_path_s(lat, stage, f.backward_s, true, finish));
-    double selective_s = 0.0;
-    int64_t params = 0, stash = 0, selective = 0, inputs = 0, selective_working = 0, full_working = 0;
-    bool any_tensor_parallel = false;
-    for (int32_t v : members(stage)) {
-      selective_s += f.selective_s[v];
-      params += f.param_bytes[v];
-      stash += f.stash_bytes[v];
-      selective += f.selective_bytes[v];
-      inputs += f.input_bytes[v];
-      selective_working = std::max(selective_working, f.stash_bytes[v] - f.selective_bytes[v]);
-      full_working = std::max(full_working, f.activation_bytes[v]);
-      any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
-    }
-    tab.selective_s.push_back(selective_s);
-    tab.param_bytes.push_back(params);
-    tab.stash_bytes.push_back(stash);
-    tab.selective_bytes.push_back(selective);
-    tab.input_bytes.push_back(inputs);
-    tab.selective_working_bytes.push_back(selective_working);
-    tab.full_working_bytes.push_back(full_working);
-    tab.narrow.push_back(f.t > 1 && !any_tensor_parallel ? 1 : 0);
+    tab.cost.push_back(stage_cost(lat.graph, f, lat.stage[p], lat.cut_bytes[lat.inner[p]], finish));
+    tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
   }
   if (f.t > 1) {
     tab.max_narrow = std::count(f.tensor_parallel.begin(), f.tensor_parallel.end(), uint8_t{0});
@@ -163,125 +173,153 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
-/// The parts of a stage's memory per device.
-struct MemoryParts {
-  int64_t parameter_bytes = 0;  // weights, gradients, optimizer state
-  int64_t kept_bytes = 0;       // activations kept for the model-chunk microbatches in flight
-  int64_t working_bytes = 0;    // activations a recomputation rebuilds at once
-  int64_t total() const { return parameter_bytes + kept_bytes + working_bytes; }
+/// What a stage adds after the flush: its exposed DP sync and its optimizer step.
+struct SyncTime {
+  double exposed_s = 0.0;
+  double step_s = 0.0;
+  /// When the stage's work after the flush ends.
+  double end_s() const { return exposed_s + step_s; }
 };
 
-/// Everything fixed within one variant.
-struct VariantModel {
+/// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
+/// settings, each a function of a stage's cost: what the DP searches and `evaluate_plan` times.
+struct PlanModel {
   const PlacementInput& in;
-  const Lattice& lat;
-  const StageTable& tab;
-  const Variant& variant;
+  const PlanSettings& settings;
 
-  int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
-
-  /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
-  /// (no pipeline), or at least v layers (a chunk holds at least one).
-  bool chunks_fit(std::size_t p, int64_t total) const {
-    return total == 1 || lat.set_size[lat.outer[p]] - lat.set_size[lat.inner[p]] >= variant.interleave;
+  /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
+  Recompute mode(bool last) const {
+    return last && !settings.last_stage_recomputes ? Recompute::kNone : static_cast<Recompute>(settings.recompute);
   }
-  int64_t width(std::size_t p) const { return tab.narrow[p] != 0 ? 1 : tab.t; }
 
-  /// The stage's recompute mode: none for the last stage under PHAZE's rule.
-  Recompute mode(std::size_t p) const {
-    return lat.inner[p] == 0 && !in.last_stage_recomputes ? Recompute::kNone : variant.recompute;
+  /// m: the microbatches each of d data-parallel replicas runs.
+  int64_t microbatches_per_replica(int64_t d) const { return (in.microbatches + d - 1) / d; }
+
+  /// Time per microbatch of a stage in a recompute mode, its pipeline transfers on `tier`.
+  StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier) const {
+    double recompute_s = 0.0;
+    if (mode == Recompute::kSelective) recompute_s = c.selective_s;
+    if (mode == Recompute::kFull) recompute_s = c.forward_s;
+    const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(c.cut_bytes, tier);
+    return {c.forward_s, c.backward_s, recompute_s, p2p_s};
+  }
+
+  /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
+  /// Megatron's warm-up plus one, never more than the m v chunks a replica's m microbatches make.
+  int64_t in_flight(int64_t q, int64_t total, int64_t d) const {
+    const int64_t v = settings.interleave;
+    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, microbatches_per_replica(d) * v);
   }
 
   /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
   int64_t state_bytes(int64_t weights, int64_t d) const {
     const int64_t state = (in.optimizer_factor - 2) * weights;
-    return variant.distributed_optimizer ? (state + d - 1) / d : state;
+    return settings.distributed_optimizer ? (state + d - 1) / d : state;
   }
 
-  /// Weights, gradients and optimizer state per device at data-parallel width d.
-  int64_t parameter_bytes(std::size_t p, int64_t d) const {
-    return tab.param_bytes[p] + tab.param_bytes[p] + state_bytes(tab.param_bytes[p], d);
+  /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
+  StageMemory memory(const StageCost& c, Recompute mode, int64_t q, int64_t total, int64_t d) const {
+    const int64_t v = settings.interleave;
+    int64_t kept = c.stash_bytes, working = 0;
+    if (mode == Recompute::kSelective) {
+      kept = c.selective_bytes;
+      working = c.selective_working_bytes;
+    } else if (mode == Recompute::kFull) {
+      kept = c.input_bytes;
+      working = c.full_working_bytes;
+    }
+    const int64_t u = in_flight(q, total, d);
+    return {c.param_bytes, c.param_bytes, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
   }
 
   /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
   /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
   /// is 1/d of the weights and gradients; otherwise all of them).
   int64_t step_bytes(int64_t weights, int64_t d) const {
-    const int64_t shard = variant.distributed_optimizer ? (weights + d - 1) / d : weights;
+    const int64_t shard = settings.distributed_optimizer ? (weights + d - 1) / d : weights;
     return weights + 3 * shard + 2 * state_bytes(weights, d);
   }
 
-  /// The windows (reduction, all-gather) a stage's DP sync hides behind. Under overlap_grad_reduce the
-  /// first stage's reduction hides behind its last backward pass B, a `later` stage's behind B / v,
-  /// the first stage `first`'s last backward pass of a model chunk, which runs after the later
-  /// stage's flush; under overlap_param_gather a distributed optimizer's all-gather hides behind the
-  /// first stage's forward pass F. With bound_sync_windows, each window that can open is as long as
-  /// the bottleneck load `bottleneck_s` allows (B / v, B and B + F are at most it): half of it each
-  /// when both can open. The time is then never above the real one and grows with every latency.
-  std::pair<double, double> sync_windows_s(std::size_t first, bool later, double bottleneck_s) const {
-    const bool reduce = in.overlap_grad_reduce;
-    const bool gather = variant.distributed_optimizer && in.overlap_param_gather;
+  /// The windows (reduction, all-gather) a stage's DP sync hides behind, from the first stage's cost
+  /// `first`. Under overlap_grad_reduce the first stage's reduction hides behind its last backward pass
+  /// B, a `later` stage's behind B / v, the first stage's last backward pass of a model chunk, which
+  /// runs after the later stage's flush; under overlap_param_gather a distributed optimizer's
+  /// all-gather hides behind the first stage's forward pass F. With bound_sync_windows, each window
+  /// that can open is as long as the bottleneck load `bottleneck_s` allows (B / v, B and B + F are at
+  /// most it): half of it each when both can open. The time is then never above the real one and
+  /// grows with every latency.
+  std::pair<double, double> sync_windows_s(const StageCost& first, bool later, double bottleneck_s) const {
+    const bool reduce = settings.overlap_grad_reduce;
+    const bool gather = settings.distributed_optimizer && settings.overlap_param_gather;
     if (in.bound_sync_windows) {
       if (reduce && gather) return {bottleneck_s / 2.0, bottleneck_s / 2.0};
       return {reduce ? bottleneck_s : 0.0, gather ? bottleneck_s : 0.0};
     }
     double reduce_s = 0.0;
-    if (reduce) reduce_s = tab.backward_s[first];
-    if (reduce && later) reduce_s = tab.backward_s[first] / static_cast<double>(variant.interleave);
-    return {reduce_s, gather ? tab.forward_s[first] : 0.0};
+    if (reduce) reduce_s = first.backward_s;
+    if (reduce && later) reduce_s = first.backward_s / static_cast<double>(settings.interleave);
+    return {reduce_s, gather ? first.forward_s : 0.0};
   }
 
   /// What a stage with `weights` bytes adds after the flush at width d: its DP sync on `tier` less the
   /// windows it hides behind (a plain all-reduce behind the reduction's; a distributed optimizer's
   /// reduce-scatter, half the bytes, behind the reduction's and its all-gather behind the other),
-  /// plus its optimizer step. Non-decreasing in `weights`.
-  double after_flush_s(int64_t weights, int64_t d, const NetworkTier& tier,
-                       std::pair<double, double> windows_s) const {
+  /// and its optimizer step. Their sum never falls as `weights` grows.
+  SyncTime sync_time(int64_t weights, int64_t d, const NetworkTier& tier, std::pair<double, double> windows_s) const {
     const double sync_s = allreduce_s(weights, d, tier);
-    double exposed_s = 0.0;
-    if (variant.distributed_optimizer) {
-      exposed_s = std::max(0.0, sync_s / 2.0 - windows_s.first) + std::max(0.0, sync_s / 2.0 - windows_s.second);
+    SyncTime out;
+    if (settings.distributed_optimizer) {
+      out.exposed_s =
+          std::max(0.0, sync_s / 2.0 - windows_s.first) + std::max(0.0, sync_s / 2.0 - windows_s.second);
     } else {
-      exposed_s = std::max(0.0, sync_s - windows_s.first);
+      out.exposed_s = std::max(0.0, sync_s - windows_s.first);
     }
-    double step_s = 0.0;
-    if (in.hbm_bytes_per_s > 0.0) step_s = static_cast<double>(step_bytes(weights, d)) / in.hbm_bytes_per_s;
-    return exposed_s + step_s;
+    if (in.hbm_bytes_per_s > 0.0) out.step_s = static_cast<double>(step_bytes(weights, d)) / in.hbm_bytes_per_s;
+    return out;
   }
 
-  /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
-  /// Megatron's warm-up plus one, never more than the m v chunks a replica's m microbatches make.
-  int64_t in_flight(int64_t q, int64_t total, int64_t d) const {
-    const int64_t v = variant.interleave;
-    const int64_t m = (in.microbatches + d - 1) / d;
-    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, m * v);
+  /// (s - 1) / v: the bubble of interleaved 1F1B over `total` stages, in stage loads.
+  double bubble(int64_t total) const {
+    return static_cast<double>(total - 1) / static_cast<double>(settings.interleave);
   }
+
+  /// m + (s - 1) / v: the stage loads the bottleneck stage runs one after another per batch at width d.
+  double slots(int64_t total, int64_t d) const {
+    return static_cast<double>(microbatches_per_replica(d)) + bubble(total);
+  }
+};
+
+/// Everything fixed within one variant of the DP.
+struct VariantModel {
+  PlanModel plan;
+  const Lattice& lat;
+  const StageTable& tab;
+  const Variant& variant;
+
+  const PlacementInput& in() const { return plan.in; }
+  int64_t interleave() const { return plan.settings.interleave; }
+  int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
+
+  /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
+  /// (no pipeline), or at least v layers (a chunk holds at least one).
+  bool chunks_fit(std::size_t p, int64_t total) const {
+    return total == 1 || lat.set_size[lat.outer[p]] - lat.set_size[lat.inner[p]] >= interleave();
+  }
+
+  /// Stage p's recompute mode: none for the last stage (nothing after it) under PHAZE's rule.
+  Recompute mode(std::size_t p) const { return plan.mode(lat.inner[p] == 0); }
 
   /// Memory of stage p at position q from the end of `total` stages, at width d.
-  MemoryParts memory(std::size_t p, int64_t q, int64_t total, int64_t d) const {
-    const int64_t v = variant.interleave;
-    int64_t kept = tab.stash_bytes[p], working = 0;
-    if (mode(p) == Recompute::kSelective) {
-      kept = tab.selective_bytes[p];
-      working = tab.selective_working_bytes[p];
-    } else if (mode(p) == Recompute::kFull) {
-      kept = tab.input_bytes[p];
-      working = tab.full_working_bytes[p];
-    }
-    return {parameter_bytes(p, d), (kept * in_flight(q, total, d) + v - 1) / v, working};
+  StageMemory memory(std::size_t p, int64_t q, int64_t total, int64_t d) const {
+    return plan.memory(tab.cost[p], mode(p), q, total, d);
   }
 
   int64_t memory_bytes(std::size_t p, int64_t q, int64_t total, int64_t d) const {
-    return memory(p, q, total, d).total();
+    return memory(p, q, total, d).total_bytes();
   }
 
   double load_s(std::size_t p, std::size_t tier) const {
-    double recompute = 0.0;
-    if (mode(p) == Recompute::kSelective) recompute = tab.selective_s[p];
-    if (mode(p) == Recompute::kFull) recompute = tab.forward_s[p];
-    const double p2p =
-        2.0 * static_cast<double>(variant.interleave) * transfer_s(lat.cut_bytes[lat.inner[p]], in.tiers[tier]);
-    return tab.forward_s[p] + tab.backward_s[p] + recompute + p2p;
+    return plan.time(tab.cost[p], mode(p), in().tiers[tier]).load_s();
   }
 };
 
@@ -291,7 +329,7 @@ struct TableShape {
   std::size_t max_narrow = 0;
 
   explicit TableShape(const VariantModel& model)
-      : max_stages(static_cast<std::size_t>(model.lat.g.n)),
+      : max_stages(static_cast<std::size_t>(model.lat.graph.g.n)),
         max_narrow(static_cast<std::size_t>(model.tab.max_narrow)) {}
   std::size_t size(const Lattice& lat) const { return lat.sets.size() * (max_stages + 1) * (max_narrow + 1); }
   std::size_t at(std::size_t set, std::size_t s, std::size_t q) const {
@@ -327,7 +365,7 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
       const std::size_t narrow = model.tab.narrow[p];
       if (rest == 0) {
         const int64_t c = cost(p, 1);
-        if (c != kNone<int64_t> && model.width(p) <= model.in.devices) relax(set, 1, narrow, c, p);
+        if (c != kNone<int64_t> && model.tab.cost[p].devices <= model.in().devices) relax(set, 1, narrow, c, p);
         continue;
       }
       for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
@@ -336,7 +374,7 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
           const int64_t before = table.value[table.at(rest, s - 1, q - narrow)];
           if (before == kNone<int64_t>) continue;
-          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in.devices) continue;
+          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
           relax(set, s, q, std::max(c, before), p);
         }
       }
@@ -390,10 +428,10 @@ FrontierTable frontier_partition(const VariantModel& model, Load load) {
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
       const std::size_t narrow = model.tab.narrow[p];
-      const int64_t weights = model.tab.param_bytes[p];
+      const int64_t weights = model.tab.cost[p].param_bytes;
       if (rest == 0) {
         const double c = load(p, 1);
-        if (c != kNone<double> && model.width(p) <= model.in.devices) {
+        if (c != kNone<double> && model.tab.cost[p].devices <= model.in().devices) {
           table.points[table.at(set, 1, narrow)].push_back({c, weights, static_cast<int32_t>(p), -1});
         }
         continue;
@@ -402,7 +440,7 @@ FrontierTable frontier_partition(const VariantModel& model, Load load) {
         const double c = load(p, static_cast<int64_t>(s));
         if (c == kNone<double>) continue;
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
-          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in.devices) continue;
+          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
           const std::vector<Point>& before = table.points[table.at(rest, s - 1, q - narrow)];
           std::vector<Point>& here = table.points[table.at(set, s, q)];
           for (std::size_t i = 0; i < before.size(); ++i) {
@@ -457,8 +495,8 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
 /// Under interleaving the in-flight count depends on the stage count, so each count gets a table.
 void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const std::size_t all = model.lat.sets.size() - 1;
-  const auto max_stages = static_cast<int64_t>(model.lat.g.n);
-  const bool per_total = model.variant.interleave > 1;
+  const auto max_stages = static_cast<int64_t>(model.lat.graph.g.n);
+  const bool per_total = model.interleave() > 1;
   int64_t best = kNone<int64_t>;
   for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
     const auto table = minmax_partition(
@@ -472,13 +510,13 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
         const auto first = static_cast<std::size_t>(table.choice[table.at(all, s, q)]);
         const auto pairs = plan_pairs(model, table, first, s, q);
         for (std::size_t i = 0; i < pairs.size(); ++i) {
-          const MemoryParts parts = model.memory(pairs[i], static_cast<int64_t>(s - i), static_cast<int64_t>(s), 1);
-          if (parts.total() != peak) continue;
+          const StageMemory parts = model.memory(pairs[i], static_cast<int64_t>(s - i), static_cast<int64_t>(s), 1);
+          if (parts.total_bytes() != peak) continue;
           best = peak;
           out.min_memory_bytes = peak;
-          out.parameter_bytes = parts.parameter_bytes;
+          out.parameter_bytes = parts.parameter_bytes();
           out.activation_bytes = parts.working_bytes;
-          out.stash_bytes = parts.kept_bytes;
+          out.stash_bytes = parts.stash_bytes;
           break;
         }
       }
@@ -488,7 +526,7 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
 
 PlanResult solve_variant(const VariantModel& model) {
   const Lattice& lat = model.lat;
-  const PlacementInput& in = model.in;
+  const PlacementInput& in = model.in();
   const int64_t t = model.tab.t;
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
@@ -496,10 +534,10 @@ PlanResult solve_variant(const VariantModel& model) {
   // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
   // than the first stage would hold in flight (the memory depends on them).
   std::map<std::tuple<std::size_t, int64_t, int64_t>, FrontierTable> tables;
-  const bool per_total = model.variant.interleave > 1;
-  const bool per_d = model.variant.distributed_optimizer;
+  const bool per_total = model.interleave() > 1;
+  const bool per_d = model.plan.settings.distributed_optimizer;
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const FrontierTable& {
-    const bool capped = model.in_flight(total, total, d) < model.in_flight(total, total, 1);
+    const bool capped = model.plan.in_flight(total, total, d) < model.plan.in_flight(total, total, 1);
     const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
@@ -517,12 +555,10 @@ PlanResult solve_variant(const VariantModel& model) {
     int64_t d = 0;
     int32_t point = -1;
   } best;
-  const auto max_stages = static_cast<std::size_t>(lat.g.n);
+  const auto max_stages = static_cast<std::size_t>(lat.graph.g.n);
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
-  const auto v = static_cast<double>(model.variant.interleave);
   for (std::size_t s = 1; s <= max_stages; ++s) {
     const auto total = static_cast<int64_t>(s);
-    const double bubble = static_cast<double>(total - 1) / v;
     for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
       const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
@@ -544,12 +580,14 @@ PlanResult solve_variant(const VariantModel& model) {
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier);
-          const double slots = static_cast<double>((in.microbatches + d - 1) / d) + bubble;
+          const double slots = model.plan.slots(total, d);
           const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
           auto first_end_s = [&](double bottleneck_s) {
-            return model.after_flush_s(model.tab.param_bytes[p], d, first_sync,
-                                       model.sync_windows_s(p, false, bottleneck_s));
+            return model.plan
+                .sync_time(model.tab.cost[p].param_bytes, d, first_sync,
+                           model.plan.sync_windows_s(model.tab.cost[p], false, bottleneck_s))
+                .end_s();
           };
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
@@ -563,7 +601,10 @@ PlanResult solve_variant(const VariantModel& model) {
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             const double rest_end_s =
-                model.after_flush_s(rest[i].weights, d, wide_sync[d], model.sync_windows_s(p, true, bottleneck_s));
+                model.plan
+                    .sync_time(rest[i].weights, d, wide_sync[d],
+                               model.plan.sync_windows_s(model.tab.cost[p], true, bottleneck_s))
+                    .end_s();
             const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, static_cast<int32_t>(i)};
           }
@@ -579,7 +620,7 @@ PlanResult solve_variant(const VariantModel& model) {
   }
   out.feasible = true;
   out.d = best.d;
-  out.microbatches_per_pipeline = (in.microbatches + best.d - 1) / best.d;
+  out.microbatches_per_pipeline = model.plan.microbatches_per_replica(best.d);
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
@@ -587,7 +628,7 @@ PlanResult solve_variant(const VariantModel& model) {
                                                   best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
-    out.stage_devices.push_back(model.width(pairs[i]));
+    out.stage_devices.push_back(model.tab.cost[pairs[i]].devices);
     out.stage_load_s.push_back(model.load_s(pairs[i], best.tier));
     out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], total - static_cast<int64_t>(i), total, best.d));
   }
@@ -635,11 +676,34 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
     if (v.width_index < 0 || static_cast<std::size_t>(v.width_index) >= in.widths.size()) {
       fail("variant width index out of range");
     }
-    if (v.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
-    if (v.recompute != Recompute::kNone && v.recompute != Recompute::kSelective && v.recompute != Recompute::kFull) {
+    if (v.settings.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
+    if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kFull)) {
       fail("unknown recompute mode");
     }
   }
+}
+
+/// Each stage of a plan as a node set, first stage first; throws std::invalid_argument unless the
+/// stages are non-empty, hold each layer once and no edge runs from a later stage to an earlier one.
+std::vector<NodeSet> plan_sets(const PlacementInput& in, const std::vector<std::vector<int32_t>>& stages) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("plan: " + what); };
+  if (stages.empty()) fail("no stages");
+  std::vector<std::size_t> stage_of(static_cast<std::size_t>(in.n), stages.size());
+  std::vector<NodeSet> sets;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].empty()) fail("an empty stage");
+    sets.emplace_back((static_cast<std::size_t>(in.n) + 63) / 64, 0);
+    for (int32_t v : stages[i]) {
+      if (v < 0 || v >= in.n || stage_of[v] != stages.size()) fail("a layer outside 0..n-1 or in two stages");
+      stage_of[v] = i;
+      sets.back()[v / 64] |= uint64_t{1} << (v % 64);
+    }
+  }
+  if (std::count(stage_of.begin(), stage_of.end(), stages.size()) != 0) fail("a layer in no stage");
+  for (const auto& [u, v] : in.edges) {
+    if (stage_of[u] > stage_of[v]) fail("an edge runs back to an earlier stage");
+  }
+  return sets;
 }
 
 }  // namespace
@@ -691,7 +755,7 @@ NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64
 std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants) {
   check_input(in, variants);
   const Lattice lat = make_lattice(in);
-  std::map<int32_t, StageTable> stage_tables;  // the stage figures do not depend on HBM or recompute
+  std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
   std::vector<PlanResult> out;
   out.reserve(variants.size());
   for (const auto& v : variants) {
@@ -699,8 +763,73 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
     if (it == stage_tables.end()) {
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
-    out.push_back(solve_variant(VariantModel{in, lat, it->second, v}));
+    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v}));
   }
+  return out;
+}
+
+PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
+                          const std::vector<std::vector<int32_t>>& stages, int64_t d) {
+  check_input(in, {variant});
+  if (d < 1) throw std::invalid_argument("plan: d must be >= 1");
+  const LayerGraph graph = make_layer_graph(in);
+  const std::vector<NodeSet> sets = plan_sets(in, stages);
+  const LayerFigures& f = in.widths[variant.width_index];
+  const PlanModel plan{in, variant.settings};
+  const std::size_t s = sets.size();
+  const auto total = static_cast<int64_t>(s);
+
+  PlanFigures out;
+  out.t = f.t;
+  out.d = d;
+  out.stages.resize(s);
+  NodeSet later((static_cast<std::size_t>(in.n) + 63) / 64, 0);
+  std::vector<double> finish(in.n);
+  int64_t k = 0;
+  for (std::size_t i = s; i-- > 0;) {
+    out.stages[i].cost = stage_cost(graph, f, sets[i], incoming_bytes(graph, later, later), finish);
+    for (std::size_t w = 0; w < later.size(); ++w) later[w] |= sets[i][w];
+    k += out.stages[i].cost.devices;
+  }
+  const int64_t m = plan.microbatches_per_replica(d);
+  std::size_t pipeline_tier = 0;
+  for (int64_t r = 0; r < d; ++r) pipeline_tier = std::max(pipeline_tier, span_tier(in.tiers, r * k, r * k + k - 1));
+  std::size_t top = 0;
+  for (std::size_t i = 0; i < s; ++i) {
+    PlanStage& stage = out.stages[i];
+    const Recompute mode = plan.mode(i + 1 == s);
+    stage.layers = members(sets[i]);
+    stage.devices = stage.cost.devices;
+    stage.recompute = static_cast<int64_t>(mode);
+    stage.time = plan.time(stage.cost, mode, in.tiers[pipeline_tier]);
+    stage.memory = plan.memory(stage.cost, mode, total - static_cast<int64_t>(i), total, d);
+    stage.load_s = stage.time.load_s();
+    stage.memory_bytes = stage.memory.total_bytes();
+    if (stage.load_s > out.stages[top].load_s) top = i;
+  }
+  const double bottleneck_s = out.stages[top].load_s;
+  // The DP sync of the first stage runs on its own width's tier, every later one's on t's (at most k).
+  const NetworkTier first_sync = dp_sync_tier(in.tiers, d, k, out.stages[0].devices);
+  const NetworkTier later_sync = dp_sync_tier(in.tiers, d, k, std::min(f.t, k));
+  std::size_t last = 0;
+  SyncTime last_sync;
+  for (std::size_t i = 0; i < s; ++i) {
+    const SyncTime sync = plan.sync_time(out.stages[i].memory.weights_bytes, d, i == 0 ? first_sync : later_sync,
+                                         plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
+    if (i == 0 || sync.end_s() > last_sync.end_s()) {
+      last = i;
+      last_sync = sync;
+    }
+  }
+  out.microbatches_per_pipeline = m;
+  out.time_per_batch_s = bottleneck_s * plan.slots(total, d) + last_sync.end_s();
+  out.fits_hbm = std::all_of(out.stages.begin(), out.stages.end(),
+                             [&](const PlanStage& stage) { return stage.memory_bytes <= variant.hbm_bytes; });
+  const StageTime& slowest = out.stages[top].time;
+  const auto times_m = static_cast<double>(m);
+  out.iteration = {static_cast<int64_t>(top), times_m * slowest.forward_s, times_m * slowest.backward_s,
+                   times_m * slowest.recompute_s, times_m * slowest.p2p_s, bottleneck_s * plan.bubble(total),
+                   static_cast<int64_t>(last), last_sync.exposed_s, last_sync.step_s};
   return out;
 }
 

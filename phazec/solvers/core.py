@@ -11,9 +11,16 @@ from pathlib import Path
 
 from phazec import _core
 from phazec._core import (
+    IterationTime,
+    PlanFigures,
     PlanResult,
+    PlanStage,
     ScheduleSearchResult,
+    StageCost,
+    StageMemory,
+    StageTime,
     downsets,
+    evaluate_plan,
     find_cycle,
     list_schedule,
     search_schedule,
@@ -22,9 +29,16 @@ from phazec._core import (
 )
 
 __all__ = [
+    "IterationTime",
+    "PlanFigures",
     "PlanResult",
+    "PlanStage",
     "ScheduleSearchResult",
+    "StageCost",
+    "StageMemory",
+    "StageTime",
     "downsets",
+    "evaluate_plan",
     "extension_path",
     "find_cycle",
     "list_schedule",

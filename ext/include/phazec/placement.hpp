@@ -1,14 +1,17 @@
-// The placement DP: pipeline stages, tensor-parallel width t and data-parallel width d that
-// minimise the time per batch of 1F1B training. Pure C++17, no Python.
+// The model of time and memory of a training plan, and the placement DP over it: pipeline stages,
+// tensor-parallel width t and data-parallel width d that minimise the time per batch of 1F1B
+// training. Pure C++17, no Python.
 //
-// The cost model is stated in full in phazec/solvers/placement.py (module docstring), which also
-// evaluates it in Python with the same arithmetic in the same order. In short: a stage is the
-// difference of two downsets of the layer DAG; its load per microbatch is forward + backward +
-// recompute time (none, selective: attention cores, full: forward again; the last stage recomputes
-// only under Megatron's rule) + 2 v transfers of the cut; its memory is weights, gradients,
-// optimizer state (sharded over d with a distributed optimizer) and the activations kept for the
-// model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch
-// = max load * (m + (s - 1) / v) + exposed DP sync + optimizer step of the first stage.
+// This is the one implementation of the model; its statement is the module docstring of
+// phazec/solvers/placement.py. In short: a stage is the difference of two downsets of the layer
+// DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
+// cores, full: forward again; the last stage recomputes only under Megatron's rule) + 2 v transfers
+// of the cut; its memory is weights, gradients, optimizer state (sharded over d with a distributed
+// optimizer) and the activations kept for the model-chunk microbatches in flight plus the working
+// set a recomputation rebuilds; time per batch = max load * (m + (s - 1) / v) + the latest exposed
+// DP sync + optimizer step of a stage. `solve_placements` searches it; `evaluate_plan` times one
+// given plan with the same functions, so the DP's optimum and the evaluation of its plan agree bit
+// for bit.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +42,7 @@ struct LayerFigures {
   std::vector<uint8_t> tensor_parallel;
 };
 
-/// Everything the DP needs; `edges[i]` carries `edge_bytes[i]` per microbatch.
+/// The problem every plan shares; `edges[i]` carries `edge_bytes[i]` per microbatch.
 struct PlacementInput {
   int32_t n = 0;
   std::vector<Edge> edges;
@@ -49,23 +52,34 @@ struct PlacementInput {
   int64_t microbatches = 1;
   std::vector<NetworkTier> tiers;  // ascending group sizes; the last holds every device
   int64_t optimizer_factor = 2;    // bytes of weights, gradients and optimizer state per weight byte
-  bool last_stage_recomputes = false;  // Megatron-LM's rule (true) or PHAZE's (false)
-  bool overlap_grad_reduce = false;    // the DP all-reduce hides behind the first stage's backward
-  bool overlap_param_gather = false;   // a distributed optimizer's all-gather hides behind its forward
-  double hbm_bytes_per_s = 0.0;        // times the optimizer step; 0: untimed
-  bool bound_sync_windows = false;     // DP syncs hide behind all the bottleneck load allows: a lower bound
+  double hbm_bytes_per_s = 0.0;    // times the optimizer step; 0: untimed
+  bool bound_sync_windows = false;  // DP syncs hide behind all the bottleneck load allows: a lower bound
 };
 
-enum class Recompute : int32_t { kNone = 0, kSelective = 1, kFull = 2 };
+/// The settings of one plan that the model reads, as X(type, name, default): one line per setting.
+/// The bindings fill `PlanSettings` from a Python dict by these names, so a new setting needs its
+/// line here and its use in placement.cpp only (and a range check in check_input where it has one).
+#define PHAZEC_PLAN_SETTINGS(X)                                                                      \
+  X(int64_t, recompute, 0)           /* index in ("none", "selective", "full"): `Recompute` */       \
+  X(int64_t, interleave, 1)          /* model chunks per stage (interleaved 1F1B when > 1) */        \
+  X(bool, distributed_optimizer, false)  /* optimizer state sharded over the d replicas */           \
+  X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
+  X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
+  X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */
 
-/// One problem variant: which entry of `widths`, recomputation, the per-device HBM, interleave and
-/// the distributed optimizer.
+struct PlanSettings {
+#define PHAZEC_SETTING_FIELD(type, name, value) type name = value;
+  PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_FIELD)
+#undef PHAZEC_SETTING_FIELD
+};
+
+enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2 };
+
+/// One problem variant: which entry of `widths`, the per-device HBM and the plan's settings.
 struct Variant {
   int32_t width_index = 0;
-  Recompute recompute = Recompute::kNone;
   int64_t hbm_bytes = 0;
-  int64_t interleave = 1;              // model chunks per stage (interleaved 1F1B when > 1)
-  bool distributed_optimizer = false;  // optimizer state sharded over the d replicas
+  PlanSettings settings;
 };
 
 /// The optimum of one variant, or (feasible = false) the least peak memory any plan needs.
@@ -87,8 +101,89 @@ struct PlanResult {
   int64_t stash_bytes = 0;
 };
 
+/// The figures of one stage that depend on neither d, its position nor the settings.
+struct StageCost {
+  double forward_s = 0.0;               // forward critical path
+  double backward_s = 0.0;              // backward critical path
+  double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
+  int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
+  int64_t stash_bytes = 0;              // kept without recomputation
+  int64_t selective_bytes = 0;          // kept under selective recompute
+  int64_t input_bytes = 0;              // kept under full recompute: the layers' inputs
+  int64_t selective_working_bytes = 0;  // the largest attention core of a layer: rebuilt at once
+  int64_t full_working_bytes = 0;       // the largest activations of a layer: rebuilt at once
+  int64_t cut_bytes = 0;                // bytes crossing the cut after the stage
+  int64_t devices = 1;                  // t when it holds a tensor-parallel layer, else 1
+};
+
+/// Time per microbatch of one stage, in parts.
+struct StageTime {
+  double forward_s = 0.0;
+  double backward_s = 0.0;
+  double recompute_s = 0.0;
+  double p2p_s = 0.0;  // sending the cut forward and receiving its gradient, for each model chunk
+  /// The stage's load: the parts summed in this order.
+  double load_s() const { return forward_s + backward_s + recompute_s + p2p_s; }
+};
+
+/// Bytes on one device of one stage, in parts.
+struct StageMemory {
+  int64_t weights_bytes = 0;
+  int64_t gradients_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t stash_bytes = 0;    // activations kept for the model-chunk microbatches in flight
+  int64_t working_bytes = 0;  // activations a recomputation rebuilds at once
+  int64_t in_flight = 0;      // model-chunk microbatches in flight (microbatches for v = 1)
+  int64_t parameter_bytes() const { return weights_bytes + gradients_bytes + optimizer_state_bytes; }
+  int64_t total_bytes() const { return parameter_bytes() + stash_bytes + working_bytes; }
+};
+
+/// One stage of an evaluated plan.
+struct PlanStage {
+  std::vector<int32_t> layers;  // ascending
+  int64_t devices = 1;
+  double load_s = 0.0;
+  int64_t memory_bytes = 0;
+  int64_t recompute = 0;  // its own mode, `Recompute`
+  StageCost cost;
+  StageTime time;
+  StageMemory memory;
+};
+
+/// One iteration in parts, adding up to the time per batch (up to rounding).
+struct IterationTime {
+  int64_t bottleneck_stage = 0;  // the stage with the largest load (the first on a tie)
+  double forward_s = 0.0;        // the bottleneck stage's parts times m
+  double backward_s = 0.0;
+  double recompute_s = 0.0;
+  double p2p_s = 0.0;
+  double bubble_s = 0.0;
+  int64_t dp_sync_stage = 0;  // the stage whose DP sync and optimizer step end last (the first on a tie)
+  double dp_sync_s = 0.0;     // its exposed DP sync
+  double optimizer_s = 0.0;   // its optimizer step
+};
+
+/// Every figure of one plan at widths t and d.
+struct PlanFigures {
+  int64_t t = 1;
+  int64_t d = 1;
+  int64_t microbatches_per_pipeline = 0;
+  double time_per_batch_s = 0.0;
+  bool fits_hbm = false;  // every stage fits in the variant's HBM
+  std::vector<PlanStage> stages;  // first stage first
+  IterationTime iteration;
+};
+
 /// Solves every variant; throws std::invalid_argument on malformed input (sizes, a cycle).
 std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants);
+
+/// The figures of one plan: `stages` holds the layer ids of each stage, first stage first, in
+/// pipeline order (no edge runs back); t is the variant's width. The plan is timed whether or not
+/// it fits on the devices or in HBM and whether or not interleaving can cut its stages into chunks
+/// (the caller checks what it needs). Throws std::invalid_argument on malformed input, stages that
+/// do not hold each layer once or run an edge back, or d < 1.
+PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
+                          const std::vector<std::vector<int32_t>>& stages, int64_t d);
 
 /// The first tier whose aligned group holds devices first..last (the last tier if none).
 std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int64_t last);

@@ -1,6 +1,6 @@
 """Optimal pipeline, tensor- and data-parallel placement of a layer graph (the C++ DP, typed).
 
-The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and `evaluate_plan`:
+The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `evaluate_plan`:
 
 * Plan. The layers are split into `s` stages in pipeline order; a stage is the difference of two
   downsets of the layer DAG, so no edge runs from a later stage to an earlier one. Stages are
@@ -79,8 +79,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._placement`) and 
   full: kept = input bytes (each layer's input), working = max activation bytes (one layer's full
   activations rebuilt). A plan fits when every stage fits in HBM.
 
-Arithmetic is done in the same order in C++ and here (byte counts are integers), so the DP's
-optimum and `evaluate_plan` of its plan agree bit for bit.
+The model is implemented once, in C++ (`ext/src/placement.cpp`; the settings it reads are declared
+in `ext/include/phazec/placement.hpp`): the DP searches it and `evaluate_plan` times one plan with
+the same functions, so the DP's optimum and `evaluate_plan` of its plan agree bit for bit.
 """
 
 import itertools
@@ -348,40 +349,7 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
         _check_positive_int("interleave", variant.interleave)
     start_s = time.perf_counter()
     results = core.solve_placements(
-        n=problem.layer_count,
-        edges=_edge_list(problem),
-        edge_bytes=problem.edge_bytes,
-        t_values=problem.t_values,
-        forward_s=problem.forward_latency_s,
-        backward_s=problem.backward_latency_s,
-        selective_s=problem.selective_s,
-        param_bytes=problem.param_bytes,
-        activation_bytes=problem.activation_bytes,
-        stash_bytes=problem.stash_bytes,
-        selective_bytes=problem.selective_stash,
-        input_bytes=problem.input_bytes,
-        tensor_parallel=problem.tensor_parallel,
-        devices=problem.device_count,
-        microbatches=problem.microbatch_count,
-        tier_group_sizes=np.array([tier.group_size for tier in problem.tiers], dtype=np.int64),
-        tier_bandwidth_bytes_per_s=np.array([tier.bandwidth_bytes_per_s for tier in problem.tiers]),
-        tier_latency_s=np.array([tier.latency_s for tier in problem.tiers]),
-        optimizer_factor=OPTIMIZER_FACTOR[problem.optimizer],
-        last_stage_recomputes=problem.last_stage_recomputes,
-        overlap_grad_reduce=problem.overlap_grad_reduce,
-        overlap_param_gather=problem.overlap_param_gather,
-        hbm_bytes_per_s=problem.hbm_bytes_per_s,
-        bound_sync_windows=problem.bound_sync_windows,
-        variants=[
-            (
-                _t_index(problem, v.t),
-                RECOMPUTE_MODES.index(recompute_mode(v.recompute)),
-                v.hbm_bytes,
-                v.interleave,
-                v.distributed_optimizer,
-            )
-            for v in variants
-        ],
+        **_problem_arguments(problem), variants=[_variant_argument(problem, v) for v in variants]
     )
     logger.debug("placement: %d variants in %.3f s", len(variants), time.perf_counter() - start_s)
     return tuple(_result(problem, v, r) for v, r in zip(variants, results, strict=True))
@@ -394,12 +362,7 @@ def solve_placement(problem: PlacementProblem) -> PlacementResult:
     """
     results = solve_placements(
         problem,
-        [
-            Variant(
-                int(t), problem.mode, problem.hbm_bytes, problem.interleave, problem.distributed_optimizer
-            )
-            for t in problem.t_values
-        ],
+        [_own_variant(problem, int(t)) for t in problem.t_values],
     )
     feasible = [r for r in results if isinstance(r, Placement)]
     if feasible:
@@ -408,9 +371,60 @@ def solve_placement(problem: PlacementProblem) -> PlacementResult:
     return min(infeasible, key=lambda r: r.min_memory_bytes)
 
 
+def _own_variant(problem: PlacementProblem, t: int) -> Variant:
+    """The variant at width t whose other settings are the problem's (`Variant.applied` undone)."""
+    return Variant(t, problem.mode, problem.hbm_bytes, problem.interleave, problem.distributed_optimizer)
+
+
+def _problem_arguments(problem: PlacementProblem) -> dict[str, Any]:
+    """The arguments describing the problem that both C++ calls (`core.solve_placements` and
+    `core.evaluate_plan`) take first."""
+    return {
+        "n": problem.layer_count,
+        "edges": _edge_list(problem),
+        "edge_bytes": problem.edge_bytes,
+        "t_values": problem.t_values,
+        "forward_s": problem.forward_latency_s,
+        "backward_s": problem.backward_latency_s,
+        "selective_s": problem.selective_s,
+        "param_bytes": problem.param_bytes,
+        "activation_bytes": problem.activation_bytes,
+        "stash_bytes": problem.stash_bytes,
+        "selective_bytes": problem.selective_stash,
+        "input_bytes": problem.input_bytes,
+        "tensor_parallel": problem.tensor_parallel,
+        "devices": problem.device_count,
+        "microbatches": problem.microbatch_count,
+        "tier_group_sizes": np.array([tier.group_size for tier in problem.tiers], dtype=np.int64),
+        "tier_bandwidth_bytes_per_s": np.array([tier.bandwidth_bytes_per_s for tier in problem.tiers]),
+        "tier_latency_s": np.array([tier.latency_s for tier in problem.tiers]),
+        "optimizer_factor": OPTIMIZER_FACTOR[problem.optimizer],
+        "hbm_bytes_per_s": problem.hbm_bytes_per_s,
+        "bound_sync_windows": problem.bound_sync_windows,
+    }
+
+
+def _variant_argument(problem: PlacementProblem, variant: Variant) -> tuple[int, int, dict[str, int | bool]]:
+    """(width index, HBM bytes, settings) of a variant for the C++ calls: the one place that names the
+    plan settings the C++ model reads (`PHAZEC_PLAN_SETTINGS` in ext/include/phazec/placement.hpp).
+
+    Raises:
+        PhazecError: the variant's t has no figures in the problem.
+    """
+    settings: dict[str, int | bool] = {
+        "recompute": RECOMPUTE_MODES.index(recompute_mode(variant.recompute)),
+        "interleave": int(variant.interleave),
+        "distributed_optimizer": bool(variant.distributed_optimizer),
+        "last_stage_recomputes": bool(problem.last_stage_recomputes),
+        "overlap_grad_reduce": bool(problem.overlap_grad_reduce),
+        "overlap_param_gather": bool(problem.overlap_param_gather),
+    }
+    return _t_index(problem, variant.t), int(variant.hbm_bytes), settings
+
+
 @dataclass(frozen=True)
 class StageCost:
-    """The figures of one stage of a plan that do not depend on d or its position."""
+    """The figures of one stage of a plan that depend on neither d, its position nor the settings."""
 
     forward_s: float
     """Forward critical path."""
@@ -434,45 +448,6 @@ class StageCost:
     devices: int
 
 
-def stage_costs(problem: PlacementProblem, t: int, stages: Stages) -> tuple[StageCost, ...]:
-    """The d-independent figures of each stage of a valid plan (see the module docstring)."""
-    row = _t_index(problem, t)
-    n = problem.layer_count
-    order = core.topological_order(n, _edge_list(problem))
-    preds: list[list[int]] = [[] for _ in range(n)]
-    succs: list[list[int]] = [[] for _ in range(n)]
-    out_edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for (u, v), size in zip(problem.edges.tolist(), problem.edge_bytes.tolist(), strict=True):
-        preds[v].append(u)
-        succs[u].append(v)
-        out_edges[u].append((v, size))
-    stash, selective = problem.stash_bytes[row], problem.selective_stash[row]
-    costs = []
-    for i, stage in enumerate(stages):
-        members = set(stage)
-        later = {v for after in stages[i + 1 :] for v in after}
-        tensor_parallel = any(bool(problem.tensor_parallel[row, v]) for v in stage)
-        selective_s = 0.0
-        for v in sorted(stage):
-            selective_s += float(problem.selective_s[row, v])
-        costs.append(
-            StageCost(
-                forward_s=_critical_path_s(order, preds, members, problem.forward_latency_s[row]),
-                backward_s=_critical_path_s(order[::-1], succs, members, problem.backward_latency_s[row]),
-                selective_s=selective_s,
-                param_bytes=sum(int(problem.param_bytes[row, v]) for v in stage),
-                stash_bytes=sum(int(stash[v]) for v in stage),
-                selective_bytes=sum(int(selective[v]) for v in stage),
-                input_bytes=sum(int(problem.input_bytes[row, v]) for v in stage),
-                selective_working_bytes=max(int(stash[v]) - int(selective[v]) for v in stage),
-                full_working_bytes=max(int(problem.activation_bytes[row, v]) for v in stage),
-                cut_bytes=_incoming_bytes(out_edges, set(range(n)) - later, later),
-                devices=t if tensor_parallel else 1,
-            )
-        )
-    return tuple(costs)
-
-
 @dataclass(frozen=True)
 class StageTime:
     """Time per microbatch of one stage of a plan, in parts; `load_s` is their sum."""
@@ -485,7 +460,7 @@ class StageTime:
 
     @property
     def load_s(self) -> float:
-        """compute + p2p, summed in the DP's order."""
+        """compute + p2p, summed in the model's order (the stage's `Stage.load_s`)."""
         return self.forward_s + self.backward_s + self.recompute_s + self.p2p_s
 
 
@@ -510,50 +485,14 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> int:
-        """Peak bytes on one device."""
+        """Peak bytes on one device (the stage's `Stage.memory_bytes`)."""
         return self.parameter_bytes + self.stash_bytes + self.working_bytes
 
 
-def stage_mode(problem: PlacementProblem, i: int, s: int) -> Recompute:
-    """The recompute mode of stage i (from 0) of s: none for the last under PHAZE's rule."""
-    return mode_of_stage(problem.mode, problem.last_stage_recomputes, i, s)
-
-
 def mode_of_stage(mode: Recompute, last_stage_recomputes: bool, i: int, s: int) -> Recompute:
-    """`mode` for stage i (from 0) of s, or none for the last stage under PHAZE's rule."""
+    """`mode` for stage i (from 0) of s, or none for the last stage under PHAZE's rule: the mode the
+    model gives a stage (`PlanFigures.modes`), for callers that hold only a `Placement`."""
     return mode if i < s - 1 or last_stage_recomputes else "none"
-
-
-def stage_time(problem: PlacementProblem, c: StageCost, mode: Recompute, tier: NetworkTier) -> StageTime:
-    """Time per microbatch of a stage in a recompute mode, its pipeline transfers on `tier`."""
-    recompute_s = {"none": 0.0, "selective": c.selective_s, "full": c.forward_s}[mode]
-    return StageTime(
-        c.forward_s, c.backward_s, recompute_s, 2.0 * problem.interleave * _transfer_s(c.cut_bytes, tier)
-    )
-
-
-def microbatches_per_replica(problem: PlacementProblem, d: int) -> int:
-    """m: the microbatches each of d data-parallel replicas runs, ceil(microbatches / d)."""
-    return (problem.microbatch_count + d - 1) // d
-
-
-def stage_memory(
-    problem: PlacementProblem, c: StageCost, mode: Recompute, *, q: int, s: int, d: int
-) -> StageMemory:
-    """Bytes per device of a stage at position q from the end of s stages, in a mode, at width d."""
-    v = problem.interleave
-    state = (OPTIMIZER_FACTOR[problem.optimizer] - 2) * c.param_bytes
-    if problem.distributed_optimizer:
-        state = (state + d - 1) // d
-    kept, working = {
-        "none": (c.stash_bytes, 0),
-        "selective": (c.selective_bytes, c.selective_working_bytes),
-        "full": (c.input_bytes, c.full_working_bytes),
-    }[mode]
-    m = microbatches_per_replica(problem, d)
-    in_flight = min(q if v == 1 else 2 * (q - 1) + (v - 1) * s + 1, m * v)
-    stash = (kept * in_flight + v - 1) // v
-    return StageMemory(c.param_bytes, c.param_bytes, state, stash, working, in_flight)
 
 
 @dataclass(frozen=True)
@@ -574,49 +513,6 @@ class IterationTime:
     optimizer_s: float
 
 
-def sync_windows_s(
-    problem: PlacementProblem, first: StageCost, later: bool, bottleneck_s: float
-) -> tuple[float, float]:
-    """(reduction, all-gather) windows a stage's DP sync hides behind under the overlap switches: the
-    first stage's (`later` false) or a later one's, from the first stage's cost `first` (the module
-    docstring); with `bound_sync_windows`, as long as the bottleneck load `bottleneck_s` allows."""
-    reduce = problem.overlap_grad_reduce
-    gather = problem.distributed_optimizer and problem.overlap_param_gather
-    if problem.bound_sync_windows:
-        if reduce and gather:
-            return bottleneck_s / 2.0, bottleneck_s / 2.0
-        return (bottleneck_s if reduce else 0.0), (bottleneck_s if gather else 0.0)
-    reduce_s = 0.0
-    if reduce:
-        reduce_s = first.backward_s / problem.interleave if later else first.backward_s
-    return reduce_s, (first.forward_s if gather else 0.0)
-
-
-def sync_times_s(
-    problem: PlacementProblem, memory: StageMemory, d: int, tier: NetworkTier, windows_s: tuple[float, float]
-) -> tuple[float, float]:
-    """(exposed DP gradient sync, optimizer step) of the stage whose memory is `memory` after the
-    flush, its sync hidden behind `windows_s` (`sync_windows_s`)."""
-    sync_s = _allreduce_s(memory.weights_bytes, d, tier)
-    reduce_window_s, gather_window_s = windows_s
-    if problem.distributed_optimizer:
-        sync_s = max(0.0, sync_s / 2.0 - reduce_window_s) + max(0.0, sync_s / 2.0 - gather_window_s)
-    else:
-        sync_s = max(0.0, sync_s - reduce_window_s)
-    step_s = 0.0
-    if problem.hbm_bytes_per_s > 0:
-        step_s = optimizer_step_bytes(memory, d, problem.distributed_optimizer) / problem.hbm_bytes_per_s
-    return sync_s, step_s
-
-
-def optimizer_step_bytes(memory: StageMemory, d: int, distributed: bool) -> int:
-    """HBM bytes of a stage's optimizer step at data-parallel width d: it zeroes every gradient, reads its
-    shard of them and reads and writes its shard of the weights and its optimizer state (with a
-    distributed optimizer the shard is 1/d of the weights and gradients, else all of them)."""
-    shard = (memory.weights_bytes + d - 1) // d if distributed else memory.weights_bytes
-    return memory.weights_bytes + 3 * shard + 2 * memory.optimizer_state_bytes
-
-
 @dataclass(frozen=True)
 class PlanFigures:
     """Every part of a plan's time and memory (what `evaluate_plan` sums)."""
@@ -627,71 +523,99 @@ class PlanFigures:
     """Each stage's recompute mode."""
     times: tuple[StageTime, ...]
     memories: tuple[StageMemory, ...]
+    costs: tuple[StageCost, ...]
+    """Each stage's figures that depend on neither d, its position nor the settings."""
 
 
-def plan_figures(
-    problem: PlacementProblem, t: int, stages: Stages, costs: Sequence[StageCost], d: int
-) -> PlanFigures:
-    """The figures of a valid plan with its stage costs at data-parallel width d."""
-    s = len(costs)
-    k = sum(c.devices for c in costs)
-    m = microbatches_per_replica(problem, d)
-    pipeline_tier = problem.tiers[max(_span_tier(problem.tiers, r * k, r * k + k - 1) for r in range(d))]
-    modes = tuple(stage_mode(problem, i, s) for i in range(s))
-    times = tuple(stage_time(problem, c, mode, pipeline_tier) for c, mode in zip(costs, modes, strict=True))
-    memories = tuple(
-        stage_memory(problem, c, mode, q=s - i, s=s, d=d)
-        for i, (c, mode) in enumerate(zip(costs, modes, strict=True))
-    )
-    loads = [x.load_s for x in times]
-    top = loads.index(max(loads))
-    tiers = (_sync_tier(problem.tiers, d, k, costs[0].devices), _sync_tier(problem.tiers, d, k, min(t, k)))
-    tails = [
-        sync_times_s(
-            problem, memory, d, tiers[min(i, 1)], sync_windows_s(problem, costs[0], i > 0, loads[top])
-        )
-        for i, memory in enumerate(memories)
-    ]
-    ends = [sync_s + step_s for sync_s, step_s in tails]
-    last = ends.index(max(ends))
-    bubble = (s - 1) / problem.interleave
-    time_s = loads[top] * (m + bubble) + ends[last]
-    placement = Placement(
-        stages=tuple(
-            Stage(tuple(sorted(layers)), c.devices, load, memory.total_bytes)
-            for layers, c, load, memory in zip(stages, costs, loads, memories, strict=True)
-        ),
-        t=t,
+def plan_figures(problem: PlacementProblem, t: int, stages: Stages, d: int) -> PlanFigures:
+    """The figures of a plan at widths t and d, from the C++ model (`core.evaluate_plan`), under
+    the problem's settings, with none of `explain_plan`'s checks on d and interleave: the plan is timed
+    even where its d replicas need more devices or microbatches than there are, or interleaving cannot
+    cut its stages into model chunks.
+
+    Raises:
+        PhazecError: t has no figures in the problem.
+        ValueError: the stages do not hold each layer once in pipeline order, or d < 1 (`explain_plan`
+            checks both with a message that says why).
+    """
+    r = core.evaluate_plan(
+        **_problem_arguments(problem),
+        variant=_variant_argument(problem, _own_variant(problem, t)),
+        stages=[list(stage) for stage in stages],
         d=d,
+    )
+    placement = Placement(
+        stages=tuple(Stage(tuple(x.layers), x.devices, x.load_s, x.memory_bytes) for x in r.stages),
+        t=r.t,
+        d=r.d,
         recompute=problem.mode,
         hbm_bytes=problem.hbm_bytes,
-        microbatches_per_pipeline=m,
-        time_per_batch_s=time_s,
-        throughput_samples_per_s=problem.samples_per_microbatch * problem.microbatch_count / time_s,
-        fits_hbm=max(x.total_bytes for x in memories) <= problem.hbm_bytes,
+        microbatches_per_pipeline=r.microbatches_per_pipeline,
+        time_per_batch_s=r.time_per_batch_s,
+        throughput_samples_per_s=problem.samples_per_microbatch
+        * problem.microbatch_count
+        / r.time_per_batch_s,
+        fits_hbm=r.fits_hbm,
         interleave=problem.interleave,
         distributed_optimizer=problem.distributed_optimizer,
         sequence_parallel=problem.sequence_parallel,
     )
+    it = r.iteration
     iteration = IterationTime(
-        bottleneck_stage=top,
-        forward_s=m * times[top].forward_s,
-        backward_s=m * times[top].backward_s,
-        recompute_s=m * times[top].recompute_s,
-        p2p_s=m * times[top].p2p_s,
-        bubble_s=loads[top] * bubble,
-        dp_sync_stage=last,
-        dp_sync_s=tails[last][0],
-        optimizer_s=tails[last][1],
+        bottleneck_stage=it.bottleneck_stage,
+        forward_s=it.forward_s,
+        backward_s=it.backward_s,
+        recompute_s=it.recompute_s,
+        p2p_s=it.p2p_s,
+        bubble_s=it.bubble_s,
+        dp_sync_stage=it.dp_sync_stage,
+        dp_sync_s=it.dp_sync_s,
+        optimizer_s=it.optimizer_s,
     )
-    return PlanFigures(placement, iteration, modes, times, memories)
+    return PlanFigures(
+        placement,
+        iteration,
+        modes=tuple(recompute_mode(RECOMPUTE_MODES[x.recompute]) for x in r.stages),
+        times=tuple(
+            StageTime(x.time.forward_s, x.time.backward_s, x.time.recompute_s, x.time.p2p_s) for x in r.stages
+        ),
+        memories=tuple(
+            StageMemory(
+                weights_bytes=x.memory.weights_bytes,
+                gradients_bytes=x.memory.gradients_bytes,
+                optimizer_state_bytes=x.memory.optimizer_state_bytes,
+                stash_bytes=x.memory.stash_bytes,
+                working_bytes=x.memory.working_bytes,
+                in_flight=x.memory.in_flight,
+            )
+            for x in r.stages
+        ),
+        costs=tuple(
+            StageCost(
+                forward_s=x.cost.forward_s,
+                backward_s=x.cost.backward_s,
+                selective_s=x.cost.selective_s,
+                param_bytes=x.cost.param_bytes,
+                stash_bytes=x.cost.stash_bytes,
+                selective_bytes=x.cost.selective_bytes,
+                input_bytes=x.cost.input_bytes,
+                selective_working_bytes=x.cost.selective_working_bytes,
+                full_working_bytes=x.cost.full_working_bytes,
+                cut_bytes=x.cost.cut_bytes,
+                devices=x.cost.devices,
+            )
+            for x in r.stages
+        ),
+    )
 
 
-def placement_of(
-    problem: PlacementProblem, t: int, stages: Stages, costs: Sequence[StageCost], d: int
-) -> Placement:
-    """The figures of a valid plan with its stage costs at data-parallel width d."""
-    return plan_figures(problem, t, stages, costs, d).placement
+def stage_costs(problem: PlacementProblem, t: int, stages: Sequence[Sequence[int]]) -> tuple[StageCost, ...]:
+    """The figures of each stage of a plan that depend on neither d, its position nor the settings.
+
+    Raises:
+        PhazecError: the stages do not split the layers into pipeline order, or t has no figures.
+    """
+    return plan_figures(problem, t, _validated_plan(problem, stages), 1).costs
 
 
 def evaluate_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: int, d: int) -> Placement:
@@ -711,9 +635,11 @@ def evaluate_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t:
 def explain_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: int, d: int) -> PlanFigures:
     """`evaluate_plan` with every part of its time and memory."""
     plan = _validated_plan(problem, stages)
-    costs = stage_costs(problem, t, plan)
-    k = sum(c.devices for c in costs)
+    _t_index(problem, t)
     _check_positive_int("d", d)
+    # Timed at most at the device count: a larger d needs more devices than there are, refused below.
+    figures = plan_figures(problem, t, plan, min(d, problem.device_count))
+    k = sum(stage.devices for stage in figures.placement.stages)
     if d * k > problem.device_count or d > problem.microbatch_count:
         raise PhazecError(
             f"d = {d} is not valid for this plan: {d} replicas of a {k}-device pipeline need {d * k} "
@@ -726,7 +652,7 @@ def explain_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]], t: 
             f"with more than one stage, each stage needs at least {problem.interleave} layers, one per "
             "model chunk."
         )
-    return plan_figures(problem, t, plan, costs, d)
+    return figures
 
 
 def chunks_fit(stages: Stages, interleave: int) -> bool:
@@ -793,87 +719,8 @@ def _result(problem: PlacementProblem, variant: Variant, r: core.PlanResult) -> 
     )
 
 
-def _critical_path_s(
-    order: Sequence[int], before: Sequence[Sequence[int]], members: set[int], latency_s: NDArray[np.float64]
-) -> float:
-    """Longest path of latencies through `members`, visiting them in `order`; `before[v]` are the
-    neighbours that must finish before v."""
-    finish: dict[int, float] = {}
-    longest = 0.0
-    for v in order:
-        if v not in members:
-            continue
-        start = 0.0
-        for u in before[v]:
-            if u in members:
-                start = max(start, finish[u])
-        finish[v] = start + float(latency_s[v])
-        longest = max(longest, finish[v])
-    return longest
-
-
-def _incoming_bytes(
-    out_edges: Sequence[Sequence[tuple[int, int]]], sources: set[int], targets: set[int]
-) -> int:
-    """Sum over `sources` of each one's largest edge into `targets` (a tensor is sent once)."""
-    return sum(max((size for v, size in out_edges[u] if v in targets), default=0) for u in sources)
-
-
 def _edge_list(problem: PlacementProblem) -> list[tuple[int, int]]:
     return [(int(u), int(v)) for u, v in problem.edges.tolist()]
-
-
-def _span_tier(tiers: Sequence[NetworkTier], first: int, last: int) -> int:
-    """Index of the first tier whose aligned group holds device ids first..last."""
-    for i, tier in enumerate(tiers):
-        if first // tier.group_size == last // tier.group_size:
-            return i
-    return len(tiers) - 1
-
-
-def _sync_tier(tiers: Sequence[NetworkTier], d: int, k: int, width: int) -> NetworkTier:
-    """The tier of the DP gradient all-reduce of d replicas of k devices, the first stage `width`
-    wide: the tier holding the whole group, at `rails` times its bandwidth (at most the tier
-    below's) when the group spans several groups of the tier below, each holding `rails` members
-    with a link of their own (the module docstring)."""
-    i = _span_tier(tiers, 0, (d - 1) * k + width - 1)
-    if i == 0:
-        return tiers[0]
-    rails = _dp_rails(tiers[i - 1].group_size, d, k, width)
-    bandwidth = min(rails * tiers[i].bandwidth_bytes_per_s, tiers[i - 1].bandwidth_bytes_per_s)
-    return replace(tiers[i], bandwidth_bytes_per_s=bandwidth)
-
-
-def _node_members(n: int, g: int, d: int, k: int, j: int) -> int:
-    """Members r k + j (r < d) of DP group j in node n (ids n g .. n g + g - 1), for n >= j // g."""
-    first = (max(0, n * g - j) + k - 1) // k
-    last = min(d - 1, ((n + 1) * g - 1 - j) // k)
-    return last - first + 1
-
-
-def _dp_rails(g: int, d: int, k: int, width: int) -> int:
-    """The fewest members a node holds of any of the `width` DP groups that span several nodes of g
-    ids. With k >= g a node holds at most one member of a group. Otherwise a node's count depends
-    only on n g mod k, so the nodes before the last repeat with period k / gcd(g, k)."""
-    if k >= g:
-        return 1
-    period = k // math.gcd(g, k)
-    fewest = d
-    for j in range(width):
-        last = ((d - 1) * k + j) // g
-        if last == j // g:  # the whole group in one node
-            continue
-        nodes = [*range(min(last, period)), last]
-        fewest = min(fewest, *(_node_members(n, g, d, k, j) for n in nodes))
-    return fewest
-
-
-def _transfer_s(size_bytes: int, tier: NetworkTier) -> float:
-    return 0.0 if size_bytes == 0 else size_bytes / tier.bandwidth_bytes_per_s + tier.latency_s
-
-
-def _allreduce_s(size_bytes: int, d: int, tier: NetworkTier) -> float:
-    return 2.0 * (d - 1) / d * size_bytes / tier.bandwidth_bytes_per_s + 2.0 * (d - 1) * tier.latency_s
 
 
 def _t_index(problem: PlacementProblem, t: int) -> int:
