@@ -30,7 +30,7 @@ from phazec.report.records import design_record, outcome, search_record, speedup
 from phazec.search.executors.base import start_executor
 from phazec.search.loop import Found, chunks, explore
 from phazec.search.strategies.exhaustive import Exhaustive
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from phazec.util import atomic
 
 Chip = tuple[int, int]

@@ -33,7 +33,7 @@ from phazec.report.records import explored_csv, outcome, search_record, speedup
 from phazec.search.driver import search
 from phazec.search.loop import Found
 from phazec.search.state import SearchState, onnx_digest, state_key
-from phazec.solvers.placement.model import NoFeasiblePlacement
+from phazec.solvers.placement.problem import NoFeasiblePlacement
 from phazec.util import atomic
 from phazec.util.progress import stage
 
@@ -45,12 +45,14 @@ TPUV4_PRESET = "tpuv4"
 
 def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> PhazecError:
     """The error when no design and no knob setting fits: how much memory the best plan would need."""
-    need = least_memory(candidates)
+    least = least_memory(candidates)
     detail = ""
-    if isinstance(need, NoFeasiblePlacement):
+    if least is not None:
+        need = least.result
+        assert isinstance(need, NoFeasiblePlacement)
         detail = (
             f" The plan needing the least memory needs {need.min_memory_bytes / 1e9:.1f} GB per device "
-            f"(t={need.t}, recompute={need.recompute}), dominated by {need.dominant}."
+            f"(t={need.t}, recompute={least.training.recompute}), dominated by {need.dominant}."
         )
     return PhazecError(
         f"no training plan fits in HBM of [{', '.join(f'{h / 1e9:g}' for h in hbm_bytes)}] GB on any "

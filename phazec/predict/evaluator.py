@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,20 +24,19 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
 from phazec.passes.attention import core_ops
-from phazec.passes.memory import megatron_bytes
+from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
 from phazec.predict.layer_costs import class_costs, sequence_split_width
 from phazec.predict.schedule_problem import schedule_problem
-from phazec.predict.training import Knobs
-from phazec.solvers.placement.model import (
+from phazec.predict.training import CORE, SEARCHED, Knobs, Training, core_settings
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.evaluate import evaluate_plan
+from phazec.solvers.placement.megatron import megatron_plan
+from phazec.solvers.placement.problem import (
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     PlacementResult,
     Variant,
-    evaluate_plan,
-    megatron_plan,
-    recompute_mode,
-    solve_placements,
 )
 from phazec.solvers.schedule.bounds import lower_bounds_s
 from phazec.solvers.schedule.problem import ScheduleProblem, canonical_key
@@ -49,15 +48,26 @@ log = logging.getLogger(__name__)
 BOUND_MARGIN = 1e-9
 """Relative amount by which a layer's latency lower bound is lowered to absorb rounding."""
 
+VARIANT_KNOBS = tuple(name for name in SEARCHED if name in CORE)
+"""The searched knobs the compiled model reads: one C++ call solves every setting of them at once."""
+OUTER_KNOBS = tuple(name for name in SEARCHED if name not in CORE)
+"""The searched knobs the layers' latencies and bytes depend on: each setting is its own problem."""
+
 
 @dataclass(frozen=True)
 class Candidate:
-    """One evaluated (design, microbatch, variant): a plan or the reason none fits."""
+    """One evaluated (design, training settings): a plan or the reason none fits."""
 
     design: int
     """Index into the evaluated Designs."""
-    microbatch: int
+    training: Training
+    """Every knob's setting it was evaluated under."""
     result: PlacementResult
+
+    @property
+    def microbatch(self) -> int:
+        """Its microbatch size (samples)."""
+        return self.training.microbatch
 
 
 @dataclass
@@ -243,50 +253,51 @@ class Evaluator:
             microbatch_count=self.system.global_batch // microbatch,
             samples_per_microbatch=microbatch,
             tiers=self.system.tiers,
-            hbm_bytes=self.knobs.hbm_bytes[0],
-            recompute=recompute_mode(self.knobs.fixed.recompute),
-            optimizer="adam" if self.knobs.fixed.optimizer == "adam" else "sgd",
+            optimizer_factor=optimizer_factor(self.knobs.fixed.optimizer),
             selective_stash_bytes=np.stack([r.selective_bytes for r in rows]),
             selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
-            last_stage_recomputes=self.knobs.fixed.last_stage_recomputes,
-            overlap_grad_reduce=self.knobs.fixed.overlap_grad_reduce,
-            overlap_param_gather=self.knobs.fixed.overlap_param_gather,
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
-            sequence_parallel=sequence_parallel,
             bound_sync_windows=bound_sync_windows,
         )
 
-    def variants(self, hbm_sizes: tuple[int, ...] | None = None) -> list[Variant]:
-        """Every (t, recompute, HBM, interleave, distributed optimizer) combination (HBM sizes: the
-        knobs' unless given)."""
-        return [
-            Variant(t, recompute_mode(recompute), hbm, interleave, distributed)
-            for t in sorted(self.graphs)
-            for recompute in self.knobs.tried("recompute")
-            for hbm in hbm_sizes or self.knobs.hbm_bytes
-            for interleave in self.knobs.tried("interleave")
-            for distributed in self.knobs.tried("distributed_optimizer")
-        ]
+    def outer(self) -> list[Training]:
+        """Each setting of the searched knobs the layers' latencies and bytes depend on
+        (`OUTER_KNOBS`: the microbatch, then sequence parallelism), the others at their first value."""
+        return [replace(self.knobs.fixed, **chosen) for chosen in self.knobs.settings(OUTER_KNOBS)]
+
+    def variants(
+        self, outer: Training, hbm_sizes: tuple[int, ...] | None = None
+    ) -> list[tuple[Variant, Training]]:
+        """Every setting of the searched knobs the compiled model reads (`VARIANT_KNOBS`) at each
+        tensor-parallel width and HBM size (the knobs' unless given), under `outer`'s other settings:
+        the variant and the whole training setting of each. Ties between equally fast plans break in
+        this order: t, recompute, HBM size, then the other knobs in declaration order (PHAZE's
+        reproduction's order)."""
+        first, *rest = VARIANT_KNOBS
+        out = []
+        for t in sorted(self.graphs):
+            for value in self.knobs.tried(first):
+                for hbm in hbm_sizes or self.knobs.hbm_bytes:
+                    for others in self.knobs.settings(rest):
+                        training = replace(outer, **{first: value}, **others)
+                        out.append((Variant(t, hbm, core_settings(training)), training))
+        return out
 
     def evaluate(self, designs: Designs) -> list[Candidate]:
-        """Every (design, microbatch, variant) of a batch of designs, in that order."""
-        microbatches = self.knobs.tried("microbatch")
-        latencies = {
-            (mb, sp): self.layer_latencies_s(designs, mb, sp)
-            for mb in microbatches
-            for sp in self.knobs.tried("sequence_parallel")
-        }
+        """Every (design, outer setting, variant) of a batch of designs, in that order."""
+        outers = self.outer()
+        latencies = [self.layer_latencies_s(designs, o.microbatch, o.sequence_parallel) for o in outers]
         candidates = []
         for j in range(len(designs)):
-            for microbatch in microbatches:
-                for sequence_parallel in self.knobs.tried("sequence_parallel"):
-                    start = time.perf_counter()
-                    problem = self.problem(
-                        latencies[microbatch, sequence_parallel], j, microbatch, designs, sequence_parallel
-                    )
-                    results = solve_placements(problem, self.variants())
-                    self.timings.dp_s += time.perf_counter() - start
-                    candidates += [Candidate(j, microbatch, r) for r in results]
+            for outer, latency in zip(outers, latencies, strict=True):
+                start = time.perf_counter()
+                problem = self.problem(latency, j, outer.microbatch, designs, outer.sequence_parallel)
+                variants = self.variants(outer)
+                results = solve_placements(problem, [variant for variant, _ in variants])
+                self.timings.dp_s += time.perf_counter() - start
+                candidates += [
+                    Candidate(j, training, r) for (_, training), r in zip(variants, results, strict=True)
+                ]
         return candidates
 
     def lower_bounds_s(self, designs: Designs) -> NDArray[np.float64]:
@@ -304,30 +315,34 @@ class Evaluator:
         share one DP solve per sequence-parallel setting (the placement problem depends on the design
         only through them).
         """
-        variants = self.variants((max(self.knobs.hbm_bytes),))
         out = np.full(len(designs), np.inf)
-        for microbatch in self.knobs.tried("microbatch"):
-            for sequence_parallel in self.knobs.tried("sequence_parallel"):
-                latencies = self.layer_lower_bounds_s(designs, microbatch, sequence_parallel)
-                start = time.perf_counter()
-                solved: dict[bytes, float] = {}
-                for j in range(len(designs)):
-                    key = b"".join(
-                        [
-                            designs.hbm_bytes_per_s[j].tobytes(),
-                            *(latencies[t][j].tobytes() for t in sorted(latencies)),
-                        ]
+        for outer in self.outer():
+            variants = [variant for variant, _ in self.variants(outer, (max(self.knobs.hbm_bytes),))]
+            latencies = self.layer_lower_bounds_s(designs, outer.microbatch, outer.sequence_parallel)
+            start = time.perf_counter()
+            solved: dict[bytes, float] = {}
+            for j in range(len(designs)):
+                key = b"".join(
+                    [
+                        designs.hbm_bytes_per_s[j].tobytes(),
+                        *(latencies[t][j].tobytes() for t in sorted(latencies)),
+                    ]
+                )
+                if key not in solved:
+                    problem = self.problem(
+                        latencies,
+                        j,
+                        outer.microbatch,
+                        designs,
+                        outer.sequence_parallel,
+                        bound_sync_windows=True,
                     )
-                    if key not in solved:
-                        problem = self.problem(
-                            latencies, j, microbatch, designs, sequence_parallel, bound_sync_windows=True
-                        )
-                        results = solve_placements(problem, variants)
-                        solved[key] = min(
-                            [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
-                        )
-                    out[j] = min(out[j], solved[key])
-                self.timings.bound_s += time.perf_counter() - start
+                    results = solve_placements(problem, variants)
+                    solved[key] = min(
+                        [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
+                    )
+                out[j] = min(out[j], solved[key])
+            self.timings.bound_s += time.perf_counter() - start
         return out
 
     def block_forward_s(self, designs: Designs) -> NDArray[np.float64]:
@@ -360,22 +375,19 @@ class Evaluator:
             )
         candidates = []
         reasons = []
+        outers = self.outer()
         for microbatch in self.knobs.tried("microbatch"):
-            latencies = {
-                sp: self.layer_latencies_s(designs, microbatch, sp)
-                for sp in self.knobs.tried("sequence_parallel")
-            }
+            mine = [outer for outer in outers if outer.microbatch == microbatch]
+            latencies = [self.layer_latencies_s(designs, microbatch, o.sequence_parallel) for o in mine]
             for j in range(len(designs)):
-                for sequence_parallel in self.knobs.tried("sequence_parallel"):
-                    problem = self.problem(
-                        latencies[sequence_parallel], j, microbatch, designs, sequence_parallel
-                    )
+                for outer, latency in zip(mine, latencies, strict=True):
+                    problem = self.problem(latency, j, microbatch, designs, outer.sequence_parallel)
                     try:
                         stages = megatron_plan(problem, pp)
-                        for variant in self.variants():
+                        for variant, training in self.variants(outer):
                             if variant.t == tp:
-                                placed = evaluate_plan(variant.applied(problem), stages, tp, dp)
-                                candidates.append(Candidate(j, microbatch, placed))
+                                placed = evaluate_plan(problem, variant, stages, dp)
+                                candidates.append(Candidate(j, training, placed))
                     except PhazecError as err:
                         reasons.append(f"microbatch {microbatch}: {err}")
         if not candidates and reasons:
@@ -438,7 +450,18 @@ def objective_cost(candidate: Candidate, weight: NDArray[np.float64] | None = No
     return time_s if weight is None else time_s * float(weight[candidate.design])
 
 
-def least_memory(candidates: list[Candidate]) -> NoFeasiblePlacement | None:
-    """Among infeasible results, the one needing the least memory per device."""
-    infeasible = [c.result for c in candidates if isinstance(c.result, NoFeasiblePlacement)]
-    return min(infeasible, key=lambda r: r.min_memory_bytes) if infeasible else None
+def least_memory(candidates: list[Candidate]) -> Candidate | None:
+    """Among infeasible candidates, the one needing the least memory per device."""
+    infeasible = [c for c in candidates if isinstance(c.result, NoFeasiblePlacement)]
+    return min(infeasible, key=lambda c: _min_memory_bytes(c.result)) if infeasible else None
+
+
+def _min_memory_bytes(result: PlacementResult) -> int:
+    assert isinstance(result, NoFeasiblePlacement)
+    return result.min_memory_bytes
+
+
+def optimizer_factor(optimizer: str) -> int:
+    """Bytes of weights, gradients and optimizer state per byte of 2-byte weights: 2 B of weights and
+    2 B of gradients per parameter, plus the optimizer's state (`OPTIMIZER_STATE_BYTES`)."""
+    return (2 + 2 + OPTIMIZER_STATE_BYTES[optimizer]) // 2

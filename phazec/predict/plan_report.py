@@ -23,13 +23,9 @@ from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Evaluator
 from phazec.predict.layer_costs import class_costs
-from phazec.predict.training import RECORDED, Training
-from phazec.solvers.placement.model import (
-    PlanFigures,
-    StageMemory,
-    Stages,
-    explain_plan,
-)
+from phazec.predict.training import RECORDED, Training, core_settings
+from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, explain_plan
+from phazec.solvers.placement.problem import Stages, Variant
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +196,8 @@ def time_plan(plan: Plan, evaluator: Evaluator, designs: Designs) -> PlanReport:
     stages = plan_stages(evaluator.graphs[plan.tp], plan)
     latencies = evaluator.layer_latencies_s(designs, training.microbatch, training.sequence_parallel)
     problem = evaluator.problem(latencies, 0, training.microbatch, designs, training.sequence_parallel)
-    variant = evaluator.variants()[0]
-    figures = explain_plan(variant.applied(problem), stages, plan.tp, plan.dp)
+    variant = Variant(plan.tp, evaluator.knobs.hbm_bytes[0], core_settings(training))
+    figures = explain_plan(problem, variant, stages, plan.dp)
     return plan_report(plan, evaluator, designs, stages, figures)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES
-from phazec.solvers.placement.model import RECOMPUTE_MODES
+from phazec.solvers.placement.problem import RECOMPUTE_MODES
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ energy comes from `phazec.cost.energy` split into compute (MACs and vector-lane 
 buffers (per-core and global), HBM and network (collectives inside the layer).
 
 A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
-stage: forward, backward, and where the stage recomputes (the placement model's `stage_mode`: not
-the last stage under PHAZE's rule) the forward again under full recompute, or its attention cores'
+stage: forward, backward, and where the stage recomputes (the placement model's mode of the stage,
+`PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute, or its attention cores'
 ops under selective recompute, each spread over every core of its kind, one after another, as the
 placement model times them (`phazec.predict.evaluator.attention_core_s`). Per device of a stage:
 
@@ -41,7 +41,9 @@ from phazec.ir.core import Graph
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.layer_costs import class_costs, op_table, sequence_split_width
-from phazec.solvers.placement.model import Placement, mode_of_stage, stage_costs
+from phazec.predict.training import core_settings
+from phazec.solvers.placement.evaluate import PlanFigures, plan_figures
+from phazec.solvers.placement.problem import Placement, Variant
 from phazec.solvers.schedule.problem import TC, VC, ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, schedule
 
@@ -74,27 +76,9 @@ class PlanWork:
     samples_per_batch: int
     forward_runs: tuple[float, ...]
     """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
-    model's `stage_mode`), else 1."""
+    model's mode of the stage), else 1."""
     core_runs: tuple[float, ...]
     """Per stage, attention-core repeats per microbatch: 1 where the stage recomputes selectively, else 0."""
-
-
-def _stage_runs(placement: Placement, last_stage_recomputes: bool, mode: str) -> tuple[float, ...]:
-    """Per stage of a plan, 1.0 where the stage recomputes in `mode`, else 0.0."""
-    s = placement.stage_count
-    return tuple(
-        float(mode_of_stage(placement.recompute, last_stage_recomputes, i, s) == mode) for i in range(s)
-    )
-
-
-def forward_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
-    """Per stage of a plan, the forward passes per microbatch (see `PlanWork.forward_runs`)."""
-    return tuple(1.0 + full for full in _stage_runs(placement, last_stage_recomputes, "full"))
-
-
-def core_runs(placement: Placement, last_stage_recomputes: bool) -> tuple[float, ...]:
-    """Per stage of a plan, the attention-core repeats per microbatch (see `PlanWork.core_runs`)."""
-    return _stage_runs(placement, last_stage_recomputes, "selective")
 
 
 def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float]:
@@ -245,23 +229,34 @@ class Usage:
         placement = candidate.result
         assert isinstance(placement, Placement)
         design = self.designs.take(np.array([candidate.design]))
-        microbatch, t = candidate.microbatch, placement.t
-        key = (candidate.design, microbatch, t, placement.sequence_parallel)
+        training = candidate.training
+        microbatch, t, sequence_parallel = training.microbatch, placement.t, training.sequence_parallel
+        key = (candidate.design, microbatch, t, sequence_parallel)
         if key not in self._work:
-            self._work[key] = layer_work(self.evaluator, design, microbatch, t, placement.sequence_parallel)
-        layers = len(self.evaluator.graphs[t].layers)
-        no_latency = {width: np.ones((1, 3, layers)) for width in self.evaluator.graphs}
-        problem = self.evaluator.problem(  # only sizes are read
-            no_latency, 0, microbatch, design, placement.sequence_parallel
-        )
-        costs = stage_costs(problem, t, tuple(stage.layers for stage in placement.stages))
+            self._work[key] = layer_work(self.evaluator, design, microbatch, t, sequence_parallel)
+        figures = plan_sizes(self.evaluator, design, candidate)
+        costs = figures.costs
         plan = PlanWork(
             num_tc=int(design.num_tc[0]),
             num_vc=int(design.num_vc[0]),
             cut_bytes=tuple(c.cut_bytes for c in costs),
             param_bytes=tuple(c.param_bytes for c in costs),
-            samples_per_batch=problem.microbatch_count * microbatch,
-            forward_runs=forward_runs(placement, self.evaluator.knobs.fixed.last_stage_recomputes),
-            core_runs=core_runs(placement, self.evaluator.knobs.fixed.last_stage_recomputes),
+            samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
+            forward_runs=tuple(1.0 + float(mode == "full") for mode in figures.modes),
+            core_runs=tuple(float(mode == "selective") for mode in figures.modes),
         )
         return plan_usage(placement, self._work[key], plan)
+
+
+def plan_sizes(evaluator: Evaluator, design: Designs, candidate: Candidate) -> PlanFigures:
+    """The figures of a feasible candidate's plan (on the one design of `design`) that depend on sizes
+    alone: each stage's bytes and cut (`PlanFigures.costs`) and recompute mode (`PlanFigures.modes`),
+    from the compiled model, its latencies all taken as one second (its times mean nothing)."""
+    placement = candidate.result
+    assert isinstance(placement, Placement)
+    training, t = candidate.training, placement.t
+    layers = len(evaluator.graphs[t].layers)
+    no_latency = {width: np.ones((1, 3, layers)) for width in evaluator.graphs}
+    problem = evaluator.problem(no_latency, 0, training.microbatch, design, training.sequence_parallel)
+    variant = Variant(t, placement.hbm_bytes, core_settings(training))
+    return plan_figures(problem, variant, tuple(stage.layers for stage in placement.stages), 1)

@@ -7,11 +7,12 @@ import csv
 import io
 from typing import Any
 
-from phazec.hw.designs import Designs
+from phazec.hw.designs import KNOBS, Designs
 from phazec.predict.evaluator import Candidate, Timings
+from phazec.predict.training import SEARCHED
 from phazec.predict.usage import USAGE_COLUMNS, Usage, usage_cells
 from phazec.search.loop import Found
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 
 
 def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
@@ -29,15 +30,12 @@ def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
 
 
 def plan_record(candidate: Candidate) -> dict[str, Any]:
-    """The `plan` entry of result.json."""
+    """The `plan` entry of result.json: the searched knobs' settings (`SEARCHED`), the widths and the
+    stages."""
     placement = candidate.result
     assert isinstance(placement, Placement)
     return {
-        "microbatch": candidate.microbatch,
-        "recompute": placement.recompute,
-        "sequence_parallel": placement.sequence_parallel,
-        "interleave": placement.interleave,
-        "distributed_optimizer": placement.distributed_optimizer,
+        **{name: getattr(candidate.training, name) for name in SEARCHED},
         "tp": placement.t,
         "pp": placement.stage_count,
         "dp": placement.d,
@@ -69,23 +67,21 @@ def outcome(designs: Designs, candidate: Candidate | None, usage: Usage | None =
 
 
 def explored_csv(found: Found, usage: Usage) -> str:
-    """One row per evaluated (design, microbatch, t, recompute, sequence parallelism, interleave,
-    distributed optimizer, HBM), with a plan's power, utilisation and energy (`phazec.predict.usage`)."""
+    """One row per evaluated (design, microbatch, t, every other searched knob, HBM), with a plan's
+    power, utilisation and energy (`phazec.predict.usage`)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    first, *others = SEARCHED  # the microbatch, then the width, then the other searched knobs
     writer.writerow([
-        "design", "num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes", "area_mm2",
-        "microbatch", "tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer",
-        "hbm_bytes", "feasible", "pp", "dp", "time_per_batch_s", "throughput_samples_per_s",
-        "min_memory_bytes", *USAGE_COLUMNS,
+        "design", *KNOBS, "area_mm2", first, "tp", *others, "hbm_bytes", "feasible", "pp", "dp",
+        "time_per_batch_s", "throughput_samples_per_s", "min_memory_bytes", *USAGE_COLUMNS,
     ])  # fmt: skip
     d = found.designs
     for c in found.candidates:
         r = c.result
-        knobs = [int(d.num_tc[c.design]), int(d.tc_width[c.design]), int(d.tc_depth[c.design]),
-                 int(d.num_vc[c.design]), int(d.vc_width[c.design]), int(d.glb_bytes[c.design])]  # fmt: skip
-        row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", c.microbatch, r.t, r.recompute]
-        row += [r.sequence_parallel, r.interleave, r.distributed_optimizer, r.hbm_bytes]
+        knobs = [int(getattr(d, knob)[c.design]) for knob in KNOBS]
+        row: list[object] = [c.design, *knobs, f"{d.area_mm2[c.design]:.6f}", getattr(c.training, first), r.t]
+        row += [*(getattr(c.training, name) for name in others), r.hbm_bytes]
         if isinstance(r, Placement):
             row += [True, r.stage_count, r.d, repr(r.time_per_batch_s), repr(r.throughput_samples_per_s), ""]
             row += usage_cells(outcome(d, c, usage))

@@ -47,7 +47,7 @@ from phazec.predict.evaluator import Candidate, Evaluator, Timings, best, object
 from phazec.search.executors.base import Executor
 from phazec.search.executors.local import BatchFailedError
 from phazec.search.state import SearchState
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from phazec.util.progress import progress
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def _placement(candidate: Candidate) -> Placement:
 
 def _global(batch: NDArray[np.int64], found: list[Candidate]) -> list[Candidate]:
     """Candidates of a batch with their design indices into the whole space."""
-    return [Candidate(int(batch[c.design]), c.microbatch, c.result) for c in found]
+    return [Candidate(int(batch[c.design]), c.training, c.result) for c in found]
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from numpy.typing import NDArray
 import phazec
 from phazec.frontend.schema import ModelConfig
 from phazec.predict.evaluator import Candidate
+from phazec.predict.training import Training
 from phazec.solvers import core
-from phazec.solvers.placement.model import NoFeasiblePlacement, Placement, PlacementResult, Stage
+from phazec.solvers.placement.problem import NoFeasiblePlacement, Placement, PlacementResult, Stage
 from phazec.util import sealed
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 """Bumped whenever the files change layout."""
 IGNORED = (
     ("search", "workers"),
@@ -139,7 +140,7 @@ def _inputs(name: str, designs: NDArray[np.int64]) -> str:
 def candidate_json(candidate: Candidate) -> dict[str, Any]:
     """A candidate as plain JSON data."""
     kind = "placement" if isinstance(candidate.result, Placement) else "infeasible"
-    return {"design": candidate.design, "microbatch": candidate.microbatch, kind: asdict(candidate.result)}
+    return {"design": candidate.design, "training": asdict(candidate.training), kind: asdict(candidate.result)}
 
 
 def candidate_from_json(data: dict[str, Any]) -> Candidate:
@@ -151,4 +152,4 @@ def candidate_from_json(data: dict[str, Any]) -> Candidate:
         result = Placement(**{**fields, "stages": stages})
     else:
         result = NoFeasiblePlacement(**data["infeasible"])
-    return Candidate(data["design"], data["microbatch"], result)
+    return Candidate(data["design"], Training(**data["training"]), result)

@@ -73,7 +73,7 @@ from phazec.search.loop import Found, chunks, explore
 from phazec.search.schema import SearchConfig
 from phazec.search.state import SearchState
 from phazec.search.strategies.exhaustive import Exhaustive
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from phazec.solvers.schedule.problem import NET, ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, schedule
 from phazec.util.progress import progress
@@ -171,12 +171,15 @@ class StageWork:
     """(class, attention-core repeats) per microbatch, by class index: selective recompute's."""
 
 
-def stage_works(evaluator: Evaluator, placement: Placement) -> list[StageWork]:
-    """The distinct stages of a plan, as runs of layer classes."""
+def stage_works(evaluator: Evaluator, designs: Designs, candidate: Candidate) -> list[StageWork]:
+    """The distinct stages of a candidate's plan, as runs of layer classes."""
+    placement = candidate.result
+    assert isinstance(placement, Placement)
     model = evaluator.graphs[placement.t]
     out: list[StageWork] = []
-    last = evaluator.knobs.fixed.last_stage_recomputes
-    runs, core = usage.forward_runs(placement, last), usage.core_runs(placement, last)
+    modes = usage.plan_sizes(evaluator, designs.take(np.array([candidate.design])), candidate).modes
+    runs = [1.0 + float(mode == "full") for mode in modes]
+    core = [float(mode == "selective") for mode in modes]
     for i, stage in enumerate(placement.stages):
         counts = sorted(Counter(model.layers[layer].cls for layer in stage.layers).items())
         work = StageWork(
@@ -346,7 +349,7 @@ def _local_search(
     placement = current.result
     assert isinstance(placement, Placement)
     search = LocalSearch(evaluator, designs, current.microbatch, placement.t, top_k, weight)
-    stages = stage_works(evaluator, placement)
+    stages = stage_works(evaluator, designs, current)
     union: set[int] = set()
     with progress("wham local search", len(stages), "stage") as bar:
         for stage in stages:

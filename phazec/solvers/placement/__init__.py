@@ -1,1 +1,87 @@
-"""phazec.solvers.placement."""
+"""The model of time and memory of a training plan, and the optimal placement over it (the C++ DP, typed).
+
+The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `evaluate_plan`:
+
+* Plan. The layers are split into `s` stages in pipeline order; a stage is the difference of two
+  downsets of the layer DAG, so no edge runs from a later stage to an earlier one. Stages are
+  counted from the end for memory: under 1F1B the stage at position `p` from the end (the last
+  stage has p = 1) keeps `p` microbatches in flight (at most the m there are). A stage runs on `t`
+  devices when it holds a tensor-parallel layer, else on one device; a pipeline uses `k` devices
+  in all, and `d` replicas of it run data-parallel, each on `m = ceil(microbatches / d)`
+  microbatches. A plan needs `d * k <= devices` and `d <= microbatches`.
+* Device numbering. Device ids run 0..devices-1; tier `i` links aligned groups of
+  `group_size_i` consecutive ids (ids a and b share a group iff a // g == b // g). Replica r
+  holds ids r*k .. r*k + k - 1, its stages in pipeline order. A set of devices talks over the first
+  tier whose aligned group holds all of them.
+* Execution settings (Megatron-LM's): recompute mode r in {none, selective, full} (the last stage
+  recomputes too unless `last_stage_recomputes` is false: PHAZE's rule), interleave v (virtual
+  stages per device, interleaved 1F1B; with more than one stage each holds at least v layers),
+  distributed optimizer (optimizer state sharded over the d replicas, ZeRO-1), DP-gradient overlap,
+  and the HBM bandwidth that times the optimizer step.
+  A stage's own mode is r, or none for the last stage under PHAZE's rule.
+* Stage load per microbatch. compute = forward critical path F + backward critical path B of the
+  stage's layers (longest path of latencies through the stage's own edges), plus the recompute time
+  R: F under full recompute, the sum of the layers' attention-core forward latencies under
+  selective, 0 under none. The tensors crossing the cut after a stage are sent forward by it and
+  their gradients received back by it; tensors of earlier stages needed further down are relayed
+  across the cut too, and a layer sends each tensor once per cut (its largest edge into the later
+  stages counts). load = compute + 2 v transfer(cut bytes) (each of the v model chunks of a stage
+  sends and receives), transfer(b) = b / bandwidth + latency (0 when b = 0). Every pipeline
+  transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
+  them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
+  pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.
+* Time per batch = max stage load * (m + (s - 1) / v) + the largest, over stages, of the stage's
+  exposed DP sync + its optimizer step (each stage syncs and steps its own weights on its own
+  devices after the flush; the last to finish ends the iteration), where the bubble (s - 1) / v of
+  a stage's work is interleaved 1F1B's (1F1B's for v = 1). A stage's DP sync is the ring all-reduce
+  of its gradients over its d replicas: 2 (d-1)/d * param bytes / bandwidth + 2 (d-1) latency. Every
+  stage's DP group is taken to sit as the first stage's does: on the tier holding ids 0 .. (d-1) k +
+  width - 1, the first stage's width for it and t (at most k) for the later stages (conservative
+  for a later stage without tensor-parallel layers). When that group spans several groups of the tier below
+  (nodes), each node holds some members of each of the width DP groups (device j of every replica's
+  first stage, ids r k + j), each member with a link of its own (a DGX has a NIC per GPU), and the
+  hierarchical all-reduce drives them all: the bandwidth is the fewest members a node holds of any
+  DP group that spans several nodes (rails; lower group size / k when k divides it, d mod that in a
+  last, partial node; 1 when k is at least the lower group size; counted exactly otherwise) times
+  the tier's per device, at most the tier below's. Each sync starts after the flush (conservative
+  for a later stage, whose own flush ends earlier, by the drain behind it) and is exposed whole,
+  as PHAZE's formula has it, except that with `overlap_grad_reduce` the first stage's reduction
+  hides behind its last backward pass B (exposed = max(0, sync - W), W = B) and a later stage's
+  behind W = B / v, the first stage's last backward pass of one model chunk, which it runs after
+  the later stage's flush ends (the later stage's own last backward pass, which Megatron also hides
+  it behind, is not counted: conservative). A distributed optimizer's reduce-scatter plus
+  all-gather moves the same bytes as the all-reduce, half each: the reduce-scatter hides as the
+  reduction above (max(0, sync/2 - W)), the all-gather behind the first stage's forward pass F with
+  `overlap_param_gather` (max(0, sync/2 - F)), else it is exposed. Without these switches the time
+  only grows with every layer latency (the `bounded` search's dominance rests on it). With them a
+  longer pass hides more, so the time can fall as a latency grows; `bound_sync_windows` (the
+  `bounded` search's lower bound) instead opens each window that can open as long as the bottleneck
+  load X allows (B / v, B and B + F are at most X): W = X, or X / 2 for each of a distributed
+  optimizer's two when both open. That time is never above the real one, and never falls as X
+  grows (X times the slots, at least 1, grows as fast as any window). A stage's exposed sync + step
+  grows with its weights, so the DP keeps, per set of stages, the plans no other beats on both the
+  largest load and the largest weights.
+  A stage's optimizer step zeroes every gradient for the next iteration, reads its shard
+  of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
+  shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
+  ceil(P' / d) with a distributed optimizer (each replica updates only its 1/d), P' otherwise, where
+  it is twice the parameter memory (0 when the bandwidth is given as 0: the step is not timed, as in
+  PHAZE).
+* Memory per device of the stage at position q from the end (of s stages) = weights 2P +
+  gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
+  parameter, divided over the d replicas rounding up with a distributed optimizer; P = the stage's
+  bytes of 2-byte weights / 2) + ceil(kept * u / v) + working, where u is the number of model-chunk
+  microbatches in flight on it (q for v = 1; 2 (q - 1) + (v - 1) s + 1 for v > 1, Megatron's
+  interleaved warm-up plus one; never more than the m v model-chunk microbatches of a replica, as
+  Megatron's warm-up stops at the microbatches there are) and, summing/maximising over the stage's layers:
+  none: kept = stash bytes, working = 0; selective: kept = selective stash bytes (the attention core
+  dropped), working = max(stash - selective stash) (one layer's attention core rebuilt);
+  full: kept = input bytes (each layer's input), working = max activation bytes (one layer's full
+  activations rebuilt). A plan fits when every stage fits in HBM.
+
+The model is implemented once, in C++ (`ext/src/placement.cpp`; the settings of a plan it reads are
+declared once, in `PHAZEC_PLAN_SETTINGS` of `ext/include/phazec/placement.hpp`, and reach it by name):
+`dp.solve_placements` searches it and `evaluate.evaluate_plan` times one plan with the same functions,
+so the DP's optimum and the evaluation of its plan agree bit for bit. Here: the problem and its checks
+(`problem`), the DP (`dp`), one plan's figures (`evaluate`) and Megatron's stages (`megatron`).
+"""

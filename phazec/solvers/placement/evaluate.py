@@ -1,0 +1,250 @@
+"""One plan's figures: every part of its time and memory, from the compiled model (`core.evaluate_plan`),
+the same functions the DP searches, so the DP's optimum and the evaluation of its plan agree bit for bit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from phazec.errors import PhazecError
+from phazec.solvers import core
+from phazec.solvers.placement.problem import (
+    RECOMPUTE_MODES,
+    Placement,
+    PlacementProblem,
+    Recompute,
+    Stage,
+    Stages,
+    Variant,
+    check_positive_int,
+    core_arguments,
+    core_variant,
+    validated_plan,
+)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """The figures of one stage of a plan that depend on neither d, its position nor the settings."""
+
+    forward_s: float
+    """Forward critical path."""
+    backward_s: float
+    """Backward critical path."""
+    selective_s: float
+    """Sum of the layers' attention-core forward latencies (selective recompute)."""
+    param_bytes: int
+    stash_bytes: int
+    """Kept without recomputation."""
+    selective_bytes: int
+    """Kept under selective recompute."""
+    input_bytes: int
+    """Kept under full recompute: the layers' inputs."""
+    selective_working_bytes: int
+    """The largest attention core of a layer: rebuilt at once under selective recompute."""
+    full_working_bytes: int
+    """The largest activations of a layer: rebuilt at once under full recompute."""
+    cut_bytes: int
+    """Bytes crossing the cut after the stage."""
+    devices: int
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Time per microbatch of one stage of a plan, in parts; `load_s` is their sum."""
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    p2p_s: float
+    """Sending the cut forward and receiving its gradient, for each of the v model chunks."""
+
+    @property
+    def load_s(self) -> float:
+        """compute + p2p, summed in the model's order (the stage's `Stage.load_s`)."""
+        return self.forward_s + self.backward_s + self.recompute_s + self.p2p_s
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes on one device of one stage of a plan, in parts; `total_bytes` is their sum."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    stash_bytes: int
+    """Activations kept for the microbatches in flight."""
+    working_bytes: int
+    """Activations a recomputation rebuilds at once."""
+    in_flight: int
+    """Model-chunk microbatches in flight (microbatches for v = 1)."""
+
+    @property
+    def parameter_bytes(self) -> int:
+        """Weights, gradients and optimizer state."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak bytes on one device (the stage's `Stage.memory_bytes`)."""
+        return self.parameter_bytes + self.stash_bytes + self.working_bytes
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration in parts, adding up to `Placement.time_per_batch_s` (up to rounding)."""
+
+    bottleneck_stage: int
+    """The stage with the largest load (the first on a tie), whose work sets the pace."""
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    p2p_s: float
+    bubble_s: float
+    dp_sync_stage: int
+    """The stage whose DP sync and optimizer step end last (the first on a tie): they end the iteration."""
+    dp_sync_s: float
+    """The exposed part of that stage's DP gradient sync."""
+    optimizer_s: float
+
+
+@dataclass(frozen=True)
+class PlanFigures:
+    """Every part of a plan's time and memory (what `evaluate_plan` sums)."""
+
+    placement: Placement
+    iteration: IterationTime
+    modes: tuple[Recompute, ...]
+    """Each stage's recompute mode."""
+    times: tuple[StageTime, ...]
+    memories: tuple[StageMemory, ...]
+    costs: tuple[StageCost, ...]
+    """Each stage's figures that depend on neither d, its position nor the settings."""
+
+
+def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d: int) -> PlanFigures:
+    """The figures of a plan at the variant's width t and at d, from the C++ model
+    (`core.evaluate_plan`), with none of `explain_plan`'s checks on d and interleave: the plan is timed
+    even where its d replicas need more devices or microbatches than there are, or interleaving cannot
+    cut its stages into model chunks.
+
+    Raises:
+        PhazecError: t has no figures in the problem.
+        ValueError: the stages do not hold each layer once in pipeline order, or d < 1 (`explain_plan`
+            checks both with a message that says why).
+    """
+    r = core.evaluate_plan(
+        **core_arguments(problem),
+        variant=core_variant(problem, variant),
+        stages=[list(stage) for stage in stages],
+        d=d,
+    )
+    placement = Placement(
+        stages=tuple(Stage(tuple(x.layers), x.devices, x.load_s, x.memory_bytes) for x in r.stages),
+        t=r.t,
+        d=r.d,
+        hbm_bytes=variant.hbm_bytes,
+        microbatches_per_pipeline=r.microbatches_per_pipeline,
+        time_per_batch_s=r.time_per_batch_s,
+        throughput_samples_per_s=problem.samples_per_microbatch
+        * problem.microbatch_count
+        / r.time_per_batch_s,
+        fits_hbm=r.fits_hbm,
+    )
+    it = r.iteration
+    iteration = IterationTime(
+        bottleneck_stage=it.bottleneck_stage,
+        forward_s=it.forward_s,
+        backward_s=it.backward_s,
+        recompute_s=it.recompute_s,
+        p2p_s=it.p2p_s,
+        bubble_s=it.bubble_s,
+        dp_sync_stage=it.dp_sync_stage,
+        dp_sync_s=it.dp_sync_s,
+        optimizer_s=it.optimizer_s,
+    )
+    return PlanFigures(
+        placement,
+        iteration,
+        modes=tuple(_mode(x.recompute) for x in r.stages),
+        times=tuple(
+            StageTime(x.time.forward_s, x.time.backward_s, x.time.recompute_s, x.time.p2p_s) for x in r.stages
+        ),
+        memories=tuple(
+            StageMemory(
+                weights_bytes=x.memory.weights_bytes,
+                gradients_bytes=x.memory.gradients_bytes,
+                optimizer_state_bytes=x.memory.optimizer_state_bytes,
+                stash_bytes=x.memory.stash_bytes,
+                working_bytes=x.memory.working_bytes,
+                in_flight=x.memory.in_flight,
+            )
+            for x in r.stages
+        ),
+        costs=tuple(
+            StageCost(
+                forward_s=x.cost.forward_s,
+                backward_s=x.cost.backward_s,
+                selective_s=x.cost.selective_s,
+                param_bytes=x.cost.param_bytes,
+                stash_bytes=x.cost.stash_bytes,
+                selective_bytes=x.cost.selective_bytes,
+                input_bytes=x.cost.input_bytes,
+                selective_working_bytes=x.cost.selective_working_bytes,
+                full_working_bytes=x.cost.full_working_bytes,
+                cut_bytes=x.cost.cut_bytes,
+                devices=x.cost.devices,
+            )
+            for x in r.stages
+        ),
+    )
+
+
+def evaluate_plan(
+    problem: PlacementProblem, variant: Variant, stages: Sequence[Sequence[int]], d: int
+) -> Placement:
+    """The figures of a given plan under the same model as the DP (e.g. a Megatron baseline), at the
+    variant's width, HBM size and settings. A plan that does not fit in HBM is still evaluated;
+    `fits_hbm` says so.
+
+    Raises:
+        PhazecError: the stages do not split the layers into pipeline order, t has no figures,
+            or the plan needs more devices or replicas than there are.
+    """
+    return explain_plan(problem, variant, stages, d).placement
+
+
+def explain_plan(
+    problem: PlacementProblem, variant: Variant, stages: Sequence[Sequence[int]], d: int
+) -> PlanFigures:
+    """`evaluate_plan` with every part of its time and memory."""
+    plan = validated_plan(problem, stages)
+    check_positive_int("d", d)
+    # Timed at most at the device count: a larger d needs more devices than there are, refused below.
+    figures = plan_figures(problem, variant, plan, min(d, problem.device_count))
+    k = sum(stage.devices for stage in figures.placement.stages)
+    if d * k > problem.device_count or d > problem.microbatch_count:
+        raise PhazecError(
+            f"d = {d} is not valid for this plan: {d} replicas of a {k}-device pipeline need {d * k} "
+            f"devices and {d} microbatches; there are {problem.device_count} devices and "
+            f"{problem.microbatch_count} microbatches."
+        )
+    interleave = int(variant.settings.get("interleave", 1))
+    if not chunks_fit(plan, interleave):
+        raise PhazecError(
+            f"stages = {[list(stage) for stage in plan]} is not valid under interleave {interleave}: "
+            f"with more than one stage, each stage needs at least {interleave} layers, one per model chunk."
+        )
+    return figures
+
+
+def chunks_fit(stages: Stages, interleave: int) -> bool:
+    """Whether interleaving can cut every stage into its model chunks: one stage (no pipeline), or at
+    least `interleave` layers in each (a chunk holds at least one)."""
+    return len(stages) == 1 or all(len(stage) >= interleave for stage in stages)
+
+
+def _mode(index: int) -> Recompute:
+    """A stage's recompute mode from the compiled model's index."""
+    return cast(Recompute, RECOMPUTE_MODES[index])
