@@ -1,13 +1,14 @@
 # phazec: `make run` and `make test` each install everything they need on a fresh clone.
 PYTHON ?= python3
 PORT ?= 5000
+DOCS_PORT ?= 8000
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-quick fuzz lint bench ui clean
+.PHONY: help setup run test test-quick fuzz lint bench ui docs docs-serve clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -44,6 +45,12 @@ bench: setup  ## Run every benchmark under bench/ (each prints its figure)
 
 ui: setup  ## MLflow dashboard of the default store (./phazec.db) on http://127.0.0.1:5000 (make ui PORT=5001: another port)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/phazec.db --host 127.0.0.1 --port $(PORT)
+
+docs: setup  ## Build the docs site into build/site (mkdocs build --strict)
+	$(BIN)/mkdocs build --strict -d build/site
+
+docs-serve: setup  ## Serve the docs on http://127.0.0.1:8000 with live reload (make docs-serve DOCS_PORT=8001: another port)
+	$(BIN)/mkdocs serve -a 127.0.0.1:$(DOCS_PORT)
 
 clean:  ## Remove the venv, build trees, caches and run outputs
 	rm -rf $(VENV) build outputs multirun phazec.db mlartifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis

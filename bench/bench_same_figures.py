@@ -1,10 +1,10 @@
 """Benchmark: every figure a user sees, recorded and compared bit for bit (issue 38's acceptance).
 
 `record OUT.json` runs, through the installed commands and the benches, what a user sees of phazec:
-- the default search (`phazec`, as `make run` runs it) and the README's several-model search: their
+- the default search (`phazec`, as `make run` runs it) and the docs' several-model search: their
   result.json;
-- the README's `phazec-plan` examples (and one with every overlap switch): their plan.json;
-- the README's `phazec-ir` examples: their ir.json;
+- the docs' `phazec-plan` examples (and one with every overlap switch): their plan.json;
+- the docs' `phazec-ir` examples: their ir.json;
 - every row `bench/bench_fidelity.py` predicts (its `--json`): the whole plan report;
 - `bench/bench_strategies.py` (its `--json`): each strategy's result.json on each model.
 `compare BASE.json NEW.json` then says how many figures it compared and lists every one that differs,
@@ -32,7 +32,7 @@ SEARCHES = {
     "default": [],
     "multi": ["model=[bert_large,opt_350m]", "hw=tpu_small", "search=exhaustive"],
 }
-"""`phazec` command lines (besides tracking=none): `make run`'s, and the README's several-model one."""
+"""`phazec` command lines (besides tracking=none): `make run`'s, and the docs' several-model one."""
 
 PLANS = {
     "gpt3_175b": [
@@ -61,7 +61,7 @@ PLANS = {
         "train.optimizer=adam", "plan.dp=8", "plan.microbatch=8",
     ],
 }  # fmt: skip
-"""`phazec-plan` command lines: the README's examples, every overlap switch, and a plan over HBM."""
+"""`phazec-plan` command lines: the docs' examples, every overlap switch, and a plan over HBM."""
 
 IRS = {
     "default": [],
@@ -69,7 +69,7 @@ IRS = {
     "gpt3_175b_tp8": ["model=gpt3_175b", "parallel.tp=8"],
     "llama2_7b_h100_tp8": ["model=llama2_7b", "hw=h100", "parallel.tp=8"],
 }
-"""`phazec-ir` command lines of the README."""
+"""`phazec-ir` command lines of the docs."""
 
 IGNORED = {"wall_s", "cost_s", "ilp_s", "dp_s", "ilp_cache_hits", "cache_dir"}
 """Keys whose values are seconds a run took, cache hits or the bench's temporary cache directory: the

@@ -1,5 +1,5 @@
 """The commands as a newcomer meets them: their help, their exit status on bad input, what a terminal
-shows during a search (phazec's own lines, one per stage with its time), and the README's Python
+shows during a search (phazec's own lines, one per stage with its time), and the docs' Python
 example run as written."""
 
 from __future__ import annotations
@@ -59,10 +59,9 @@ def test_help_says_what_each_command_does_and_names_every_group_and_preset(tmp_p
     assert not (tmp_path / "outputs").exists()
 
 
-def test_readme_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Your own presets: `--config-dir`\n", 1)[1].split("\n## ", 1)[0]
-    chip = section.split("# ~/chips/hw/my_chip.yaml", 1)[1].split("\n\n", 1)[0]
+def test_docs_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "guide" / "presets.md").read_text()
+    chip = page.split("# ~/chips/hw/my_chip.yaml", 1)[1].split("\n\n", 1)[0]
     (tmp_path / "chips" / "hw").mkdir(parents=True)
     (tmp_path / "chips" / "hw" / "my_chip.yaml").write_text(
         "\n".join(line[4:] for line in chip.splitlines()[1:])
@@ -144,9 +143,9 @@ def test_a_search_shows_phazec_lines_only_one_per_stage_with_its_time(
     assert all(line[11:] in log for line in logged)
 
 
-def test_readme_python_example_runs_as_written(tmp_path: Path, cache_dir: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+def test_docs_python_example_runs_as_written(tmp_path: Path, cache_dir: Path) -> None:
+    page = (ROOT / "docs" / "api.md").read_text()
+    section = page.split("\n## The commands as functions\n", 1)[1].split("\n## ", 1)[0]
     (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     (tmp_path / "example.py").write_text(example)
     done = subprocess.run(
