@@ -35,10 +35,11 @@ test-quick: setup  ## The suite without the `slow` tests (full-depth exports, th
 fuzz: setup  ## Install, then run the fuzz tests with many more examples than CI draws
 	PHAZEC_FUZZ_EXAMPLES=$${PHAZEC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/test_fuzz.py -q
 
-lint: setup  ## ruff (lint and format check) and mypy --strict
+lint: setup  ## ruff (lint and format check), mypy --strict and the import contracts (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup  ## Run every benchmark under bench/ (each prints its figure)
 	@for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

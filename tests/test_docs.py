@@ -18,7 +18,8 @@ KEYS = {
     "search.strategy": "`phaze` (area bins, largest first, early stop)",
     "hw.device.attention": "The attention kernel:",
     "plan.tp": "Tensor-parallel width",
-    "train.microbatch": "Microbatch sizes (samples).",
+    "train.microbatch": "Microbatch size (samples)",
+    "plan.microbatch": "Microbatch size (samples)",
     "system.tiers[].group_size": "Largest group of devices this tier connects",
 }
 """Keys the reference must list, each with words of its field's docstring in the schema."""
@@ -56,7 +57,10 @@ def test_the_configuration_reference_lists_keys_with_their_docstrings(site: Path
         assert key in table, f"{key} is not in the configuration reference"
         assert words.replace("`", "") in table[key], table[key]
     assert "flash" in table["hw.device.attention"]  # the docstring names the kernels
-    assert table["train.microbatch"].split(" | ")[2] == "[1, 2, 4, 8]"  # the schema's default
+    assert table["train.microbatch"].split(" | ")[1:3] == ["list[int]", "[1, 2, 4, 8]"]  # a search's list
+    assert table["plan.microbatch"].split(" | ")[1:3] == ["int", "1"]  # one plan's value, same knob
+    assert table["train.last_stage_recomputes"].split(" | ")[2] == "false"  # PHAZE's rule for a search
+    assert table["plan.last_stage_recomputes"].split(" | ")[2] == "true"  # Megatron-LM's for a plan
 
 
 def test_the_api_page_is_rendered_from_the_docstrings(site: Path) -> None:

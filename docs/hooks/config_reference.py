@@ -1,16 +1,21 @@
 """MkDocs hook: the configuration reference, generated from the config schemas at every build.
 
-The schemas are read statically with griffe (phazec is never imported: its C++ extension need not be
-built). From one root dataclass, each field whose annotation is a dataclass is a config group: its
-rows are its fields, nested dataclasses flattened with dotted keys (`hw.device.attention`, and
-`system.tiers[].group_size` for a list of them), each with its type, default and docstring. Each
-group lists its presets, `conf/<group>/*.yaml`, with the default one (from `conf/config.yaml`)
-marked. The page is a generated file, `reference/configuration.md`; nothing is written to `docs/`.
+Every group of the tree (`phazec.config.schema.GROUPS`) is read from the schema Hydra composes into
+(its keys, types and defaults, exactly as Hydra sees them) and from the settings it fills (each key's
+docstring, read statically with griffe); nested settings are flattened with dotted keys
+(`hw.device.attention`, and `system.tiers[].group_size` for a list of them). The training knobs are
+declared once (`phazec.predict.training.Training`): `train.*` shows what a search tries (a list for a
+searched knob), `plan.*` what one plan takes. Each group lists its presets, `conf/<group>/*.yaml`,
+with the default one (from `conf/config.yaml`) marked. The page is a generated file,
+`reference/configuration.md`; nothing is written to `docs/`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,16 +23,12 @@ from typing import Any
 import griffe
 import yaml
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-ROOT_CLASS = "phazec.config.Config"
-"""Dotted path of the root schema: every field of it is a group, or a key at the top of the tree."""
 PAGE = "reference/configuration.md"
 """Where the page appears in the site."""
 CONF = "conf"
 """The presets' folder, relative to the repository root."""
-YAML_WORDS = {"True": "true", "False": "false", "None": "null"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Row:
     key: str
     """Dotted key as given on the command line, e.g. `hw.device.attention`."""
     type: str
-    """The annotation as written in the schema."""
+    """The key's type in the schema."""
     default: str
     """The schema's default (`required` for a field without one)."""
     doc: str
@@ -53,119 +54,135 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 def reference(root: Path) -> str:
     """The whole page, in Markdown."""
-    package, _, path = ROOT_CLASS.partition(".")
-    schema = griffe.load(package, search_paths=[str(root)], allow_inspection=False, resolve_aliases=False)
-    try:
-        top = schema[path]
-        top = top.final_target if isinstance(top, griffe.Alias) else top
-    except (KeyError, griffe.AliasResolutionError) as error:
-        raise PluginError(f"config_reference: {ROOT_CLASS} is not found ({error})") from error
-    if not isinstance(top, griffe.Class):
-        raise PluginError(f"config_reference: {ROOT_CLASS} is not a class")
+    from phazec.config import schema
+
+    package = griffe.load("phazec", search_paths=[str(root)], allow_inspection=False)
+    assert isinstance(package, griffe.Module)
+    docs = Docstrings(package)
     defaults = default_presets(root / CONF / "config.yaml")
     lines = [
         "# Configuration reference",
         "",
-        "Generated at each docs build from the config schemas (the dataclasses under "
-        f"`{ROOT_CLASS}`) and the presets in `{CONF}/`: it cannot go stale. A key is set on the "
-        "command line as `key=value` (`hw.device.attention=flash`); a group's preset as "
-        "`group=name` (`hw=a100`). The default column is the schema's: a preset sets the keys it "
-        "names, and a key marked *required* must come from a preset or the command line.",
+        "Generated at each docs build from the config schemas (`phazec.config.schema`) and the presets "
+        f"in `{CONF}/`: it cannot go stale. A key is set on the command line as `key=value` "
+        "(`hw.device.attention=flash`); a group's preset as `group=name` (`hw=a100`). The default "
+        "column is the schema's: a preset sets the keys it names, and a key marked *required* must come "
+        "from a preset or the command line.",
         "",
     ]
-    plain = []
-    for field in fields(top):
-        node = dataclass_of(field.annotation)
-        if node is None:
-            plain.append(field)
-            continue
-        lines += group_section(field.name, node, root / CONF, defaults.get(field.name))
-    if plain:
-        lines += ["## Top-level keys", "", *table([row for field in plain for row in rows(field, "")])]
-    named = {field.name for field in fields(top)}
-    others = sorted(p.name for p in (root / CONF).iterdir() if p.is_dir() and p.name not in named | {"hydra"})
+    for group, settings in schema.GROUPS.items():
+        twin = schema.hydra_twin(settings)
+        lines += [
+            f"## {group}",
+            "",
+            *docs.paragraph(settings),
+            *presets(root / CONF / group, defaults.get(group)),
+        ]
+        lines += table(group_rows(group, twin, docs))
+    root_fields = {f.name: f for f in dataclasses.fields(schema.SCHEMA)}
+    plain = [f for name, f in root_fields.items() if name not in schema.GROUPS]
+    lines += ["## Top-level keys", "", *table([row(f"{f.name}", f, None, docs) for f in plain])]
+    others = sorted(
+        p.name for p in (root / CONF).iterdir() if p.is_dir() and p.name not in {*root_fields, "hydra"}
+    )
     for group in others:
         lines += [f"## {group}", "", "A group of presets with no schema of its own.", ""]
         lines += presets(root / CONF / group, defaults.get(group))
     return "\n".join(lines) + "\n"
 
 
-def group_section(group: str, schema: griffe.Class, conf: Path, default: str | None) -> list[str]:
-    """The section of one config group: its docstring, presets and the table of its keys."""
-    doc = schema.docstring.value if schema.docstring else ""
-    return [
-        f"## {group}",
-        "",
-        *([doc, ""] if doc else []),
-        *presets(conf / group, default),
-        *table(group_rows(group, schema)),
-    ]
+class Docstrings:
+    """The docstrings of settings classes and their fields, read statically."""
 
+    def __init__(self, package: griffe.Module) -> None:
+        self.package = package
 
-def group_rows(group: str, schema: griffe.Class) -> list[Row]:
-    """Every key of one group, nested dataclasses flattened: the one place a group's rows come from."""
-    return [row for field in fields(schema) for row in rows(field, f"{group}.")]
+    def _class(self, kind: type) -> griffe.Class | None:
+        path = f"{kind.__module__}.{kind.__qualname__}".removeprefix("phazec.")
+        try:
+            found = self.package[path]
+        except KeyError:
+            return None
+        found = found.final_target if isinstance(found, griffe.Alias) else found
+        return found if isinstance(found, griffe.Class) else None
 
+    def paragraph(self, kind: type) -> list[str]:
+        """A settings class's docstring as a paragraph (none if it has none)."""
+        found = self._class(kind)
+        text = " ".join(found.docstring.value.split()) if found is not None and found.docstring else ""
+        return [text, ""] if text else []
 
-def rows(field: griffe.Attribute, prefix: str) -> list[Row]:
-    """The rows of one field: itself, then the fields of a dataclass (or list of them) it holds."""
-    key = prefix + field.name
-    annotation = field.annotation
-    node = dataclass_of(annotation)
-    item = dataclass_of(annotation.slice) if isinstance(annotation, griffe.ExprSubscript) else None
-    doc = " ".join((field.docstring.value if field.docstring else "").split())
-    nested = node or item
-    if not doc and nested is not None and nested.docstring:
-        doc = " ".join(nested.docstring.value.split())
-    own = Row(key, str(annotation), "" if nested else default_text(field.value), doc)
-    if nested is None:
-        return [own]
-    below = f"{key}." if node else f"{key}[]."
-    return [own, *(row for child in fields(nested) for row in rows(child, below))]
-
-
-def fields(schema: griffe.Class) -> list[griffe.Attribute]:
-    """A dataclass's annotated fields, in order."""
-    return [
-        member
-        for member in schema.members.values()
-        if isinstance(member, griffe.Attribute) and member.annotation is not None
-    ]
-
-
-def dataclass_of(annotation: Any) -> griffe.Class | None:
-    """The dataclass an annotation names (through imports), or None for any other type."""
-    if not isinstance(annotation, griffe.ExprName):
-        return None
-    try:
-        target = annotation.resolved
-    except (AttributeError, griffe.AliasResolutionError, griffe.CyclicAliasError):
-        return None
-    if isinstance(target, griffe.Alias):
-        target = target.final_target
-    if not isinstance(target, griffe.Class):
-        return None
-    return target if any(str(d.value).split(".")[-1] == "dataclass" for d in target.decorators) else None
-
-
-def default_text(value: Any) -> str:
-    """A field's default as the command line writes it: `field(default_factory=lambda: [1, 2])` reads
-    `[1, 2]`, `None` reads `null`, `'hf'` reads `hf`."""
-    if value is None:
+    def field(self, kinds: tuple[type, ...], name: str) -> str:
+        """The docstring of field `name` of the first of `kinds` that has it, on one line."""
+        for kind in kinds:
+            found = self._class(kind)
+            member = found.members.get(name) if found is not None else None
+            if member is not None and member.docstring is not None:
+                return " ".join(member.docstring.value.split())
         return ""
-    if str(value) == "MISSING":
+
+
+def origins(twin: type) -> tuple[type, ...]:
+    """The settings a schema class stands for (a plan's knobs are `Training`'s)."""
+    settings: type = getattr(twin, "settings", twin)
+    from phazec.predict.training import Training
+
+    return (settings, Training)
+
+
+def group_rows(prefix: str, twin: type, docs: Docstrings) -> list[Row]:
+    """Every key of one group, nested settings flattened: the one place a group's rows come from."""
+    out: list[Row] = []
+    for f in dataclasses.fields(twin):
+        key = f"{prefix}.{f.name}"
+        nested = _dataclass(f.type)
+        out.append(row(key, f, twin, docs))
+        if nested is not None:
+            listed = typing.get_origin(f.type) is list
+            out += group_rows(f"{key}[]" if listed else key, nested, docs)
+    return out
+
+
+def row(key: str, f: dataclasses.Field[Any], twin: type | None, docs: Docstrings) -> Row:
+    """The row of one schema field."""
+    nested = _dataclass(f.type)
+    doc = docs.field(origins(twin), f.name) if twin is not None else ""
+    if not doc and nested is not None:
+        doc = " ".join(docs.paragraph(getattr(nested, "settings", nested))[:1])
+    default = "" if nested is not None else default_text(f)
+    return Row(key, type_text(f.type), default, doc)
+
+
+def _dataclass(kind: Any) -> type | None:
+    """The dataclass a field holds (or holds a list of), or None."""
+    if typing.get_origin(kind) is list:
+        kind = typing.get_args(kind)[0]
+    return kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
+
+
+def type_text(kind: Any) -> str:
+    """A field's type as a reader writes it: `int`, `list[int]`, `float | None`, `any`."""
+    if kind is Any:
+        return "any"
+    if isinstance(kind, types.UnionType):
+        return " | ".join(type_text(arg) for arg in typing.get_args(kind))
+    if typing.get_origin(kind) is list:
+        return f"list[{type_text(typing.get_args(kind)[0])}]"
+    if isinstance(kind, type):
+        return "None" if kind is type(None) else kind.__name__
+    return str(kind)
+
+
+def default_text(f: dataclasses.Field[Any]) -> str:
+    """A field's default as the command line writes it (`[1, 2]`, `null`, `true`, `hf`), or *required*."""
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
         return "*required*"
-    if isinstance(value, griffe.ExprCall) and str(value.function) == "field":
-        for argument in value.arguments:
-            if isinstance(argument, griffe.ExprKeyword) and argument.name == "default":
-                value = argument.value
-            elif isinstance(argument, griffe.ExprKeyword) and argument.name == "default_factory":
-                factory = argument.value
-                value = factory.body if isinstance(factory, griffe.ExprLambda) else factory
-                value = {"dict": "{}", "list": "[]"}.get(str(value), value)
-    text = re.sub(r"'([^']*)'", lambda m: m.group(1) or '""', str(value))
-    text = re.sub(r"\b(True|False|None)\b", lambda m: YAML_WORDS[m.group(1)], text)
-    return f"`{text}`"
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+    return f"`{text}`" if text not in ("''", "") else '`""`'
 
 
 def table(entries: list[Row]) -> list[str]:

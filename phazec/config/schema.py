@@ -129,6 +129,7 @@ def _twin(settings: type, specs: list[tuple[str, Any, Any]]) -> type:
     twin = make_dataclass(settings.__name__, specs, kw_only=True)
     twin.__doc__ = settings.__doc__
     twin.__module__ = __name__
+    twin.settings = settings  # type: ignore[attr-defined]  # the docs' configuration reference reads it
     twin.__qualname__ = f"Hydra{settings.__name__}"
     globals()[twin.__qualname__] = twin
     return twin
