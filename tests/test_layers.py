@@ -74,10 +74,11 @@ def test_a_wrong_import_breaks_its_contract(
     ("path", "allowed"), [("phazec/solvers/core.py", True), ("phazec/solvers/placement/dp.py", False)]
 )
 def test_the_compiled_core_is_imported_by_its_wrapper_alone(path: str, allowed: bool) -> None:
+    config = str(ROOT / "pyproject.toml")
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"), "--select", "TID251",
-         "--stdin-filename", path, "-"],
-        input="from phazec import _core\n\nprint(_core)\n", capture_output=True, text=True, check=False, cwd=ROOT,
+        [sys.executable, "-m", "ruff", "check", "--config", config, "--select", "TID251", "--stdin-filename", path, "-"],
+        input="from phazec import _core\n\nprint(_core)\n",
+        capture_output=True, text=True, check=False, cwd=ROOT,
     )  # fmt: skip
     assert (done.returncode == 0) == allowed, done.stdout
     assert allowed or "imported by phazec.solvers.core alone" in done.stdout
