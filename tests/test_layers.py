@@ -76,7 +76,8 @@ def test_a_wrong_import_breaks_its_contract(
 def test_the_compiled_core_is_imported_by_its_wrapper_alone(path: str, allowed: bool) -> None:
     config = str(ROOT / "pyproject.toml")
     done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--config", config, "--select", "TID251", "--stdin-filename", path, "-"],
+        [sys.executable, "-m", "ruff", "check", "--config", config, "--select", "TID251",
+         "--stdin-filename", path, "-"],
         input="from phazec import _core\n\nprint(_core)\n",
         capture_output=True, text=True, check=False, cwd=ROOT,
     )  # fmt: skip
