@@ -1,1 +1,3 @@
-"""phazec.config."""
+"""The config: Hydra's schema of every group (`schema`), the check that turns a composed config into
+typed settings (`settings`), Hydra's command line (`command_line`: messages, sweeps, one preset composed),
+the shipped presets (`presets`) and the run directories (`rundir`)."""

@@ -9,9 +9,10 @@ buffers (per-core and global), HBM and network (collectives inside the layer).
 
 A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
 stage: forward, backward, and where the stage recomputes (the placement model's mode of the stage,
-`PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute, or its attention cores'
-ops under selective recompute, each spread over every core of its kind, one after another, as the
-placement model times them (`phazec.predict.evaluator.attention_core_s`). Per device of a stage:
+`PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute,
+or its attention cores' ops under selective recompute, each spread over every core of its kind, one
+after another, as the placement model times them (`phazec.predict.evaluator.attention_core_s`). Per
+device of a stage:
 
     utilisation = microbatches * busy core-seconds per microbatch / (cores * time per batch)
 

@@ -140,7 +140,8 @@ def _inputs(name: str, designs: NDArray[np.int64]) -> str:
 def candidate_json(candidate: Candidate) -> dict[str, Any]:
     """A candidate as plain JSON data."""
     kind = "placement" if isinstance(candidate.result, Placement) else "infeasible"
-    return {"design": candidate.design, "training": asdict(candidate.training), kind: asdict(candidate.result)}
+    training = asdict(candidate.training)
+    return {"design": candidate.design, "training": training, kind: asdict(candidate.result)}
 
 
 def candidate_from_json(data: dict[str, Any]) -> Candidate:

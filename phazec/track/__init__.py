@@ -1,1 +1,1 @@
-"""phazec.track."""
+"""MLflow tracking of runs and sweeps, as Hydra callbacks."""

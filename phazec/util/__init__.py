@@ -1,1 +1,1 @@
-"""phazec.util."""
+"""Utilities every floor may use: atomic writes, sealed cache entries, interrupts, progress."""

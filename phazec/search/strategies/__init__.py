@@ -1,1 +1,1 @@
-"""phazec.search.strategies."""
+"""The search strategies, one module each, each giving `batch_count` and `run` (`phazec.search.driver`)."""
