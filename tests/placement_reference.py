@@ -1,4 +1,5 @@
-"""Brute force over every plan of a small placement problem: the check on the C++ DP.
+"""Brute force over every plan of a small placement problem: the check on the C++ DP; and the two
+helpers the placement tests share (a variant's settings by name, and the best plan over every t).
 
 Every split of the layers into stages in pipeline order, and every data-parallel width, is timed
 with the model of one plan (`plan_figures`: the C++ `evaluate_plan`, which shares its functions with
@@ -8,12 +9,51 @@ meant for about 8 layers.
 
 from collections.abc import Iterator
 
-from phazec.solvers.placement.model import PlacementProblem, Stages, Variant, chunks_fit, plan_figures
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.evaluate import chunks_fit, plan_figures
+from phazec.solvers.placement.problem import (
+    RECOMPUTE_MODES,
+    NoFeasiblePlacement,
+    Placement,
+    PlacementProblem,
+    PlacementResult,
+    PlanSettings,
+    Stages,
+    Variant,
+)
 
 
-def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
+def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, int | bool]:
+    """Every setting the compiled model reads, by name (`PHAZEC_PLAN_SETTINGS`): the recompute mode (one
+    of `RECOMPUTE_MODES`) as its index, `others` as given, the rest at the C++ defaults (one model chunk
+    per stage, every switch off: PHAZE's rule, under which the last stage does not recompute)."""
+    return {
+        "recompute": RECOMPUTE_MODES.index(recompute),
+        "interleave": 1,
+        "distributed_optimizer": False,
+        "last_stage_recomputes": False,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        **others,
+    }
+
+
+def best_placement(
+    problem: PlacementProblem, hbm_bytes: int, settings: PlanSettings | None = None
+) -> PlacementResult:
+    """The fastest plan over the problem's t values at one HBM size and settings (`plan_settings()`
+    when None); when nothing fits, the report of the t that needs the least memory."""
+    chosen = plan_settings() if settings is None else settings
+    results = solve_placements(problem, [Variant(int(t), hbm_bytes, chosen) for t in problem.t_values])
+    feasible = [r for r in results if isinstance(r, Placement)]
+    if feasible:
+        return min(feasible, key=lambda r: r.time_per_batch_s)
+    return min((r for r in results if isinstance(r, NoFeasiblePlacement)), key=lambda r: r.min_memory_bytes)
+
+
+def all_plans(problem: PlacementProblem, interleave: int = 1) -> Iterator[Stages]:
     """Every sequence of non-empty stages that holds each layer once with no edge running backward
-    and that the problem's interleave can cut into model chunks (`chunks_fit`)."""
+    and that `interleave` model chunks per stage can cut (`chunks_fit`)."""
     n = problem.layer_count
     preds = [0] * n
     for u, v in problem.edges.tolist():
@@ -21,7 +61,7 @@ def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
 
     def extend(placed: int, stages: Stages) -> Iterator[Stages]:
         if placed == (1 << n) - 1:
-            if chunks_fit(stages, problem.interleave):
+            if chunks_fit(stages, interleave):
                 yield stages
             return
         free = [v for v in range(n) if not placed >> v & 1]
@@ -36,13 +76,12 @@ def all_plans(problem: PlacementProblem) -> Iterator[Stages]:
 
 def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
     """The least time per batch over all plans that fit, or None when none fits."""
-    problem = variant.applied(problem)
     best: float | None = None
-    for stages in all_plans(problem):
-        one = plan_figures(problem, variant.t, stages, 1)
+    for stages in all_plans(problem, int(variant.settings.get("interleave", 1))):
+        one = plan_figures(problem, variant, stages, 1)
         k = sum(stage.devices for stage in one.placement.stages)
         for d in range(1, min(problem.microbatch_count, problem.device_count // k) + 1):
-            placement = (one if d == 1 else plan_figures(problem, variant.t, stages, d)).placement
+            placement = (one if d == 1 else plan_figures(problem, variant, stages, d)).placement
             if placement.fits_hbm and (best is None or placement.time_per_batch_s < best):
                 best = placement.time_per_batch_s
     return best
@@ -50,10 +89,9 @@ def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
 
 def min_memory_bytes(problem: PlacementProblem, variant: Variant) -> int:
     """The least, over plans that fit on the devices, of the peak memory of a device at d = 1."""
-    problem = variant.applied(problem)
     peaks = []
-    for stages in all_plans(problem):
-        placement = plan_figures(problem, variant.t, stages, 1).placement
+    for stages in all_plans(problem, int(variant.settings.get("interleave", 1))):
+        placement = plan_figures(problem, variant, stages, 1).placement
         if sum(stage.devices for stage in placement.stages) <= problem.device_count:
             peaks.append(max(stage.memory_bytes for stage in placement.stages))
     return min(peaks)

@@ -20,7 +20,7 @@ from phazec.passes.pipeline import training_pipeline
 from phazec.predict.evaluator import Evaluator
 from phazec.predict.layer_costs import class_costs
 from phazec.predict.training import Knobs
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 

@@ -31,7 +31,7 @@ from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
 from phazec.passes.fuse import Fuse, fuse_elementwise
 from phazec.passes.memory import Memory
-from phazec.passes.pipeline import GraphSettings, training_pipeline
+from phazec.passes.pipeline import TRAINING_PASSES, GraphSettings, training_pipeline
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_rows
 from phazec.predict.layer_costs import op_work
@@ -367,3 +367,12 @@ def test_bad_optimizer_and_pass_order() -> None:
         Autodiff("lamb")(block_model())
     with pytest.raises(PhazecError, match="run the autodiff pass before it"):
         Memory()(block_model())
+
+
+def test_a_pipeline_error_names_its_pass_and_the_passes_before_it() -> None:
+    with pytest.raises(PhazecError, match=r"valid widths: 1, 2\. \(pass tensor-parallel, after norm-rope\)$"):
+        training_pipeline(4).run(block_model())
+    assert [name for name, _ in TRAINING_PASSES] == [
+        "norm-rope", "tensor-parallel", "attention", "autodiff", "fuse", "memory",
+    ]  # fmt: skip
+    assert [p.name for p in training_pipeline(2).passes] == [name for name, _ in TRAINING_PASSES]

@@ -12,19 +12,19 @@ import pytest
 from phazec.errors import PhazecError
 from phazec.hw.system import NetworkTier
 from phazec.solvers import core
-from phazec.solvers.placement import model as placement
-from phazec.solvers.placement.model import (
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.evaluate import evaluate_plan, explain_plan
+from phazec.solvers.placement.megatron import megatron_plan
+from phazec.solvers.placement.problem import (
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     Stage,
     Variant,
-    evaluate_plan,
-    explain_plan,
-    megatron_plan,
-    solve_placement,
-    solve_placements,
+    core_arguments,
+    core_variant,
 )
+from tests.placement_reference import best_placement, plan_settings
 
 
 def problem_of(
@@ -50,7 +50,6 @@ def problem_of(
         "microbatch_count": 4,
         "samples_per_microbatch": 2,
         "tiers": (NetworkTier(2, 100.0, 0.0), NetworkTier(4, 10.0, 0.0)),
-        "hbm_bytes": 10**6,
     }
     return PlacementProblem(**{**fields, **overrides})
 
@@ -59,6 +58,8 @@ def problem_of(
 # Latencies: forward 1, 2, 1 s; backward 2, 4, 2 s. Each edge carries 50 bytes.
 # Network: pairs of devices {0,1}, {2,3} at 100 B/s; all four at 10 B/s; no latency.
 CHAIN = problem_of([1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [(0, 1, 50), (1, 2, 50)])
+ROOMY = Variant(1, 10**6, plan_settings())
+"""t = 1 with 1 MB of HBM (room for any plan of these small problems), every setting at its default."""
 
 
 def test_three_layer_chain_on_four_devices_by_hand() -> None:
@@ -81,17 +82,16 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
         stages=(Stage((0,), 1, 4.0, 2020), Stage((1, 2), 1, 9.0, 4020)),
         t=1,
         d=1,
-        recompute="none",
         hbm_bytes=10**6,
         microbatches_per_pipeline=4,
         time_per_batch_s=45.0,
         throughput_samples_per_s=8 / 45.0,
         fits_hbm=True,
     )
-    assert solve_placement(CHAIN) == best
-    assert evaluate_plan(CHAIN, [[0], [1, 2]], t=1, d=1) == best
-    assert evaluate_plan(CHAIN, [[0, 1, 2]], t=1, d=3).time_per_batch_s == pytest.approx(424.0, rel=1e-15)
-    assert evaluate_plan(CHAIN, [[0, 1, 2]], t=1, d=4).time_per_batch_s == pytest.approx(237.0, rel=1e-15)
+    assert best_placement(CHAIN, 10**6) == best
+    assert evaluate_plan(CHAIN, ROOMY, [[0], [1, 2]], 1) == best
+    assert evaluate_plan(CHAIN, ROOMY, [[0, 1, 2]], 3).time_per_batch_s == pytest.approx(424.0, rel=1e-15)
+    assert evaluate_plan(CHAIN, ROOMY, [[0, 1, 2]], 4).time_per_batch_s == pytest.approx(237.0, rel=1e-15)
 
 
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
@@ -105,7 +105,11 @@ def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     # -> 18 * 6 = 108 s.
     # HBM 2000 B: nothing fits; the least peak is 2030 B ([0][1][2], stage 0: weights and
     # gradients 2000, no working set without recompute, stash 3 * 10 for 3 microbatches in flight).
-    variants = [Variant(1, False, 4000), Variant(1, True, 4000), Variant(1, False, 2000)]
+    variants = [
+        Variant(1, 4000, plan_settings()),
+        Variant(1, 4000, plan_settings("full")),
+        Variant(1, 2000, plan_settings()),
+    ]
     tight, recompute, none = solve_placements(CHAIN, variants)
     assert isinstance(tight, Placement) and isinstance(recompute, Placement)
     assert [s.layers for s in tight.stages] == [(0,), (1,), (2,)]
@@ -117,7 +121,6 @@ def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     )
     assert none == NoFeasiblePlacement(
         t=1,
-        recompute="none",
         hbm_bytes=2000,
         min_memory_bytes=2030,
         parameter_bytes=2000,
@@ -131,15 +134,15 @@ def test_microbatches_in_flight_stop_at_the_microbatches_there_are() -> None:
     # CHAIN with 2 microbatches on 3 stages: Megatron's warm-up runs both forwards and stops, so stage
     # 0 keeps 2 (not 3) microbatches: [0][1][2] needs 2000 + 2 * 10 = 2020, 2020, 2010 B and fits in
     # 2025 B (every other plan needs 4020 B or more). Loads 13, 16, 3 -> 16 * (2 + 3 - 1) = 64 s.
-    two = replace(CHAIN, microbatch_count=2, hbm_bytes=2025)
-    placement = solve_placement(two)
+    two = replace(CHAIN, microbatch_count=2)
+    placement = best_placement(two, 2025)
     assert isinstance(placement, Placement)
     assert [s.layers for s in placement.stages] == [(0,), (1,), (2,)]
     assert (placement.time_per_batch_s, [s.memory_bytes for s in placement.stages]) == (
         64.0,
         [2020, 2020, 2010],
     )
-    assert evaluate_plan(two, [[0], [1], [2]], t=1, d=1) == placement
+    assert evaluate_plan(two, Variant(1, 2025, plan_settings()), [[0], [1], [2]], 1) == placement
 
 
 # A chain of 5 layers, forward 5, 3, 3, 3, 5 s, backward twice that (loads 15, 9, 9, 9, 15 s), weights
@@ -154,8 +157,9 @@ SYNCS = problem_of(
     device_count=10,
     microbatch_count=2,
     tiers=(NetworkTier(16, 50.0, 0.0),),
-    hbm_bytes=1550,
 )
+SYNCS_VARIANT = Variant(1, 1550, plan_settings())
+"""t = 1 with SYNCS's 1550 B of HBM, every setting at its default."""
 
 
 def test_every_stage_syncs_its_own_weights_and_the_dp_keeps_lighter_slower_rests() -> None:
@@ -166,13 +170,13 @@ def test_every_stage_syncs_its_own_weights_and_the_dp_keeps_lighter_slower_rests
     # At d = 1 (m = 2, no sync) X (s + 1) is at least 90. So 82 s, whose rest [2][34] has the larger
     # largest load (24 > [23][4]'s 18): a DP keeping only the least-load partition of {2, 3, 4}
     # would find 85.
-    placement = solve_placement(SYNCS)
+    placement = best_placement(SYNCS, 1550)
     assert isinstance(placement, Placement)
     assert ([s.layers for s in placement.stages], placement.d) == ([(0, 1), (2,), (3, 4)], 2)
     assert placement.time_per_batch_s == 82.0
-    best = explain_plan(SYNCS, [[0, 1], [2], [3, 4]], t=1, d=2).iteration
+    best = explain_plan(SYNCS, SYNCS_VARIANT, [[0, 1], [2], [3, 4]], 2).iteration
     assert (best.dp_sync_stage, best.dp_sync_s) == (1, 10.0)
-    heavy = explain_plan(SYNCS, [[0, 1], [2, 3], [4]], t=1, d=2)
+    heavy = explain_plan(SYNCS, SYNCS_VARIANT, [[0, 1], [2, 3], [4]], 2)
     assert heavy.placement.time_per_batch_s == 87.0
     assert (heavy.iteration.dp_sync_stage, heavy.iteration.dp_sync_s) == (1, 15.0)
 
@@ -184,17 +188,18 @@ def test_overlap_hides_every_stage_sync_behind_the_first_stage_and_the_bound_sta
     # faster for a slower layer. The bound opens every window as wide as X: nothing exposed, 72 s
     # either way, never above the real time, never falling as a latency grows.
     plan = [[0], [1, 2], [3, 4]]
-    overlap = replace(SYNCS, overlap_grad_reduce=True)
-    slower = replace(overlap, backward_latency_s=np.array([[12.0, 6.0, 6.0, 6.0, 10.0]]))
-    real = explain_plan(overlap, plan, t=1, d=2)
+    overlap = Variant(1, 1550, plan_settings(overlap_grad_reduce=True))
+    slower = replace(SYNCS, backward_latency_s=np.array([[12.0, 6.0, 6.0, 6.0, 10.0]]))
+    real = explain_plan(SYNCS, overlap, plan, 2)
     assert real.placement.time_per_batch_s == 75.0
     assert (real.iteration.dp_sync_stage, real.iteration.dp_sync_s) == (1, 3.0)
-    assert evaluate_plan(slower, plan, t=1, d=2).time_per_batch_s == 73.0
-    for problem in (overlap, slower):
+    assert evaluate_plan(slower, overlap, plan, 2).time_per_batch_s == 73.0
+    for problem in (SYNCS, slower):
         bound = replace(problem, bound_sync_windows=True)
-        assert evaluate_plan(bound, plan, t=1, d=2).time_per_batch_s == 72.0
+        assert evaluate_plan(bound, overlap, plan, 2).time_per_batch_s == 72.0
     # Without overlap no window opens, and the bound is the real time.
-    assert evaluate_plan(replace(SYNCS, bound_sync_windows=True), plan, t=1, d=2).time_per_batch_s == 85.0
+    bound = replace(SYNCS, bound_sync_windows=True)
+    assert evaluate_plan(bound, SYNCS_VARIANT, plan, 2).time_per_batch_s == 85.0
 
 
 def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
@@ -203,16 +208,17 @@ def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the
     # with d = 4 the nodes hold {0, 3, 6} and {9}: one link, 2 * 3/4 * 1000 B / 1000 = 1.5 s; with
     # d = 5 they hold {0, 3, 6} and {9, 12}: two links, 2 * 4/5 * 1000 / 2000 = 0.8 s.
     tiers = (NetworkTier(8, 1e6, 0.0), NetworkTier(64, 1000.0, 0.0))
-    problem = replace(CHAIN, tiers=tiers, device_count=15, microbatch_count=5, hbm_bytes=2050)
-    syncs = [explain_plan(problem, [[0], [1], [2]], t=1, d=d).iteration.dp_sync_s for d in (4, 5)]
+    problem = replace(CHAIN, tiers=tiers, device_count=15, microbatch_count=5)
+    variant = Variant(1, 2050, plan_settings())
+    syncs = [explain_plan(problem, variant, [[0], [1], [2]], d).iteration.dp_sync_s for d in (4, 5)]
     assert syncs == [pytest.approx(1.5, rel=1e-15), pytest.approx(0.8, rel=1e-15)]
     # The DP (C++) prices it the same: d = 5, loads 3.1, 6.1, 3 (each cut 2 * 50 B / 1000 B/s), one
     # microbatch each: 6.1 * (1 + 3 - 1) + 0.8 = 19.1 s (d = 4: 6.1 * 4 + 1.5 = 25.9).
-    placement = solve_placement(problem)
+    placement = best_placement(problem, 2050)
     assert isinstance(placement, Placement)
     assert placement.d == 5
     assert placement.time_per_batch_s == pytest.approx(19.1, rel=1e-14)
-    assert placement == evaluate_plan(problem, [[0], [1], [2]], t=1, d=5)
+    assert placement == evaluate_plan(problem, variant, [[0], [1], [2]], 5)
 
 
 def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
@@ -228,14 +234,14 @@ def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
     # [01][23]: the cut carries layer 0's largest edge into {2,3} (10) and layer 1's (20): 30 B,
     # 3 s each way. Stage 0: forward path 0->1 = 2, backward 4, + 6 = 12; stage 1: 2 + 4 = 6.
     # Time = 12 * (1 + 2 - 1) = 24.
-    two = evaluate_plan(problem, [[0, 1], [2, 3]], t=1, d=1)
+    two = evaluate_plan(problem, ROOMY, [[0, 1], [2, 3]], 1)
     assert ([s.load_s for s in two.stages], two.time_per_batch_s) == ([12.0, 6.0], 24.0)
     # [0][1][23]: cut 1 carries 0's largest edge into {1,2,3} (30 B); cut 2 relays the mask and
     # carries 1->2 (10 + 20 = 30 B). With full recompute each layer keeps its input (30 B here) per
     # microbatch in flight (the one microbatch there is, on every stage) plus one layer's activations
     # (10 B); the last stage does not recompute (PHAZE's rule): 2 * 2000 + 2 * 10.
-    recompute = replace(problem, recompute=True, input_bytes=np.full((1, 4), 30))
-    three = evaluate_plan(recompute, [[0], [1], [2, 3]], t=1, d=1)
+    inputs = replace(problem, input_bytes=np.full((1, 4), 30))
+    three = evaluate_plan(inputs, Variant(1, 10**6, plan_settings("full")), [[0], [1], [2, 3]], 1)
     assert [s.load_s for s in three.stages] == [1 + 2 + 1 + 6.0, 1 + 2 + 1 + 6.0, 2 + 4.0]
     assert [s.memory_bytes for s in three.stages] == [2000 + 30 + 10, 2000 + 30 + 10, 2 * 2000 + 20]
 
@@ -243,7 +249,7 @@ def test_a_tensor_sent_to_many_layers_crosses_a_cut_once() -> None:
 def test_stage_load_follows_the_critical_path() -> None:
     # 0 feeds 1 and 2, which run side by side: forward 1 + max(2, 3) = 4; backward max(1, 1) + 1 = 2.
     problem = problem_of([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [(0, 1, 0), (0, 2, 0)], microbatch_count=1)
-    assert evaluate_plan(problem, [[0, 1, 2]], t=1, d=1).stages[0].load_s == 6.0
+    assert evaluate_plan(problem, ROOMY, [[0, 1, 2]], 1).stages[0].load_s == 6.0
 
 
 def transformer(blocks: int, t_values: list[int], devices: int, **overrides: Any) -> PlacementProblem:
@@ -268,7 +274,6 @@ def transformer(blocks: int, t_values: list[int], devices: int, **overrides: Any
         microbatch_count=256,
         samples_per_microbatch=1,
         tiers=(NetworkTier(4, 1e11, 1e-6), NetworkTier(max(devices, 8), 1e10, 1e-5)),
-        hbm_bytes=10**9,
         **overrides,
     )
 
@@ -276,10 +281,11 @@ def transformer(blocks: int, t_values: list[int], devices: int, **overrides: Any
 def test_llama_shaped_graph_places_and_beats_the_megatron_baseline() -> None:
     # Llama2-7B's layer graph: 32 blocks between the embedding and the head, 1024 devices.
     problem = transformer(32, [1, 2], 1024)
-    best = solve_placement(problem)
+    best = best_placement(problem, 10**9)
     assert isinstance(best, Placement)
-    assert evaluate_plan(problem, [s.layers for s in best.stages], best.t, best.d) == best
-    baseline = evaluate_plan(problem, megatron_plan(problem, 8), t=1, d=128)
+    found = Variant(best.t, 10**9, plan_settings())
+    assert evaluate_plan(problem, found, [s.layers for s in best.stages], best.d) == best
+    baseline = evaluate_plan(problem, Variant(1, 10**9, plan_settings()), megatron_plan(problem, 8), 128)
     assert [len(s.layers) for s in baseline.stages] == [5] + [4] * 6 + [5]
     assert best.time_per_batch_s <= baseline.time_per_batch_s
 
@@ -295,7 +301,12 @@ def test_megatron_plan_splits_blocks_evenly() -> None:
 
 def test_solving_is_deterministic_and_batched_equals_single() -> None:
     problem = transformer(12, [1, 2, 4], 64)
-    variants = [Variant(t, rc, hbm) for t in (1, 2, 4) for rc in (False, True) for hbm in (10**7, 10**9)]
+    variants = [
+        Variant(t, hbm, plan_settings(mode))
+        for t in (1, 2, 4)
+        for mode in ("none", "full")
+        for hbm in (10**7, 10**9)
+    ]
     batched = solve_placements(problem, variants)
     assert batched == solve_placements(problem, variants)
     assert batched == tuple(solve_placements(problem, [v])[0] for v in variants)
@@ -303,8 +314,8 @@ def test_solving_is_deterministic_and_batched_equals_single() -> None:
 
 def test_nothing_fits_reports_what_dominates() -> None:
     # One 1000-byte-weight layer needs 2000 B for weights and gradients wherever it goes.
-    problem = transformer(6, [1], 8, optimizer="adam")
-    result = solve_placement(replace(problem, hbm_bytes=10**6))
+    problem = transformer(6, [1], 8, optimizer_factor=8)
+    result = best_placement(problem, 10**6)
     assert isinstance(result, NoFeasiblePlacement)
     # Adam: 8 x 10**6 weight bytes per layer; the best plan has one layer on some stage.
     assert result.parameter_bytes == 8 * 10**6 and result.dominant == "parameters"
@@ -330,7 +341,7 @@ def test_nothing_fits_reports_what_dominates() -> None:
         ({"device_count": 0}, r"device_count = 0 is not valid"),
         ({"t_values": np.array([8])}, r"t_values = \[8\] is not valid for 4 devices"),
         ({"edge_bytes": np.array([50])}, r"edge_bytes \(1,\)"),
-        ({"optimizer": "lamb"}, r"optimizer = 'lamb' is not valid.*adam"),
+        ({"optimizer_factor": 0}, r"optimizer_factor = 0 is not valid: it must be a positive integer"),
         ({"tiers": (NetworkTier(2, 100.0, 0.0),)}, r"group sizes \[2\] are not valid.*>= 4 devices"),
         (
             {"tiers": (NetworkTier(cast(int, 2.5), 100.0, 0.0), NetworkTier(4, 10.0, 0.0))},
@@ -350,15 +361,20 @@ def test_bad_problems_raise_a_clear_error(change: dict[str, Any], message: str) 
 
 def test_bad_plans_and_variants_raise_a_clear_error() -> None:
     with pytest.raises(PhazecError, match=r"edge 0 -> 1 runs from stage 1 back to stage 0"):
-        evaluate_plan(CHAIN, [[1, 2], [0]], t=1, d=1)
+        evaluate_plan(CHAIN, ROOMY, [[1, 2], [0]], 1)
     with pytest.raises(PhazecError, match=r"hold each layer 0\.\.2 exactly once"):
-        evaluate_plan(CHAIN, [[0, 1]], t=1, d=1)
+        evaluate_plan(CHAIN, ROOMY, [[0, 1]], 1)
     with pytest.raises(PhazecError, match=r"d = 3 is not valid.*6 devices"):
-        evaluate_plan(CHAIN, [[0], [1, 2]], t=1, d=3)
+        evaluate_plan(CHAIN, ROOMY, [[0], [1, 2]], 3)
     with pytest.raises(PhazecError, match=r"t = 2 is not valid.*\[1\] only"):
-        solve_placements(CHAIN, [Variant(2, False, 1000)])
+        solve_placements(CHAIN, [Variant(2, 1000, plan_settings())])
     with pytest.raises(PhazecError, match=r"hbm_bytes = 0 is not valid"):
-        solve_placements(CHAIN, [Variant(1, False, 0)])
+        solve_placements(CHAIN, [Variant(1, 0, plan_settings())])
+    # The interleave is checked where it is read, in the compiled model (ValueError).
+    with pytest.raises(ValueError, match=r"interleave and HBM bytes must be positive"):
+        evaluate_plan(CHAIN, Variant(1, 10**6, plan_settings(interleave=0)), [[0, 1, 2]], 1)
+    with pytest.raises(ValueError, match=r"interleave and HBM bytes must be positive"):
+        solve_placements(CHAIN, [Variant(1, 10**6, plan_settings(interleave=0))])
 
 
 @pytest.mark.parametrize(
@@ -373,8 +389,8 @@ def test_bad_plans_and_variants_raise_a_clear_error() -> None:
 def test_the_extension_reads_each_plan_setting_by_name(change: dict[str, Any], message: str) -> None:
     # A variant's settings reach the C++ model as a dict by name (PHAZEC_PLAN_SETTINGS); a missing,
     # unknown or mistyped one is refused by name, never read as a default.
-    arguments = placement._problem_arguments(CHAIN)
-    index, hbm_bytes, settings = placement._variant_argument(CHAIN, Variant(1, "none", 10**6))
+    arguments = core_arguments(CHAIN)
+    index, hbm_bytes, settings = core_variant(CHAIN, ROOMY)
     bad = {name: value for name, value in {**settings, **change}.items() if value is not None}
     with pytest.raises(ValueError, match=message):
         core.evaluate_plan(**arguments, variant=(index, hbm_bytes, bad), stages=[[0, 1, 2]], d=1)

@@ -1,6 +1,6 @@
 """The C++ placement DP equals a brute force over every plan, on random chains and branching DAGs.
 
-The brute force (phazec.solvers.placement_reference) times every plan and every data-parallel width
+The brute force (tests.placement_reference) times every plan and every data-parallel width
 with the C++ model of one plan (`evaluate_plan`), whose functions the DP shares, so times compare
 exactly: what this checks is the DP's search.
 """
@@ -13,17 +13,16 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from phazec.hw.system import NetworkTier
-from phazec.solvers.placement.model import (
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.evaluate import evaluate_plan
+from phazec.solvers.placement.problem import (
     RECOMPUTE_MODES,
     NoFeasiblePlacement,
     Placement,
     PlacementProblem,
     Variant,
-    evaluate_plan,
-    recompute_mode,
-    solve_placements,
 )
-from tests.placement_reference import all_plans, best_time_s, min_memory_bytes
+from tests.placement_reference import all_plans, best_time_s, min_memory_bytes, plan_settings
 
 MAX_PLANS = 300
 """Keeps one brute force well under a second."""
@@ -106,30 +105,43 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         tiers=tuple(
             NetworkTier(g, draw(st.floats(1.0, 100.0)), draw(st.floats(0.0, 1.0))) for g in group_sizes
         ),
-        hbm_bytes=draw(st.integers(1_000, 40_000)),
-        optimizer=draw(st.sampled_from(["sgd", "adam"])),
-        last_stage_recomputes=draw(st.booleans()),
-        overlap_grad_reduce=draw(st.booleans()),
-        overlap_param_gather=draw(st.booleans()),
+        optimizer_factor=draw(st.sampled_from([2, 8])),
         hbm_bytes_per_s=draw(st.sampled_from([0.0, 1000.0])),
         bound_sync_windows=draw(st.booleans()),
     )
 
 
+Drawn = tuple[PlacementProblem, int, dict[str, int | bool]]
+"""A problem, an HBM size and the settings of a plan but the recompute mode (every mode is tried)."""
+
+
 @st.composite
-def problems_and_settings(draw: st.DrawFn, branching: bool) -> tuple[PlacementProblem, int, bool]:
-    """A random problem, an interleave and a distributed-optimizer switch."""
-    return draw(problems(branching)), draw(st.integers(1, 3)), draw(st.booleans())
+def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
+    """A random problem, HBM size, interleave and switches."""
+    others = {
+        "interleave": draw(st.integers(1, 3)),
+        "distributed_optimizer": draw(st.booleans()),
+        "last_stage_recomputes": draw(st.booleans()),
+        "overlap_grad_reduce": draw(st.booleans()),
+        "overlap_param_gather": draw(st.booleans()),
+    }
+    return draw(problems(branching)), draw(st.integers(1_000, 40_000)), others
 
 
-def check_against_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
-    """Every variant's optimum equals the brute force's, and re-evaluating its plan reproduces it."""
-    problem, interleave, distributed = drawn
-    variants = [
-        Variant(int(t), recompute_mode(mode), problem.hbm_bytes, interleave, distributed)
+def variants_of(drawn: Drawn) -> list[Variant]:
+    """One variant per t of the problem and recompute mode."""
+    problem, hbm_bytes, others = drawn
+    return [
+        Variant(int(t), hbm_bytes, plan_settings(mode, **others))
         for t in problem.t_values
         for mode in RECOMPUTE_MODES
     ]
+
+
+def check_against_brute_force(drawn: Drawn) -> None:
+    """Every variant's optimum equals the brute force's, and re-evaluating its plan reproduces it."""
+    problem = drawn[0]
+    variants = variants_of(drawn)
     for variant, result in zip(variants, solve_placements(problem, variants), strict=True):
         expected = best_time_s(problem, variant)
         if isinstance(result, NoFeasiblePlacement):
@@ -141,13 +153,12 @@ def check_against_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None
             continue
         assert isinstance(result, Placement)
         assert result.time_per_batch_s == expected
-        same = variant.applied(problem)
-        assert evaluate_plan(same, [s.layers for s in result.stages], result.t, result.d) == result
+        assert evaluate_plan(problem, variant, [s.layers for s in result.stages], result.d) == result
 
 
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=False))
-def test_chains_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
+def test_chains_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
@@ -172,26 +183,22 @@ def narrow_pipeline_at_t8() -> PlacementProblem:
         microbatch_count=2,
         samples_per_microbatch=1,
         tiers=(NetworkTier(1, 1.0, 0.0), NetworkTier(5, 1.0, 0.0), NetworkTier(16, 1.0, 0.0)),
-        hbm_bytes=1000,
     )
 
 
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=True))
-@example(drawn=(narrow_pipeline_at_t8(), 1, False))
-def test_branching_dags_match_brute_force(drawn: tuple[PlacementProblem, int, bool]) -> None:
+@example(drawn=(narrow_pipeline_at_t8(), 1000, {}))
+def test_branching_dags_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=True), st.data())
-def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(
-    drawn: tuple[PlacementProblem, int, bool], data: st.DataObject
-) -> None:
+def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, data: st.DataObject) -> None:
     # What the `bounded` search relies on: the DP's optimum with bound_sync_windows on latencies no
     # longer than the real ones is at most the real optimum (up to rounding), for every variant.
-    problem, interleave, distributed = drawn
-    real = replace(problem, bound_sync_windows=False)
+    real = replace(drawn[0], bound_sync_windows=False)
 
     def shorter(latency_s: NDArray[np.float64]) -> NDArray[np.float64]:
         share = data.draw(st.lists(st.floats(0.0, 1.0), min_size=latency_s.size, max_size=latency_s.size))
@@ -205,11 +212,7 @@ def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(
         backward_latency_s=shorter(real.backward_latency_s),
         selective_recompute_s=shorter(real.selective_s),
     )
-    variants = [
-        Variant(int(t), recompute_mode(mode), problem.hbm_bytes, interleave, distributed)
-        for t in problem.t_values
-        for mode in RECOMPUTE_MODES
-    ]
+    variants = variants_of(drawn)
     for optimum, lower in zip(
         solve_placements(real, variants), solve_placements(bound, variants), strict=True
     ):
@@ -237,7 +240,6 @@ def test_all_plans_enumerates_each_plan_once(graph: tuple[int, list[tuple[int, i
         microbatch_count=1,
         samples_per_microbatch=1,
         tiers=(NetworkTier(1, 1.0, 0.0),),
-        hbm_bytes=1,
     )
     plans = list(all_plans(problem))
     assert len(plans) == len(set(plans)) == plan_count(n, edges)

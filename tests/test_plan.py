@@ -42,16 +42,11 @@ from phazec.predict.layer_costs import (
 )
 from phazec.predict.plan_report import plan_stages
 from phazec.predict.training import Knobs
-from phazec.solvers.placement.model import (
-    Placement,
-    PlacementProblem,
-    Variant,
-    explain_plan,
-    plan_figures,
-    solve_placement,
-    stage_costs,
-)
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.evaluate import explain_plan, plan_figures
+from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
+from tests.placement_reference import plan_settings
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
 # Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each; 1000 B of
@@ -69,7 +64,8 @@ LAYER = LayerMemory(
 
 
 def toy(t: int = 1, sequence_parallel: bool = False, **overrides: Any) -> PlacementProblem:
-    """The toy with its layers split over t devices (t = 2: 2 stages x 2 devices, d = 1)."""
+    """The toy with its layers split over t devices (t = 2: 2 stages x 2 devices, d = 1), its bytes
+    with or without sequence parallelism."""
     layer = megatron_bytes(LAYER, 1, t if sequence_parallel else 1)
 
     def both(value: int) -> np.ndarray:
@@ -92,11 +88,14 @@ def toy(t: int = 1, sequence_parallel: bool = False, **overrides: Any) -> Placem
         "microbatch_count": 2,
         "samples_per_microbatch": 1,
         "tiers": (NetworkTier(4, 100.0, 0.0),),
-        "hbm_bytes": 10**6,
-        "last_stage_recomputes": True,
-        "sequence_parallel": sequence_parallel,
     }
     return PlacementProblem(**{**fields, **overrides})
+
+
+def toy_variant(t: int = 1, recompute: str = "none", **others: int | bool) -> Variant:
+    """The toy's variant at width t: 1 MB of HBM, Megatron-LM's rule (the last stage recomputes too)
+    unless `others` says otherwise."""
+    return Variant(t, 10**6, plan_settings(recompute, **{"last_stage_recomputes": True, **others}))
 
 
 # Time. Load per microbatch = forward 1 + backward 2 + recompute (selective 0.25, full the forward
@@ -148,15 +147,14 @@ def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, in
     # The formulas, straight from `plan_figures`: a one-layer stage cannot be cut into two model
     # chunks, so `explain_plan` and the DP refuse the v = 2 plan (the next test), but the arithmetic
     # is the same on stages that can.
-    problem = toy(2, sequence_parallel, recompute=mode, interleave=interleave)
+    problem = toy(2, sequence_parallel)
     stages = ((0,), (1,))
-    figures = plan_figures(problem, 2, stages, 1)
+    figures = plan_figures(problem, toy_variant(2, mode, interleave=interleave), stages, 1)
     placement = figures.placement
     loads, time_s = TIMES[mode, interleave]
     assert [s.load_s for s in placement.stages] == loads
     assert placement.time_per_batch_s == time_s
     assert [s.memory_bytes for s in placement.stages] == MEMORY[mode, sequence_parallel, interleave]
-    assert placement.sequence_parallel is sequence_parallel
     it = figures.iteration
     parts = it.forward_s + it.backward_s + it.recompute_s + it.p2p_s + it.bubble_s + it.dp_sync_s
     assert parts == pytest.approx(time_s, rel=1e-12)
@@ -166,8 +164,8 @@ def test_interleaving_needs_a_layer_per_model_chunk() -> None:
     # Two layers under interleave 2: two one-layer stages cannot each be cut into 2 chunks. The DP
     # keeps both layers in one stage (no pipeline: 2 microbatches x (3 + 3) s = 12 s), and
     # explain_plan names the plan it refuses.
-    problem = toy(interleave=2)
-    placement = solve_placement(problem)
+    problem, chunked = toy(), toy_variant(interleave=2)
+    (placement,) = solve_placements(problem, [chunked])
     assert isinstance(placement, Placement)
     assert ([s.layers for s in placement.stages], placement.d, placement.time_per_batch_s) == (
         [(0, 1)],
@@ -177,14 +175,14 @@ def test_interleaving_needs_a_layer_per_model_chunk() -> None:
     with pytest.raises(
         PhazecError, match=r"stages = \[\[0\], \[1\]\] is not valid under interleave 2: .* at least 2 layers"
     ):
-        explain_plan(problem, [[0], [1]], t=1, d=1)
+        explain_plan(problem, chunked, [[0], [1]], 1)
 
 
 def test_toy_phazes_rule_and_one_device_per_stage() -> None:
     # PHAZE's rule: the last stage does not recompute (load 3 s, memory 2000 + 100 as under none);
     # the time is still stage 0's 5 s x 3 = 15. The same toy on one device per stage (t = 1).
-    problem = toy(recompute="full", last_stage_recomputes=False)
-    placement = explain_plan(problem, [[0], [1]], t=1, d=1).placement
+    variant = toy_variant(recompute="full", last_stage_recomputes=False)
+    placement = explain_plan(toy(), variant, [[0], [1]], 1).placement
     assert [s.load_s for s in placement.stages] == [5.0, 3.0]
     assert placement.time_per_batch_s == 15.0
     assert [s.memory_bytes for s in placement.stages] == [2140, 2100]
@@ -200,20 +198,20 @@ def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None
     # Optimizer step: every gradient zeroed (1000 B), the replica's half of the gradients read (500),
     # its half of the weights (500) and its state (3000) read and written: 8500 B at 1000 B/s = 8.5 s.
     # Time 4 * (1 + 1) + 8 + 8.5 = 24.5, or 23.5 with the gather overlapped.
-    problem = toy(optimizer="adam", overlap_grad_reduce=True, hbm_bytes_per_s=1000.0)
-    figures = explain_plan(Variant(1, "none", 10**6, 1, True).applied(problem), [[0], [1]], t=1, d=2)
+    problem = toy(optimizer_factor=8, hbm_bytes_per_s=1000.0)
+    reduced = toy_variant(distributed_optimizer=True, overlap_grad_reduce=True)
+    figures = explain_plan(problem, reduced, [[0], [1]], 2)
     assert figures.placement.time_per_batch_s == 24.5
     assert [s.memory_bytes for s in figures.placement.stages] == [5100, 5100]
     assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (8.0, 8.5)
-    gathered = toy(
-        optimizer="adam", overlap_grad_reduce=True, overlap_param_gather=True, hbm_bytes_per_s=1000.0
-    )
-    figures = explain_plan(Variant(1, "none", 10**6, 1, True).applied(gathered), [[0], [1]], t=1, d=2)
+    gathered = toy_variant(distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)
+    figures = explain_plan(problem, gathered, [[0], [1]], 2)
     assert (figures.placement.time_per_batch_s, figures.iteration.dp_sync_s) == (23.5, 7.0)
     # Without a distributed optimizer there is no all-gather: the all-reduce's 10 s hide behind the
     # backward: 8 exposed, whatever overlap_param_gather says; 6000 B of Adam state unsharded, and the
     # step reads and writes all of it with the weights and gradients: 2 * 8000 B = 16 s.
-    plain = explain_plan(Variant(1, "none", 10**6, 1, False).applied(gathered), [[0], [1]], t=1, d=2)
+    unsharded = toy_variant(overlap_grad_reduce=True, overlap_param_gather=True)
+    plain = explain_plan(problem, unsharded, [[0], [1]], 2)
     assert (plain.iteration.dp_sync_s, plain.iteration.optimizer_s) == (8.0, 16.0)
 
 
@@ -441,7 +439,8 @@ def test_a_cut_carries_the_mask_only_when_the_pipeline_sends_it(cache_dir: Path,
     assert stages[0] == (0, 1)
     microbatch = 2
     mask = microbatch * S * S if sends else 0
-    assert stage_costs(problem, 2, stages)[0].cut_bytes == microbatch * 2 * S * H + mask == 8192 + mask
+    cost = plan_figures(problem, Variant(2, 80 * 10**9, plan_settings()), stages, 1).costs[0]
+    assert cost.cut_bytes == microbatch * 2 * S * H + mask == 8192 + mask
 
 
 def test_phazec_plan_and_phazec_give_the_same_time(

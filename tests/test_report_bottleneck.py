@@ -17,7 +17,7 @@ from phazec.predict import bottleneck
 from phazec.predict.bottleneck import bottleneck_block
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.report.gantt import BOTTLENECK_PNG
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from tests.conftest import compose_config
 from tests.test_search import QUICK, RESULT_KEYS
 

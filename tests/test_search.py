@@ -27,11 +27,11 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import Candidate, Evaluator
-from phazec.predict.training import Knobs
+from phazec.predict.training import Knobs, Training
 from phazec.predict.usage import USAGE_KEYS
 from phazec.search.driver import STRATEGIES
 from phazec.search.state import candidate_from_json, candidate_json, state_key
-from phazec.solvers.placement.model import NoFeasiblePlacement, Placement, Stage
+from phazec.solvers.placement.problem import NoFeasiblePlacement, Placement, Stage
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 
@@ -295,14 +295,15 @@ def test_state_key_ignores_what_cannot_change_the_answer() -> None:
 def test_saved_candidates_read_back_bit_for_bit() -> None:
     placement = Placement(
         stages=(Stage((0, 1), 1, 0.1 + 0.2, 3 * 10**9), Stage((2,), 4, 1 / 3, 7)),
-        t=4, d=2, recompute="full", hbm_bytes=80 * 10**9, microbatches_per_pipeline=3,
+        t=4, d=2, hbm_bytes=80 * 10**9, microbatches_per_pipeline=3,
         time_per_batch_s=2 / 3, throughput_samples_per_s=4096 / (2 / 3), fits_hbm=True,
     )  # fmt: skip
     infeasible = NoFeasiblePlacement(
-        t=1, recompute="none", hbm_bytes=32 * 10**9, min_memory_bytes=40 * 10**9,
+        t=1, hbm_bytes=32 * 10**9, min_memory_bytes=40 * 10**9,
         parameter_bytes=30 * 10**9, activation_bytes=6 * 10**9, stash_bytes=4 * 10**9,
     )  # fmt: skip
-    for candidate in (Candidate(12, 8, placement), Candidate(3, 1, infeasible)):
+    full = Training(microbatch=8, recompute="full", sequence_parallel=True, interleave=2)
+    for candidate in (Candidate(12, full, placement), Candidate(3, Training(), infeasible)):
         assert candidate_from_json(json.loads(json.dumps(candidate_json(candidate)))) == candidate
 
 

@@ -22,9 +22,10 @@ from phazec.config.command_line import model_list
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.predict.evaluator import Candidate
+from phazec.predict.training import Training
 from phazec.predict.usage import USAGE_KEYS
 from phazec.report.sweep import SweepJob, best_job, comparison_row
-from phazec.solvers.placement.model import Placement
+from phazec.solvers.placement.problem import Placement
 from tests.conftest import compose_config
 from tests.test_search import QUICK, RESULT_KEYS, answer
 
@@ -120,17 +121,21 @@ def test_common_design_covers_every_models_evaluated_designs(tmp_path: Path, cac
         assert all(float(row[name]) > 0 for name in MODELS)
 
 
+EIGHT = Training(microbatch=8)
+"""The settings of the stand-in candidates."""
+
+
 def placement(throughput: float, hbm_bytes: int = 32) -> Placement:
     """A stand-in plan with the given throughput."""
-    return Placement((), 1, 1, "none", hbm_bytes, 1, 1.0 / throughput, throughput, True)
+    return Placement((), 1, 1, hbm_bytes, 1, 1.0 / throughput, throughput, True)
 
 
 def test_common_chip_is_the_best_mean_with_zero_for_no_plan_and_ties_to_the_first() -> None:
-    x = [Candidate(d, 8, placement(t)) for d, t in ((0, 28.0), (0, 20.0), (1, 20.0), (2, 10.0))]
+    x = [Candidate(d, EIGHT, placement(t)) for d, t in ((0, 28.0), (0, 20.0), (1, 20.0), (2, 10.0))]
     per_model = {
         "x": best_per_chip(x),
         # y has no plan on design 0 (scores 0 there) and equal throughput on designs 1 and 2.
-        "y": best_per_chip([Candidate(1, 8, placement(10.0)), Candidate(2, 8, placement(20.0))]),
+        "y": best_per_chip([Candidate(1, EIGHT, placement(10.0)), Candidate(2, EIGHT, placement(20.0))]),
     }
     assert per_model["x"][0, 32] is x[0]
     assert common_chip([(0, 32), (1, 32), (2, 32)], per_model) == ((1, 32), 15.0)
@@ -145,7 +150,7 @@ def test_evaluate_more_gives_the_evaluators_candidates(cache_dir: Path, tmp_path
     indices = np.array([3, 5, 11], dtype=np.int64)
     more = evaluate_more(job, indices, "bert_large")
     direct = job.evaluator.evaluate(job.designs.take(indices))
-    assert more == [Candidate(int(indices[c.design]), c.microbatch, c.result) for c in direct]
+    assert more == [Candidate(int(indices[c.design]), c.training, c.result) for c in direct]
     assert evaluate_more(job, indices, "bert_large") == more  # read back from the saved state
 
 

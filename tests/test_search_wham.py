@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 from phazec.commands.setup import setup
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
+from phazec.predict.evaluator import Candidate
 from phazec.report.table import result_table
 from phazec.search.strategies.wham import LocalSearch, StageWork, stage_works
-from phazec.solvers.placement.model import Placement, Stage
+from phazec.solvers.placement.problem import Placement, Stage
 from tests.conftest import compose_config
 from tests.test_search import SMALL, answer, search
 
@@ -61,10 +63,11 @@ def test_a_selective_stage_repeats_its_attention_cores_and_the_last_stage_does_n
     assert classes == [0] + [1] * 24 + [2]  # embedding, 24 blocks, head
     placement = Placement(
         stages=(Stage(tuple(range(13)), 1, 1.0, 0), Stage(tuple(range(13, 26)), 1, 1.0, 0)),
-        t=1, d=1, recompute="selective", hbm_bytes=10**10, microbatches_per_pipeline=1,
+        t=1, d=1, hbm_bytes=10**10, microbatches_per_pipeline=1,
         time_per_batch_s=1.0, throughput_samples_per_s=1.0, fits_hbm=True,
     )  # fmt: skip
-    first, last = stage_works(job.evaluator, placement)
+    selective = replace(job.evaluator.knobs.fixed, microbatch=1, recompute="selective")
+    first, last = stage_works(job.evaluator, job.designs, Candidate(0, selective, placement))
     assert first.runs == ((0, 1.0, 1.0), (1, 12.0, 12.0)) and first.core_runs == ((0, 1.0), (1, 12.0))
     assert last.runs == ((1, 12.0, 12.0), (2, 1.0, 1.0)) and last.core_runs == ()  # PHAZE's rule
 

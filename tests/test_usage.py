@@ -15,7 +15,7 @@ from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.predict.usage import LayerWork, PlanWork, busy_core_s, plan_usage
 from phazec.search.strategies.wham import critical_ops, neighbours
-from phazec.solvers.placement.model import Placement, Stage
+from phazec.solvers.placement.problem import Placement, Stage
 from phazec.solvers.schedule.problem import OpKind as Kind
 from phazec.solvers.schedule.problem import ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule.solve import schedule
@@ -93,7 +93,7 @@ def test_critical_ops_follow_dependencies_and_shared_cores() -> None:
 def _placement() -> Placement:
     return Placement(
         stages=(Stage((0, 1), 2, 3.0, 0), Stage((2,), 1, 2.0, 0)),
-        t=2, d=2, recompute="full", hbm_bytes=10**9, microbatches_per_pipeline=4,
+        t=2, d=2, hbm_bytes=10**9, microbatches_per_pipeline=4,
         time_per_batch_s=40.0, throughput_samples_per_s=64 / 40.0, fits_hbm=True,
     )  # fmt: skip
 

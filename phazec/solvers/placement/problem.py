@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -121,8 +121,8 @@ class Variant:
 
     t: int
     hbm_bytes: int
-    settings: PlanSettings = field(default_factory=dict)
-    """By name (`PlanSettings`); one left out takes the compiled model's default."""
+    settings: PlanSettings
+    """Every setting the compiled model reads, by name (`PlanSettings`)."""
 
 
 @dataclass(frozen=True)
