@@ -16,6 +16,9 @@ from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
 
+REPO = Path(__file__).resolve().parents[1]
+"""The repository's root (tests live in packages that mirror phazec's)."""
+
 settings.register_profile("repeatable", derandomize=True)
 settings.load_profile("repeatable")
 """Property tests draw the same examples on every run, so CI passes or fails the same way each time."""
@@ -69,10 +72,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests lowering full-depth presets (the `lowered` fixture) are `slow`: `pytest -m "not slow"`
-    (`make test-quick`) leaves them out."""
+    (`make test-quick`) leaves them out. Tests that solve with Gurobi (named so, or given the backend
+    `gurobi` as a parameter) are `gurobi`: `pytest -m "not gurobi"` runs the suite without its licence.
+    `ext` (the compiled core's own tests) and `ray` (a Ray cluster on 127.0.0.1) are marked in their
+    modules."""
     for item in items:
         if "lowered" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        if "gurobi" in item.name:
+            item.add_marker(pytest.mark.gurobi)
 
 
 def compose_config(*overrides: str) -> DictConfig:

@@ -40,7 +40,7 @@ from phazec.search.executors.local import Workers
 from phazec.solvers.schema import SolverConfig
 from phazec.util.interrupt import Interrupted, interruptible
 from tests.conftest import compose_config
-from tests.test_search import QUICK, SMALL, answer, search
+from tests.search.test_search import QUICK, SMALL, answer, search
 
 OVERRIDES = (
     *SMALL,

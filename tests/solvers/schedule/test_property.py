@@ -16,7 +16,7 @@ from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schedule.problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, optimize, schedule
 from phazec.solvers.schema import SolverConfig
-from tests.list_schedule_reference import greedy
+from tests.solvers.schedule.list_schedule_reference import greedy
 
 KIND_RESOURCES = {"tc": ("tc",), "vc": ("vc",), "fused": ("tc", "vc"), "collective": ("net",)}
 HBM_SHARES = 1 << 20

@@ -1,7 +1,5 @@
 """op_costs: dispatch by kind, network tiers, energy, the one-design form and the cost config."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -13,8 +11,9 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.schema import CostConfig, SystemConfig
 from phazec.hw.system import System, system_from_config
+from tests.conftest import REPO
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = REPO / "conf"
 MIB = 1 << 20
 PJ = 1e-12
 

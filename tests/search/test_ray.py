@@ -31,8 +31,10 @@ from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.search.schema import RayConfig, SearchConfig
 from tests.conftest import compose_config
-from tests.test_search import QUICK, answer, search
-from tests.test_track_mlflow import free_port
+from tests.search.test_search import QUICK, answer, search
+from tests.track.test_mlflow import free_port
+
+pytestmark = pytest.mark.ray
 
 SPACE = ("model=bert_large", "hw=tpu_small", "hw.glb_bytes=[33554432]", "hw.num_vc=[4]")
 """8 designs around TPUv4."""

@@ -18,8 +18,9 @@ from phazec.hw.designs import Designs
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
+from tests.conftest import REPO
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = REPO / "conf"
 
 
 def _compose(*overrides: str) -> DictConfig:

@@ -31,9 +31,9 @@ from phazec.passes.attention import Attention, core_ops, is_causal
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.predict.layer_costs import op_table, op_work
+from tests.commands.test_plan import TINY
 from tests.conftest import compose_config
-from tests.test_passes_block import S, block_model, trained
-from tests.test_plan import TINY
+from tests.passes.test_block import S, block_model, trained
 
 SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
 

@@ -30,7 +30,7 @@ from phazec.solvers.schedule.problem import OpKind as ScheduleKind
 from phazec.solvers.schedule.solve import ScheduleCache, schedule
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
-from tests.test_cost_tiled import design_strategy, growth, op_strategy
+from tests.cost.test_tiled import design_strategy, growth, op_strategy
 
 SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
 TILED = MODELS["tiled"]

@@ -26,7 +26,7 @@ from phazec.passes.norm_rope import RMS_NORM, ROTARY, NormRope
 from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.passes.training import rows_at
 from tests.conftest import compose_config
-from tests.test_passes_block import BlockBuilder, block_model
+from tests.passes.test_block import BlockBuilder, block_model
 
 S, H, A, D = 6, 8, 2, 4
 CHAIN_TYPES = {"Pow", "ReduceMean", "Reciprocal", "Neg"}

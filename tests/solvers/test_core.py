@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from phazec.solvers import core
 
+pytestmark = pytest.mark.ext
+
 Graph = tuple[int, list[tuple[int, int]]]
 
 

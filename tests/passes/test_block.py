@@ -167,7 +167,7 @@ def test_printer_golden_before_and_after_each_pass(stage: str) -> None:
     verify_graph(cls.graph, "forward")
     if cls.backward is not None:
         verify_graph(cls.backward, "backward")
-    assert class_text(model) == (GOLDEN / f"passes_block_{stage}.txt").read_text()
+    assert class_text(model) == (GOLDEN / f"block_{stage}.txt").read_text()
 
 
 def test_passes_do_not_mutate_their_input() -> None:

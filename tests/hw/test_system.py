@@ -1,6 +1,5 @@
 """Training systems: presets, tier choice and validation."""
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,8 +9,9 @@ from phazec.config.settings import typed
 from phazec.errors import PhazecError
 from phazec.hw.schema import SystemConfig
 from phazec.hw.system import NetworkTier, System, system_from_config
+from tests.conftest import REPO
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = REPO / "conf"
 
 
 def _preset(name: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from phazec.report.table import result_table
 from phazec.search.strategies.wham import LocalSearch, StageWork, stage_works
 from phazec.solvers.placement.problem import Placement, Stage
 from tests.conftest import compose_config
-from tests.test_search import SMALL, answer, search
+from tests.search.test_search import SMALL, answer, search
 
 WHAM_FRACTION = 1.0
 """wham's throughput on tpu_small with BERT-large (one knob setting), as a fraction of the exhaustive

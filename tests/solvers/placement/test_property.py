@@ -8,6 +8,7 @@ exactly: what this checks is the DP's search.
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
@@ -22,7 +23,14 @@ from phazec.solvers.placement.problem import (
     PlacementProblem,
     Variant,
 )
-from tests.placement_reference import all_plans, best_time_s, min_memory_bytes, plan_settings
+from tests.solvers.placement.placement_reference import (
+    all_plans,
+    best_time_s,
+    min_memory_bytes,
+    plan_settings,
+)
+
+pytestmark = pytest.mark.ext
 
 MAX_PLANS = 300
 """Keeps one brute force well under a second."""

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_track_mlflow import JOB, job_dirs, phazec
+from tests.track.test_mlflow import JOB, job_dirs, phazec
+
+pytestmark = pytest.mark.ray
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher.ray_launcher")
 

@@ -65,7 +65,7 @@ def test_toy_layers_classes_edges_and_flops(tmp_path: Path) -> None:
 
 def test_toy_printer_golden(tmp_path: Path) -> None:
     text = format_model(lower_onnx(toy_mlp(tmp_path / "toy.onnx"), "toy"))
-    assert text == (GOLDEN / "frontend_toy.txt").read_text()
+    assert text == (GOLDEN / "toy.txt").read_text()
 
 
 def test_unscoped_graph_is_one_block(tmp_path: Path) -> None:

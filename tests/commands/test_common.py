@@ -27,7 +27,7 @@ from phazec.predict.usage import USAGE_KEYS
 from phazec.report.sweep import SweepJob, best_job, comparison_row
 from phazec.solvers.placement.problem import Placement
 from tests.conftest import compose_config
-from tests.test_search import QUICK, RESULT_KEYS, answer
+from tests.search.test_search import QUICK, RESULT_KEYS, answer
 
 MODELS = ["bert_large", "opt_350m"]
 SPACE = ("hw=tpu_small", "hw.glb_bytes=[33554432]", "hw.num_tc=[8,16]", "search.batch_designs=4")

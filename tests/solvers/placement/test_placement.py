@@ -24,7 +24,10 @@ from phazec.solvers.placement.problem import (
     core_arguments,
     core_variant,
 )
-from tests.placement_reference import best_placement, plan_settings
+from tests.conftest import REPO
+from tests.solvers.placement.placement_reference import best_placement, plan_settings
+
+pytestmark = pytest.mark.ext
 
 
 def problem_of(
@@ -399,7 +402,7 @@ def test_the_extension_reads_each_plan_setting_by_name(change: dict[str, Any], m
 
 
 def test_shipped_stubs_match_the_extension(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     generated = tmp_path / "_core.pyi"
     subprocess.run(
         [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "phazec._core", "-o", str(generated)],

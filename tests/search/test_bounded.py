@@ -25,7 +25,7 @@ from phazec.search.state import SearchState
 from phazec.search.strategies.bounded import bounded
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
-from tests.test_search import SMALL, search
+from tests.search.test_search import SMALL, search
 
 SLICE = (
     "model=bert_large",

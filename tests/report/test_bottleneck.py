@@ -19,7 +19,7 @@ from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.report.gantt import BOTTLENECK_PNG
 from phazec.solvers.placement.problem import Placement
 from tests.conftest import compose_config
-from tests.test_search import QUICK, RESULT_KEYS
+from tests.search.test_search import QUICK, RESULT_KEYS
 
 
 def png_size(path: Path) -> tuple[int, int]:

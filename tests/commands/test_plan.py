@@ -46,7 +46,7 @@ from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.evaluate import explain_plan, plan_figures
 from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
-from tests.placement_reference import plan_settings
+from tests.solvers.placement.placement_reference import plan_settings
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
 # Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each; 1000 B of
