@@ -21,9 +21,8 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from phazec.commands.search import tpuv4_designs
 from phazec.config.schema import register
-from phazec.config.settings import typed
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
@@ -59,7 +58,10 @@ def design_sets() -> list[tuple[str, Designs]]:
     """The TPUv4 design, and RANDOM_DESIGNS designs of tpu_area drawn with seed 0."""
     space = enumerate_designs(hw_space_from_config(typed(HwConfig, config("hw=tpu_area").hw, "hw")))
     drawn = np.sort(np.random.default_rng(0).choice(len(space), RANDOM_DESIGNS, replace=False))
-    return [("tpuv4", tpuv4_designs()), ("random", space.take(drawn))]
+    return [
+        ("tpuv4", enumerate_designs(settings_from_config(config()).tpuv4)),
+        ("random", space.take(drawn)),
+    ]
 
 
 def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:

@@ -14,9 +14,10 @@ temporary directory removed afterwards. A search with several worker processes s
 script calling `search` needs the usual `if __name__ == "__main__":` guard.
 
 Each command is a config name in `conf/` (`config` for `phazec`, `ir` for `phazec-ir`, `plan` for
-`phazec-plan`) and a function from its composed config and an output directory to its data
-(`lower_config`, `search_config`, `plan_config`); a new command adds those two and a three-line public
-function like `lower`.
+`phazec-plan`) and a function of `phazec.commands` from its typed settings and an output directory to
+its data; here, `lower_config`, `search_config` and `plan_config` check a composed config into those
+settings (`phazec.config.settings.settings_from_config`) and call it. A new command adds the config, its
+function in `phazec.commands`, its `*_config` here and a three-line public function like `lower`.
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from phazec.commands.common import run_multi
-from phazec.commands.lower import lower_config
-from phazec.commands.plan import plan_config
+from phazec.commands.lower import lower as lower_model
+from phazec.commands.plan import plan as time_one_plan
 from phazec.commands.search import run_search
+from phazec.commands.settings import Settings
 from phazec.config import command_line as validate
-from phazec.config.command_line import model_list
+from phazec.config.command_line import model_config, model_list
 from phazec.config.presets import conf_dir
 from phazec.config.schema import register
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
+from phazec.predict.plan_report import PlanReport
 from phazec.report.plots import write_plots
 from phazec.util.progress import stage
 
@@ -95,7 +98,7 @@ def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_d
     to `out_dir` (several models: also each model's to `out_dir/<name>/`) and returns the result."""
     names, model_overrides = model_list(list(overrides))
     if names is not None and len(names) != 1:
-        result = run_multi(cfg, names, out_dir, model_overrides)
+        result = run_multi(models_settings(cfg, names, model_overrides), out_dir)
         dirs = [out_dir / name for name in names]
     else:
         result = run_search(settings_from_config(cfg), out_dir)
@@ -112,3 +115,31 @@ def _in(out_dir: Path | str | None, run: Callable[[Path], dict[str, Any]]) -> di
         return run(Path(out_dir))
     with tempfile.TemporaryDirectory(prefix="phazec-") as tmp:
         return run(Path(tmp))
+
+
+def models_settings(
+    cfg: DictConfig, names: list[str], overrides: tuple[str, ...] = ()
+) -> dict[str, Settings]:
+    """The settings of each model of `model=[a,b,...]`: `cfg` with `model=<name>` and the
+    `model.<key>=<value>` overrides, checked.
+
+    Raises:
+        PhazecError: the names are not distinct presets, or a model's settings are not valid.
+    """
+    if not names or len(set(names)) != len(names):
+        raise PhazecError(
+            f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
+        )
+    return {name: settings_from_config(model_config(cfg, name, overrides)) for name in names}
+
+
+def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
+    """Lower the configured model and write `out_dir/ir.json` (`phazec.commands.lower`); its content
+    and the text `phazec-ir` prints."""
+    return lower_model(settings_from_config(cfg), out_dir)
+
+
+def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
+    """Time the configured plan and write `out_dir/plan.json` (`phazec.commands.plan`); its content
+    and the report."""
+    return time_one_plan(settings_from_config(cfg), out_dir)

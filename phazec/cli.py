@@ -18,9 +18,7 @@ from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from phazec.api import composed, search_config
-from phazec.commands.lower import lower_config
-from phazec.commands.plan import plan_config
+from phazec.api import composed, lower_config, plan_config, search_config
 from phazec.config import command_line as validate
 from phazec.config.command_line import override_strings
 from phazec.config.presets import conf_dir

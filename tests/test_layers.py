@@ -60,6 +60,7 @@ def test_the_house_keeps_every_contract(graph: grimp.ImportGraph) -> None:
         ("floors", "phazec.passes.fuse", "phazec.solvers.schedule.problem"),  # two rooms of one floor
         ("acyclic", "phazec.search.loop", "phazec.search.strategies.wham"),  # the circle there was
         ("settings", "phazec.predict.evaluator", "omegaconf"),  # the composed config below a command
+        ("settings", "phazec.commands.search", "hydra"),  # a command reading Hydra's config itself
     ],
 )
 def test_a_wrong_import_breaks_its_contract(

@@ -6,23 +6,21 @@ common design is chosen over the union of the designs those searches evaluated (
 
 from __future__ import annotations
 
-import copy
 import csv
 import hashlib
 import io
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from omegaconf import DictConfig
 
 from phazec.commands.search import run_job, search_state
+from phazec.commands.settings import Settings
 from phazec.commands.setup import Job
-from phazec.config.command_line import preset
-from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS, Designs
 from phazec.predict.evaluator import Candidate, Timings, best
@@ -39,14 +37,6 @@ Chip = tuple[int, int]
 
 OUTCOME_KEYS = ("design", "plan", "time_per_batch_s", "throughput_samples_per_s")
 """The keys of an `outcome`."""
-
-
-def model_config(cfg: DictConfig, name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
-    """`cfg` with its `model` node replaced by preset `name` composed with the `model.<key>=<value>`
-    `overrides`: the config `model=<name>` composes."""
-    out = copy.deepcopy(cfg)
-    out.model = preset("model", name, overrides)
-    return out
 
 
 def evaluate_more(job: Job, indices: NDArray[np.int64], name: str) -> list[Candidate]:
@@ -117,13 +107,12 @@ def common_csv(designs: Designs, chips: list[Chip], per_model: dict[str, dict[Ch
     return out.getvalue()
 
 
-def run_multi(
-    cfg: DictConfig, names: list[str], out_dir: Path, model_overrides: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """One common design for several model presets (`model=[a,b,...]`), beside each model's own best.
+def run_multi(settings: Mapping[str, Settings], out_dir: Path) -> dict[str, Any]:
+    """One common design for several models, beside each model's own best: `settings` by model name
+    (`phazec model=[a,b,...]`: each the settings `model=<name>` composes).
 
-    Each model gets its own single-model search (`run_job`, with `cfg` and `model=<name>`: the same
-    config, state and answer as `phazec model=<name>`), written to `out_dir/<name>/`: its own best
+    Each model gets its own single-model search (`run_job`: the same config, state and answer as
+    `phazec model=<name>`), written to `out_dir/<name>/`: its own best
     design. The common design is then chosen over the union of the designs any of these searches
     evaluated, each at each HBM size of `system.hbm_gb`: every model is evaluated on the designs of
     the union its own search skipped, and the (design, HBM size) with the best mean over the models of
@@ -136,11 +125,7 @@ def run_multi(
     `out_dir/common.csv` (each model's best throughput on each design of the union).
     """
     start = time.perf_counter()
-    if not names or len(set(names)) != len(names):
-        raise PhazecError(
-            f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
-        )
-    settings = {name: settings_from_config(model_config(cfg, name, model_overrides)) for name in names}
+    names = list(settings)
     runs: dict[str, tuple[Job, Found, dict[str, Any]]] = {}
     for name, model_settings in settings.items():
         try:

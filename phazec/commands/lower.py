@@ -6,10 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from phazec.commands.settings import Settings
 from phazec.commands.setup import graph_settings
-from phazec.config.settings import settings_from_config
 from phazec.frontend import load_model
 from phazec.ir.summary import summarize
 from phazec.passes.training import training_rows
@@ -20,10 +18,9 @@ from phazec.util.progress import stage
 IR_JSON = "ir.json"
 
 
-def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:
-    """Lower the configured model and write `out_dir/ir.json`; returns its content and the text
-    `phazec-ir` prints (the layer table and the per-device training table)."""
-    settings = settings_from_config(cfg)
+def lower(settings: Settings, out_dir: Path) -> tuple[dict[str, Any], str]:
+    """Lower the model of `model.*` and write `out_dir/ir.json`; returns its content and the text
+    `phazec-ir` prints (the layer table and the per-device training table at `parallel.tp`)."""
     with stage("lowering"):
         model = load_model(settings.model, settings.cache_dir)
     rows = summarize(model)

@@ -13,10 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
+from phazec.commands.settings import Settings
 from phazec.commands.setup import setup
-from phazec.config.settings import Settings, settings_from_config
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
 from phazec.hw.space import HwSpace
@@ -104,9 +102,8 @@ def predict_plan(settings: Settings) -> PlanReport:
 PLAN_JSON = "plan.json"
 
 
-def plan_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
-    """Time the configured plan and write `out_dir/plan.json`; returns its content and the report."""
-    settings = settings_from_config(cfg)
+def plan(settings: Settings, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
+    """Time the plan of `plan.*` and write `out_dir/plan.json`; returns its content and the report."""
     report = predict_plan(settings)
     timed = {"sequence_parallel": report.plan.training.sequence_parallel}  # as `as_megatron_runs` ran it
     content = {**report.plain(), "config": {**settings.config, "plan": {**settings.config["plan"], **timed}}}

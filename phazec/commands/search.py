@@ -16,15 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from phazec.commands.settings import Settings
 from phazec.commands.setup import Job, setup
-from phazec.config.command_line import preset
-from phazec.config.settings import Settings, typed, writable_dir
 from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel, is_template
-from phazec.hw.schema import HwConfig
-from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.space import HwSpace, enumerate_designs
 from phazec.predict.bottleneck import bottleneck_block
 from phazec.predict.evaluator import Candidate, Timings, best, least_memory
 from phazec.predict.usage import USAGE_KEYS, Usage
@@ -35,12 +33,10 @@ from phazec.search.loop import Found
 from phazec.search.state import SearchState, onnx_digest, state_key
 from phazec.solvers.placement.problem import NoFeasiblePlacement
 from phazec.util import atomic
+from phazec.util.atomic import writable_dir
 from phazec.util.progress import stage
 
 log = logging.getLogger(__name__)
-
-TPUV4_PRESET = "tpuv4"
-"""The `conf/hw/` preset holding the TPUv4-like design every result compares against."""
 
 
 def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> PhazecError:
@@ -62,17 +58,12 @@ def no_plan_error(candidates: list[Candidate], hbm_bytes: tuple[int, ...]) -> Ph
     )
 
 
-def tpuv4_designs() -> Designs:
-    """The TPUv4-like design, composed from its preset."""
-    return enumerate_designs(hw_space_from_config(typed(HwConfig, preset("hw", TPUV4_PRESET), "hw")))
-
-
-def tpuv4_baseline(searched: DeviceModel) -> Designs:
+def tpuv4_baseline(tpuv4_space: HwSpace, searched: DeviceModel) -> Designs:
     """The TPUv4-like design as the baselines price it: with the searched space's device model when
     that is of the template's kind (`is_template`), so that a change to the template's model, in a
     preset or on the command line (`hw.device.hbm_shared=true`), prices both sides alike; with its
     preset's own otherwise (a GPU's tiles and shared cores are not a TPU's)."""
-    tpuv4 = tpuv4_designs()
+    tpuv4 = enumerate_designs(tpuv4_space)
     return replace(tpuv4, device=searched) if is_template(searched) else tpuv4
 
 
@@ -89,7 +80,7 @@ def baselines(job: Job, found_best: Candidate) -> dict[str, dict[str, Any]]:
     applicable, with the reason, and never fails the finished search. The TPUv4 is priced as
     `tpuv4_baseline` says."""
     evaluator = job.evaluator
-    tpuv4 = tpuv4_baseline(job.designs.device)
+    tpuv4 = tpuv4_baseline(job.settings.tpuv4, job.designs.device)
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
     return {

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from phazec.config.settings import Settings
+from phazec.commands.settings import Settings
 from phazec.cost.model import check_applies
 from phazec.frontend import load_model
 from phazec.hw.designs import Designs

@@ -13,6 +13,7 @@ reason to drop a finished search).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import re
@@ -310,3 +311,12 @@ def preset(group: str, name: str, overrides: tuple[str, ...] = ()) -> DictConfig
     node: Any = composed[group]
     assert isinstance(node, DictConfig)
     return node
+
+
+def model_config(cfg: DictConfig, name: str, overrides: tuple[str, ...] = ()) -> DictConfig:
+    """`cfg` with its `model` node replaced by preset `name` composed with the `model.<key>=<value>`
+    `overrides`: the config `model=<name>` composes (each model of `model=[a,b,...]` gets its own)."""
+    out = copy.deepcopy(cfg)
+    out.model = preset("model", name, overrides)
+    assert isinstance(out, DictConfig)
+    return out

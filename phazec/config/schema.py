@@ -4,8 +4,8 @@ Each group's settings are a frozen dataclass declared beside the code that reads
 (`phazec.frontend.schema.ModelConfig`), the hardware space, system and cost model (`phazec.hw.schema`),
 the solver (`phazec.solvers.schema.SolverConfig`), the search (`phazec.search.schema.SearchConfig`), the
 training knobs (`phazec.predict.training.Training`, whose `train.*` lists and `plan.*` values both come
-from it) and the plan (`phazec.predict.plan_report.Plan`); tracking and `phazec-ir`'s parallel settings,
-which only the commands read, are declared here. Hydra composes into mutable twins of them
+from it), the plan (`phazec.predict.plan_report.Plan`), and tracking and `phazec-ir`'s parallel
+settings (`phazec.commands.settings`). Hydra composes into mutable twins of them
 (`hydra_twin`), registered as `phazec_schema`, which `conf/config.yaml`, `ir.yaml` and `plan.yaml`
 start their defaults with: a misspelled key or a value of the wrong type fails at composition with
 Hydra's message, and a field without a default must be set. `phazec.config.settings` turns a composed
@@ -15,11 +15,12 @@ config back into the frozen settings, once, at a command's entry.
 import functools
 import types
 from collections.abc import Callable
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, make_dataclass
+from dataclasses import MISSING, Field, field, fields, is_dataclass, make_dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 
+from phazec.commands.settings import ParallelConfig, TrackingConfig
 from phazec.config.rundir import register_resolver
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
@@ -27,37 +28,6 @@ from phazec.predict.plan_report import Plan
 from phazec.predict.training import KNOB_FIELDS, Training, spec
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schema import SolverConfig
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParallelConfig:
-    """Tensor-parallel settings of the training graphs (`phazec-ir` lowers at `tp`)."""
-
-    tp: int = 1
-    """Tensor-parallel width of the graph `phazec-ir` reports."""
-    vocab_parallel: bool = True
-    """Split the embedding and LM head over the tensor-parallel group (Megatron's vocab-parallel)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrackingConfig:
-    """Where runs are logged."""
-
-    backend: str = "none"
-    """`none` or `mlflow`."""
-    uri: str = ""
-    """MLflow tracking URI (`sqlite:////abs/file.db`, `http://host:port`, ...); empty means the SQLite file
-    `phazec.db` in the directory the command was started in."""
-    experiment: str = "phazec"
-    """MLflow experiment; a sweep's parent run and its job runs share it."""
-    artifacts: str = ""
-    """Artifact location of a new experiment; empty means `mlartifacts/` beside a SQLite store and the
-    server's own location for any other store."""
-    http_retries: int = 2
-    """Retries of a failed request to an `http(s)://` tracking server (MLflow's own default is 7)."""
-    http_timeout_s: int = 10
-    """Timeout of one request to an `http(s)://` tracking server."""
-
 
 GROUPS: dict[str, type] = {
     "model": ModelConfig,

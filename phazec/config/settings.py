@@ -13,55 +13,35 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 import types
-from dataclasses import dataclass, fields, is_dataclass
-from pathlib import Path
+from dataclasses import fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from phazec.config.schema import ParallelConfig, TrackingConfig, hydra_twin
-from phazec.cost.model import LatencyModel, latency_model_from_config
+from phazec.commands.settings import ParallelConfig, Settings, TrackingConfig
+from phazec.config.command_line import preset
+from phazec.config.schema import hydra_twin
+from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
-from phazec.hw.space import HwSpace, hw_space_from_config
-from phazec.hw.system import System, system_from_config
+from phazec.hw.space import hw_space_from_config
+from phazec.hw.system import system_from_config
 from phazec.predict.plan_report import Plan
 from phazec.predict.training import KNOB_FIELDS, SEARCHED, Knobs, Training, check_knob, spec
 from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schedule.backends import check_config
 from phazec.solvers.schema import SolverConfig
+from phazec.util.atomic import writable_dir
 
 T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class Settings:
-    """Every group of a composed config, checked and typed."""
-
-    model: ModelConfig
-    hw: HwSpace
-    """The hardware space, validated (enumerate it with `phazec.hw.space.enumerate_designs`)."""
-    system: System
-    cost: LatencyModel
-    train: Knobs
-    """The training settings a search tries (`train.*`, with `system.hbm_gb`)."""
-    plan: Plan
-    """The plan `phazec-plan` times (`plan.*`, with `train.optimizer`)."""
-    parallel: ParallelConfig
-    search: SearchConfig
-    solver: SolverConfig
-    tracking: TrackingConfig
-    cache_dir: Path
-    """Where exported ONNX files and solver results are cached (`cache_dir`, resolved)."""
-    config: dict[str, Any]
-    """The resolved config as plain data: what result.json and plan.json echo, and what a search
-    state's key hashes."""
+TPUV4_PRESET = "tpuv4"
+"""The `hw` preset holding the TPUv4-like design every search compares against."""
 
 
 def settings_from_config(cfg: DictConfig) -> Settings:
@@ -93,6 +73,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         search=search,
         solver=solver,
         tracking=typed(TrackingConfig, cfg.tracking, "tracking"),
+        tpuv4=hw_space_from_config(typed(HwConfig, preset("hw", TPUV4_PRESET), "hw")),
         cache_dir=cache_dir,
         config={str(key): value for key, value in plain.items()},
     )
@@ -218,16 +199,3 @@ def model_dims(model: ModelConfig) -> None:
             raise PhazecError(
                 f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
             )
-
-
-def writable_dir(path: Path, what: str) -> None:
-    """`path` is (or can be made) a directory this process can create files in."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise PhazecError(
-            f"{what} {str(path)!r} is not a writable directory ({err.strerror or err}); give a directory "
-            "you can write to."
-        ) from None

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from phazec.errors import PhazecError
+
 
 class Figure(Protocol):
     """Anything that saves itself like a matplotlib Figure."""
@@ -77,3 +79,16 @@ def write_png(path: Path, figure: Figure, dpi: float) -> Path:
     figure.savefig(buffer, format="png", dpi=dpi)
     write_bytes(path, buffer.getvalue())
     return path
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """`path` is (or can be made) a directory this process can create files in."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise PhazecError(
+            f"{what} {str(path)!r} is not a writable directory ({err.strerror or err}); give a directory "
+            "you can write to."
+        ) from None

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from phazec.commands.common import best_per_chip, common_chip, evaluate_more, model_config, run_multi
+from phazec.api import models_settings
+from phazec.commands.common import best_per_chip, common_chip, evaluate_more, run_multi
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
-from phazec.config.command_line import model_list
+from phazec.config.command_line import model_config, model_list
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.predict.evaluator import Candidate
@@ -38,7 +39,7 @@ KNOBS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes")
 def multi(tmp_path: Path, cache_dir: Path, *overrides: str) -> dict[str, Any]:
     """Run the multi-model search as `model=[bert_large,opt_350m]` composes it; returns result.json."""
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", f"model=[{','.join(MODELS)}]", *overrides)
-    run_multi(cfg, MODELS, tmp_path)
+    run_multi(models_settings(cfg, MODELS), tmp_path)
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -158,9 +159,9 @@ def test_bad_model_lists(tmp_path: Path, cache_dir: Path) -> None:
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "hw=tpuv4")
     unknown = r"Could not find 'model/nope'\. Available options in 'model': bert_large, .*opt_350m"
     with pytest.raises(PhazecError, match=unknown):
-        run_multi(cfg, ["bert_large", "nope"], tmp_path)
+        models_settings(cfg, ["bert_large", "nope"])
     with pytest.raises(PhazecError, match=r"give a list of distinct model presets"):
-        run_multi(cfg, ["bert_large", "bert_large"], tmp_path)
+        models_settings(cfg, ["bert_large", "bert_large"])
 
 
 def test_model_list_reads_the_overrides() -> None:

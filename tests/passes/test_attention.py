@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from phazec.api import lower_config
 from phazec.cli import conf_dir
-from phazec.commands.lower import lower_config
 from phazec.commands.setup import setup
 from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import MODELS, op_costs

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phazec.commands.search import run_search, search_state, tpuv4_baseline, tpuv4_designs
+from phazec.commands.search import run_search, search_state, tpuv4_baseline
 from phazec.config.presets import group_presets
 from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import latency_model_from_config
@@ -101,12 +101,13 @@ def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, ca
 
 
 def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:
-    preset = tpuv4_designs().device
+    tpuv4 = settings_from_config(compose_config()).tpuv4
+    preset = enumerate_designs(tpuv4).device
     shared = replace(preset, hbm_shared=True, kernel_latency_s=1e-5)
-    assert tpuv4_baseline(shared).device == shared
+    assert tpuv4_baseline(tpuv4, shared).device == shared
     gpu = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw"))).device
-    assert tpuv4_baseline(gpu).device == preset
-    assert tpuv4_baseline(replace(preset, shared_cores=True)).device == preset
+    assert tpuv4_baseline(tpuv4, gpu).device == preset
+    assert tpuv4_baseline(tpuv4, replace(preset, shared_cores=True)).device == preset
 
 
 @pytest.mark.parametrize(

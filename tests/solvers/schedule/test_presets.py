@@ -8,10 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from phazec.commands.search import tpuv4_designs
-from phazec.config.settings import typed
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.hw.schema import CostConfig, SystemConfig
+from phazec.hw.space import enumerate_designs
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.pipeline import GraphSettings, training_graphs
@@ -36,7 +36,7 @@ def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
         widths,
         GraphSettings(optimizer=cfg.train.optimizer, vocab_parallel=cfg.parallel.vocab_parallel),
     )
-    tpu = tpuv4_designs()
+    tpu = enumerate_designs(settings_from_config(cfg).tpuv4)
     system, latency = (
         system_from_config(typed(SystemConfig, cfg.system, "system")),
         latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
