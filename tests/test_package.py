@@ -68,7 +68,10 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_di
     run(*pip, "--no-deps", wheel, cwd=tmp_path)
     assert run(venv / "bin" / "python", "-c", "import torch; print(torch.__version__)", cwd=tmp_path).stdout
     where = run(
-        venv / "bin" / "python", "-c", "from phazec.config import conf_dir; print(conf_dir())", cwd=tmp_path
+        venv / "bin" / "python",
+        "-c",
+        "from phazec.config.presets import conf_dir; print(conf_dir())",
+        cwd=tmp_path,
     )
     assert Path(where.stdout.strip()).is_relative_to(venv)
 

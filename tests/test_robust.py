@@ -29,6 +29,7 @@ from phazec.hw.schema import DeviceConfig, HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.report.plots import write_plots
 from phazec.search.executors.base import worker_count
+from phazec.search.schema import SearchConfig
 from phazec.search.state import SearchState
 from phazec.solvers.schedule.solve import ScheduleCache
 from phazec.util import atomic, sealed
@@ -335,7 +336,7 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
     batch (125 microbatches of 8 for 128 replicas), or with 1000 pipeline stages. The search's answer
     is kept; the baseline is "not applicable" with the reason (warned before the search where the
     plan needs more devices than the system has)."""
-    with caplog.at_level(logging.WARNING, logger="phazec.config.command_line"):
+    with caplog.at_level(logging.WARNING, logger="phazec.commands.search"):
         result = run(tmp_path, cache_dir, *overrides)
     assert ("cannot run" in caplog.text) == ("global_batch" not in overrides[0])
     for name in ("tpuv4_megatron_plan", "found_design_megatron_plan"):
@@ -352,8 +353,8 @@ def test_a_baseline_that_cannot_run_is_not_applicable(
 
 def test_workers_above_the_core_count_are_capped(caplog: pytest.LogCaptureFixture) -> None:
     cfg = compose_config(*TINY, "search.workers=1000")
-    with caplog.at_level(logging.WARNING, logger="phazec.config.command_line"):
-        assert worker_count(cfg.search, 10**6) == os.cpu_count()
+    with caplog.at_level(logging.WARNING, logger="phazec.search.executors.base"):
+        assert worker_count(typed(SearchConfig, cfg.search, "search"), 10**6) == os.cpu_count()
     assert f"search.workers=1000 is more than the {os.cpu_count()} cores" in caplog.text
 
 

@@ -100,7 +100,7 @@ def test_bounds_are_saved_and_resumed(
     evaluator = _evaluator(lowered, MODELS["tiled"])
     strategies = []
     for _ in range(2):
-        with Workers(evaluator, 1) as workers, caplog.at_level(logging.INFO, logger="phazec.search.loop"):
+        with Workers(evaluator, 1) as workers, caplog.at_level(logging.INFO, logger=bounded.__module__):
             strategies.append(bounded(designs, 2, workers, SearchState(tmp_path, resume=True)))
     resumed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed")]
     assert resumed == [f"resumed 5 of 5 bounds from {tmp_path}"]

@@ -4,8 +4,8 @@ the same functions the DP searches, so the DP's optimum and the evaluation of it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, fields
+from typing import TypeVar, cast
 
 from phazec.errors import PhazecError
 from phazec.solvers import core
@@ -22,6 +22,8 @@ from phazec.solvers.placement.problem import (
     core_variant,
     validated_plan,
 )
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -152,52 +154,13 @@ def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d:
         / r.time_per_batch_s,
         fits_hbm=r.fits_hbm,
     )
-    it = r.iteration
-    iteration = IterationTime(
-        bottleneck_stage=it.bottleneck_stage,
-        forward_s=it.forward_s,
-        backward_s=it.backward_s,
-        recompute_s=it.recompute_s,
-        p2p_s=it.p2p_s,
-        bubble_s=it.bubble_s,
-        dp_sync_stage=it.dp_sync_stage,
-        dp_sync_s=it.dp_sync_s,
-        optimizer_s=it.optimizer_s,
-    )
     return PlanFigures(
         placement,
-        iteration,
+        _record(IterationTime, r.iteration),
         modes=tuple(_mode(x.recompute) for x in r.stages),
-        times=tuple(
-            StageTime(x.time.forward_s, x.time.backward_s, x.time.recompute_s, x.time.p2p_s) for x in r.stages
-        ),
-        memories=tuple(
-            StageMemory(
-                weights_bytes=x.memory.weights_bytes,
-                gradients_bytes=x.memory.gradients_bytes,
-                optimizer_state_bytes=x.memory.optimizer_state_bytes,
-                stash_bytes=x.memory.stash_bytes,
-                working_bytes=x.memory.working_bytes,
-                in_flight=x.memory.in_flight,
-            )
-            for x in r.stages
-        ),
-        costs=tuple(
-            StageCost(
-                forward_s=x.cost.forward_s,
-                backward_s=x.cost.backward_s,
-                selective_s=x.cost.selective_s,
-                param_bytes=x.cost.param_bytes,
-                stash_bytes=x.cost.stash_bytes,
-                selective_bytes=x.cost.selective_bytes,
-                input_bytes=x.cost.input_bytes,
-                selective_working_bytes=x.cost.selective_working_bytes,
-                full_working_bytes=x.cost.full_working_bytes,
-                cut_bytes=x.cost.cut_bytes,
-                devices=x.cost.devices,
-            )
-            for x in r.stages
-        ),
+        times=tuple(_record(StageTime, x.time) for x in r.stages),
+        memories=tuple(_record(StageMemory, x.memory) for x in r.stages),
+        costs=tuple(_record(StageCost, x.cost) for x in r.stages),
     )
 
 
@@ -248,3 +211,9 @@ def chunks_fit(stages: Stages, interleave: int) -> bool:
 def _mode(index: int) -> Recompute:
     """A stage's recompute mode from the compiled model's index."""
     return cast(Recompute, RECOMPUTE_MODES[index])
+
+
+def _record(kind: type[R], source: object) -> R:
+    """A frozen record of `kind` holding the same-named figures of a result of the compiled model."""
+    names = [f.name for f in fields(kind)]  # type: ignore[arg-type]  # every kind given is a dataclass
+    return kind(**{name: getattr(source, name) for name in names})
