@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from phazec.config.schema import register
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import tpuv4_space, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.frontend import default_cache_dir, load_model
 from phazec.frontend.schema import ModelConfig
@@ -59,7 +59,7 @@ def design_sets() -> list[tuple[str, Designs]]:
     space = enumerate_designs(hw_space_from_config(typed(HwConfig, config("hw=tpu_area").hw, "hw")))
     drawn = np.sort(np.random.default_rng(0).choice(len(space), RANDOM_DESIGNS, replace=False))
     return [
-        ("tpuv4", enumerate_designs(settings_from_config(config()).tpuv4)),
+        ("tpuv4", enumerate_designs(tpuv4_space())),
         ("random", space.take(drawn)),
     ]
 

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 
 from phazec.cli import conf_dir
 from phazec.commands.search import run_search
-from phazec.config.settings import settings_from_config
+from phazec.config.settings import settings_from_config, tpuv4_space
 from phazec.frontend import default_cache_dir
 
 TARGET_S = {"bert_large": 5 * 60, "gpt3_175b": 15 * 60}
@@ -49,7 +49,7 @@ def search(strategy: str, overrides: list[str]) -> dict[str, Any]:
                 "config",
                 overrides=[*overrides, "tracking=none", f"search.strategy={strategy}", f"cache_dir={cache}"],
             )
-        run_search(settings_from_config(cfg), Path(tmp))
+        run_search(settings_from_config(cfg), Path(tmp), tpuv4_space())
         result: dict[str, Any] = json.loads((Path(tmp) / "result.json").read_text())
     return result
 

@@ -41,7 +41,7 @@ from phazec.config import command_line as validate
 from phazec.config.command_line import model_config, model_list
 from phazec.config.presets import conf_dir
 from phazec.config.schema import register
-from phazec.config.settings import settings_from_config
+from phazec.config.settings import settings_from_config, tpuv4_space
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
 from phazec.report.plots import write_plots
@@ -98,10 +98,10 @@ def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_d
     to `out_dir` (several models: also each model's to `out_dir/<name>/`) and returns the result."""
     names, model_overrides = model_list(list(overrides))
     if names is not None and len(names) != 1:
-        result = run_multi(models_settings(cfg, names, model_overrides), out_dir)
+        result = run_multi(models_settings(cfg, names, model_overrides), out_dir, tpuv4_space())
         dirs = [out_dir / name for name in names]
     else:
-        result = run_search(settings_from_config(cfg), out_dir)
+        result = run_search(settings_from_config(cfg), out_dir, tpuv4_space())
         dirs = [out_dir]
     with stage("plots"):
         for directory in dirs:

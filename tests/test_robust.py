@@ -22,7 +22,7 @@ from phazec.cli import conf_dir
 from phazec.commands.search import run_search, search_state
 from phazec.config import command_line as validate
 from phazec.config.rundir import unique_dir
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import settings_from_config, tpuv4_space, typed
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from phazec.hw.schema import DeviceConfig, HwConfig
@@ -45,7 +45,7 @@ def run(tmp_path: Path, cache: Path, *overrides: str) -> dict[str, Any]:
     """Run a search in `tmp_path` (BERT-large unless `overrides` names another model)."""
     model = () if any(o.startswith("model=") for o in overrides) else BERT2
     cfg = compose_config(*model, "hw=tpuv4", *QUICK, f"cache_dir={cache}", *overrides)
-    run_search(settings_from_config(cfg), tmp_path)
+    run_search(settings_from_config(cfg), tmp_path, tpuv4_space())
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 

@@ -23,6 +23,7 @@ from phazec.commands.settings import Settings
 from phazec.commands.setup import Job
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.space import HwSpace
 from phazec.predict.evaluator import Candidate, Timings, best
 from phazec.report.records import design_record, outcome, search_record, speedup
 from phazec.search.executors.base import start_executor
@@ -107,7 +108,7 @@ def common_csv(designs: Designs, chips: list[Chip], per_model: dict[str, dict[Ch
     return out.getvalue()
 
 
-def run_multi(settings: Mapping[str, Settings], out_dir: Path) -> dict[str, Any]:
+def run_multi(settings: Mapping[str, Settings], out_dir: Path, tpuv4: HwSpace) -> dict[str, Any]:
     """One common design for several models, beside each model's own best: `settings` by model name
     (`phazec model=[a,b,...]`: each the settings `model=<name>` composes).
 
@@ -129,7 +130,7 @@ def run_multi(settings: Mapping[str, Settings], out_dir: Path) -> dict[str, Any]
     runs: dict[str, tuple[Job, Found, dict[str, Any]]] = {}
     for name, model_settings in settings.items():
         try:
-            runs[name] = run_job(model_settings, out_dir / name)
+            runs[name] = run_job(model_settings, out_dir / name, tpuv4)
         except PhazecError as err:
             raise PhazecError(f"model {name}: {err}") from err
     designs = runs[names[0]][0].designs

@@ -74,13 +74,13 @@ def search_state(settings: Settings, part: str = "") -> SearchState:
     return SearchState(directory / part if part else directory, settings.search.resume)
 
 
-def baselines(job: Job, found_best: Candidate) -> dict[str, dict[str, Any]]:
+def baselines(job: Job, found_best: Candidate, tpuv4_space: HwSpace) -> dict[str, dict[str, Any]]:
     """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
     found design with that fixed plan. A fixed plan that cannot run on the system is reported as not
     applicable, with the reason, and never fails the finished search. The TPUv4 is priced as
     `tpuv4_baseline` says."""
     evaluator = job.evaluator
-    tpuv4 = tpuv4_baseline(job.settings.tpuv4, job.designs.device)
+    tpuv4 = tpuv4_baseline(tpuv4_space, job.designs.device)
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
     return {
@@ -150,9 +150,10 @@ def baseline_plan(model: ModelConfig, devices: int) -> None:
         )
 
 
-def run_job(settings: Settings, out_dir: Path) -> tuple[Job, Found, dict[str, Any]]:
+def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Found, dict[str, Any]]:
     """One model's whole co-search: writes result.json, explored.csv and the bottleneck Gantt to
-    `out_dir`; returns the job, what the search found and the result."""
+    `out_dir`; returns the job, what the search found and the result. `tpuv4` is the TPUv4-like
+    design the baselines use (`phazec.config.settings.tpuv4_space`)."""
     start = time.perf_counter()
     writable_dir(out_dir, "the run directory")
     check_microbatches(settings)
@@ -169,7 +170,7 @@ def run_job(settings: Settings, out_dir: Path) -> tuple[Job, Found, dict[str, An
     usage = Usage(job.evaluator, job.designs)
     main = outcome(job.designs, found.best, usage)
     with stage("baselines"):
-        compared = baselines(job, found.best)
+        compared = baselines(job, found.best, tpuv4)
     result = {
         "model": settings.model.name,
         "design": main["design"],
@@ -199,6 +200,7 @@ def run_job(settings: Settings, out_dir: Path) -> tuple[Job, Found, dict[str, An
     return job, found, result
 
 
-def run_search(settings: Settings, out_dir: Path) -> dict[str, Any]:
-    """The whole co-search for one model; writes result.json and explored.csv to `out_dir`."""
-    return run_job(settings, out_dir)[2]
+def run_search(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> dict[str, Any]:
+    """The whole co-search for one model, compared with the TPUv4-like design `tpuv4`; writes
+    result.json and explored.csv to `out_dir`."""
+    return run_job(settings, out_dir, tpuv4)[2]

@@ -65,8 +65,6 @@ class Settings:
     search: SearchConfig
     solver: SolverConfig
     tracking: TrackingConfig
-    tpuv4: HwSpace
-    """The TPUv4-like design every search compares with (the `hw` preset `tpuv4`, composed)."""
     cache_dir: Path
     """Where exported ONNX files and solver results are cached (`cache_dir`, resolved)."""
     config: dict[str, Any]

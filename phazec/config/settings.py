@@ -28,10 +28,10 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
-from phazec.hw.space import hw_space_from_config
+from phazec.hw.space import HwSpace, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.predict.plan_report import Plan
-from phazec.predict.training import KNOB_FIELDS, SEARCHED, Knobs, Training, check_knob, spec
+from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
 from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schedule.backends import check_config
@@ -73,7 +73,6 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         search=search,
         solver=solver,
         tracking=typed(TrackingConfig, cfg.tracking, "tracking"),
-        tpuv4=hw_space_from_config(typed(HwConfig, preset("hw", TPUV4_PRESET), "hw")),
         cache_dir=cache_dir,
         config={str(key): value for key, value in plain.items()},
     )
@@ -135,15 +134,7 @@ def _value(kind: Any, value: Any) -> Any:
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:
     """The training settings a search tries: each searched knob's list of `train.*` (checked), every
     other knob's setting, and the HBM sizes of `system.hbm_gb` in the order given."""
-    values = checked(Training, train, "train")
-    fixed = Training(
-        **{
-            k.name: check_knob("train", k.name, values[k.name])
-            for k in KNOB_FIELDS
-            if not spec(k.name).searched
-        }
-    )
-    return Knobs.of({name: values[name] for name in SEARCHED}, fixed, [round(g * 1e9) for g in system.hbm_gb])
+    return Knobs.searching([round(g * 1e9) for g in system.hbm_gb], **checked(Training, train, "train"))
 
 
 def plan_settings(plan: Any, train: Any) -> Plan:
@@ -199,3 +190,8 @@ def model_dims(model: ModelConfig) -> None:
             raise PhazecError(
                 f"model.hf_config.{key}={value!r} is not valid: a model dimension must be a positive integer."
             )
+
+
+def tpuv4_space() -> HwSpace:
+    """The TPUv4-like design every search compares with: the `hw` preset `tpuv4`, composed."""
+    return hw_space_from_config(typed(HwConfig, preset("hw", TPUV4_PRESET), "hw"))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
 from phazec.errors import PhazecError
@@ -184,32 +184,25 @@ class Knobs:
     """HBM sizes to try, in the order given."""
 
     @classmethod
-    def of(cls, lists: Mapping[str, Sequence[Any]], fixed: Training, hbm_bytes: Sequence[int]) -> Knobs:
-        """The knobs from each searched knob's list (checked: non-empty, each value valid) and the
-        setting of every other."""
+    def searching(cls, hbm_bytes: Sequence[int], **given: Any) -> Knobs:
+        """A search's knobs: `train.*`'s defaults but for the knobs `given` (a list of values for a
+        searched knob, one setting for any other), each checked (a searched knob's list non-empty)."""
         values = []
         for name in SEARCHED:
-            given = list(lists[name])
-            if not given:
+            listed = list(given.get(name, spec(name).search))
+            if not listed:
                 raise PhazecError(
                     f"train.{name}=[] is not valid: list at least one setting to search, e.g. "
                     f"{spec(name).search}."
                 )
-            values.append((name, tuple(check_knob("train", name, v, given) for v in given)))
-        first = {name: settings[0] for name, settings in values}
-        return cls(tuple(values), replace(fixed, **first), tuple(int(h) for h in hbm_bytes))
-
-    @classmethod
-    def searching(cls, hbm_bytes: Sequence[int], **given: Any) -> Knobs:
-        """A search's knobs: `train.*`'s defaults but for the knobs `given` (a list of values for a
-        searched knob, one setting for any other)."""
-        lists = {name: given.get(name, spec(name).search) for name in SEARCHED}
+            values.append((name, tuple(check_knob("train", name, v, listed) for v in listed)))
         fixed = {
             k.name: check_knob("train", k.name, given.get(k.name, spec(k.name).search))
             for k in KNOB_FIELDS
             if not spec(k.name).searched
         }
-        return cls.of(lists, Training(**fixed), hbm_bytes)
+        first = {name: settings[0] for name, settings in values}
+        return cls(tuple(values), Training(**fixed, **first), tuple(int(h) for h in hbm_bytes))
 
     @classmethod
     def single(cls, training: Training, hbm_bytes: int) -> Knobs:

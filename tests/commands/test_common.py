@@ -20,7 +20,7 @@ from phazec.commands.common import best_per_chip, common_chip, evaluate_more, ru
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
 from phazec.config.command_line import model_config, model_list
-from phazec.config.settings import settings_from_config
+from phazec.config.settings import settings_from_config, tpuv4_space
 from phazec.errors import PhazecError
 from phazec.predict.evaluator import Candidate
 from phazec.predict.training import Training
@@ -39,7 +39,7 @@ KNOBS = ("num_tc", "tc_width", "tc_depth", "num_vc", "vc_width", "glb_bytes")
 def multi(tmp_path: Path, cache_dir: Path, *overrides: str) -> dict[str, Any]:
     """Run the multi-model search as `model=[bert_large,opt_350m]` composes it; returns result.json."""
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", f"model=[{','.join(MODELS)}]", *overrides)
-    run_multi(models_settings(cfg, MODELS), tmp_path)
+    run_multi(models_settings(cfg, MODELS), tmp_path, tpuv4_space())
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -75,6 +75,7 @@ def test_exhaustive_common_design_is_the_best_mean(tmp_path: Path, cache_dir: Pa
                 compose_config(*QUICK, f"cache_dir={cache_dir}", f"model={name}", *SPACE, "search=exhaustive")
             ),
             tmp_path / f"single_{name}",
+            tpuv4_space(),
         )
         assert answer(own) == answer(single)
         for key in ("design", "plan", "time_per_batch_s", "throughput_samples_per_s"):

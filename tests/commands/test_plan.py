@@ -20,7 +20,7 @@ from phazec.cli import run_plan
 from phazec.commands.plan import predict_plan
 from phazec.commands.search import run_search
 from phazec.commands.setup import setup
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import settings_from_config, tpuv4_space, typed
 from phazec.cost.model import OpCosts, latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
@@ -463,7 +463,7 @@ def test_phazec_plan_and_phazec_give_the_same_time(
         "train.microbatch=[2]", "train.recompute=[full]", "train.last_stage_recomputes=true",
         "train.optimizer_step=true", "system.hbm_gb=[80]", "search.workers=1",
     )  # fmt: skip
-    result = run_search(settings_from_config(search), tmp_path / "search")
+    result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
     timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
@@ -649,7 +649,7 @@ def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) ->
         "train.sequence_parallel=[false,true]", "train.interleave=[1,2]",
         "train.distributed_optimizer=[false,true]", "search.workers=1",
     )  # fmt: skip
-    result = run_search(settings_from_config(cfg), tmp_path)
+    result = run_search(settings_from_config(cfg), tmp_path, tpuv4_space())
     rows = list(csv.DictReader((tmp_path / "explored.csv").open()))
     settings = {(r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
                 for r in rows}  # fmt: skip

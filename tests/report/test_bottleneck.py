@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import phazec.commands.search
-from phazec.config.settings import settings_from_config
+from phazec.config.settings import settings_from_config, tpuv4_space
 from phazec.hw.designs import Designs
 from phazec.predict import bottleneck
 from phazec.predict.bottleneck import bottleneck_block
@@ -46,7 +46,7 @@ def test_search_writes_the_bottleneck_gantt(
 
     monkeypatch.setattr(phazec.commands.search, "bottleneck_block", spy)
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", "model=bert_large", "hw=tpuv4")
-    phazec.commands.search.run_search(settings_from_config(cfg), tmp_path)
+    phazec.commands.search.run_search(settings_from_config(cfg), tmp_path, tpuv4_space())
 
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result) == RESULT_KEYS

@@ -18,7 +18,7 @@ import pytest
 
 from phazec.commands.search import run_search, search_state, tpuv4_baseline
 from phazec.config.presets import group_presets
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import settings_from_config, tpuv4_space, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
@@ -60,7 +60,7 @@ QUICK = (
 def search(tmp_path: Path, cache_dir: Path, *overrides: str) -> dict[str, Any]:
     """Run the co-search with a shared ONNX cache; returns result.json as written."""
     cfg = compose_config(*QUICK, f"cache_dir={cache_dir}", *overrides)
-    run_search(settings_from_config(cfg), tmp_path)
+    run_search(settings_from_config(cfg), tmp_path, tpuv4_space())
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result
 
@@ -101,7 +101,7 @@ def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, ca
 
 
 def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:
-    tpuv4 = settings_from_config(compose_config()).tpuv4
+    tpuv4 = tpuv4_space()
     preset = enumerate_designs(tpuv4).device
     shared = replace(preset, hbm_shared=True, kernel_latency_s=1e-5)
     assert tpuv4_baseline(tpuv4, shared).device == shared

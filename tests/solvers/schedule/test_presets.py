@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import tpuv4_space, typed
 from phazec.cost.model import latency_model_from_config
 from phazec.hw.schema import CostConfig, SystemConfig
 from phazec.hw.space import enumerate_designs
@@ -36,7 +36,7 @@ def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
         widths,
         GraphSettings(optimizer=cfg.train.optimizer, vocab_parallel=cfg.parallel.vocab_parallel),
     )
-    tpu = enumerate_designs(settings_from_config(cfg).tpuv4)
+    tpu = enumerate_designs(tpuv4_space())
     system, latency = (
         system_from_config(typed(SystemConfig, cfg.system, "system")),
         latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
