@@ -81,8 +81,20 @@ def baselines(job: Job, found_best: Candidate, tpuv4_space: HwSpace) -> dict[str
     `tpuv4_baseline` says."""
     evaluator = job.evaluator
     tpuv4 = tpuv4_baseline(tpuv4_space, job.designs.device)
-    tpu_optimal = best(evaluator.evaluate(tpuv4))
     chosen = job.designs.take(np.array([found_best.design]))
+    missing = sorted(set(evaluator.knobs.tried("precision")) - set(tpuv4.device.precisions()))
+    if missing:
+        reason = {
+            "not_applicable": f"the TPUv4-like design has no tensor cores for precision {', '.join(missing)} "
+            "(hw.device.fp8_rate of the tpuv4 preset is 0)"
+        }
+        tpu = {**outcome(tpuv4, None), **reason}
+        return {
+            "tpuv4_optimal_placement": tpu,
+            "tpuv4_megatron_plan": tpu,
+            "found_design_megatron_plan": fixed_outcome(job, chosen),
+        }
+    tpu_optimal = best(evaluator.evaluate(tpuv4))
     return {
         "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal, Usage(evaluator, tpuv4)),
         "tpuv4_megatron_plan": fixed_outcome(job, tpuv4),

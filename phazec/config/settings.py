@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import types
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
@@ -62,13 +63,18 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_config(solver)
     system_config = typed(SystemConfig, cfg.system, "system")
     system = system_from_config(system_config)
+    hw = hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))
+    train = train_knobs(cfg.train, system_config)
+    plan = plan_settings(cfg.plan, cfg.train)
+    check_precision(hw, train.tried("precision"), "train.precision")
+    check_precision(hw, (plan.training.precision,), "plan.precision")
     typed_settings = Settings(
         model=model,
-        hw=hw_space_from_config(typed(HwConfig, cfg.hw, "hw")),
+        hw=hw,
         system=system,
         cost=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
-        train=train_knobs(cfg.train, system_config),
-        plan=plan_settings(cfg.plan, cfg.train),
+        train=train,
+        plan=plan,
         parallel=typed(ParallelConfig, cfg.parallel, "parallel"),
         search=search,
         solver=solver,
@@ -129,6 +135,23 @@ def _value(kind: Any, value: Any) -> Any:
         items = [_value(element, item) for item in value]
         return tuple(items) if origin is tuple else items
     return value
+
+
+def check_precision(hw: HwSpace, precisions: Sequence[str], name: str) -> None:
+    """Every precision of `precisions` (the values of `name`) runs on the hw preset's tensor cores.
+
+    Raises:
+        PhazecError: one does not (fp8 without FP8 tensor cores, mxfp8 without MXFP8).
+    """
+    runs = hw.device.precisions()
+    for precision in precisions:
+        if precision not in runs:
+            raise PhazecError(
+                f"{name}={precision!r} is not valid on hw={hw.name}: its tensor cores run "
+                f"{', '.join(runs)} only (hw.device.fp8_rate = {hw.device.fp8_rate}, hw.device.mxfp8 = "
+                f"{hw.device.mxfp8}). Use one of those, or a chip with FP8 tensor cores (h100 and later; "
+                "mxfp8: Blackwell), or give the template FP8 tensor cores with hw.device.fp8_rate=2."
+            )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

@@ -135,6 +135,11 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
             not apply to the designs' device model.
     """
     check_applies(model, designs)
+    if model.name == "phaze" and ops.low_precision.any():
+        raise PhazecError(
+            "cost=phaze (the PHAZE reference's closed form) prices bf16 GEMMs only; precision fp8 and "
+            "mxfp8 need cost=tiled."
+        )
     network_s = np.repeat(network_latency_s(ops, system)[:, None], len(designs), 1)
     single_core_s = network_s.copy()
     all_cores_s = network_s

@@ -172,6 +172,11 @@ class OpWork:
     """Bytes each device contributes to an all-reduce, or sends point to point."""
     group_size: int = 1
     """Devices taking part in an all-reduce."""
+    low_precision: bool = False
+    """A GEMM in FP8 or MXFP8 (`precision`): at the chip's FP8 rate, its operands one byte each."""
+    quantize_bytes: float = 0
+    """Bytes the FP8 casts before a low-precision GEMM read and write (amax, scale and cast of its
+    activation operand into row- and column-wise copies), streamed at HBM bandwidth before it."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,8 @@ class OpTable:
     bytes_written: NDArray[np.float64]
     collective_bytes: NDArray[np.float64]
     group_size: NDArray[np.int64]
+    low_precision: NDArray[np.bool_]
+    quantize_bytes: NDArray[np.float64]
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -229,10 +236,14 @@ _DTYPES: dict[str, type] = {
     "vector_class": np.int64,
     "backward": np.bool_,
     "group_size": np.int64,
+    "low_precision": np.bool_,
 }
 """Column types other than float64."""
 
-_COUNTS = ("batch", "m", "k", "n", "vector_elements", "bytes_read", "bytes_written", "collective_bytes")
+_COUNTS = (
+    *("batch", "m", "k", "n", "vector_elements", "bytes_read", "bytes_written", "collective_bytes"),
+    "quantize_bytes",
+)
 
 
 def _validate_row(i: int, row: OpWork) -> None:

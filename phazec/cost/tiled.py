@@ -22,12 +22,14 @@ on-chip buffer terms are the GPU's instead (output tiles, each on one core over 
 reduction plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's
 shared memory and L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before;
 compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
-and every on-chip operator pays `kernel_latency_s` once. Every bandwidth grows with the design, so more
-cores, larger arrays, larger buffers or more bandwidth never make an operator slower, and no operator
-beats its compute bound or its HBM traffic bound. An operator's latency assumes the whole HBM
-bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
-`hw.device.hbm_shared`, to share the bandwidth between operators run side by side
-(`phazec.solvers.schedule.problem`).
+and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes
+at `fp8_rate` times the peak and `fp8_gemm_utilisation` of it, moves one-byte operands, and first
+streams its casts' `quantize_bytes` through HBM as one more kernel. Every bandwidth grows with the
+design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator
+slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
+assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer
+schedule uses, with `hw.device.hbm_shared`, to share the bandwidth between operators run side by
+side (`phazec.solvers.schedule.problem`).
 """
 
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from phazec.cost.ops import OpKind, OpTable
+from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 
 F64 = NDArray[np.float64]
@@ -72,8 +75,14 @@ def _blocked_words(batch: F64, m: F64, k: F64, n: F64, buffer_words: F64) -> F64
     return words
 
 
+def operand_bytes(ops: OpTable) -> F64:
+    """Bytes per element of each GEMM's operands, [ops, 1]: one for a low-precision GEMM, else two."""
+    word: F64 = np.where(ops.low_precision, 1.0, float(WORD_BYTES))[:, None]
+    return word
+
+
 def gemm_traffic(ops: OpTable, designs: Designs) -> GemmTraffic:
-    """The data each GEMM of `ops` moves on each design."""
+    """The data each GEMM of `ops` moves on each design (in operand words, and bytes for HBM)."""
     batch, m, k, n = (col[:, None] for col in (ops.batch, ops.m, ops.k, ops.n))
     w = designs.tc_width[None, :].astype(np.float64)
     d = designs.tc_depth[None, :].astype(np.float64)
@@ -83,8 +92,26 @@ def gemm_traffic(ops: OpTable, designs: Designs) -> GemmTraffic:
     core_words = designs.tc_buffer_bytes[None, :] / WORD_BYTES
     glb_words = designs.glb_bytes[None, :] / WORD_BYTES
     own_bytes = (ops.bytes_read + ops.bytes_written)[:, None]
-    hbm_bytes = np.maximum(own_bytes, WORD_BYTES * _blocked_words(batch, m, k, n, glb_words))
-    return GemmTraffic(port_words, _blocked_words(batch, m, k, n, core_words), hbm_bytes)
+    word = operand_bytes(ops)
+    hbm_bytes = np.maximum(own_bytes, word * _blocked_words(batch, m, k, n, glb_words))
+    # A one-byte operand fits twice the words in a buffer and a link: count its words at half weight.
+    share = word / WORD_BYTES
+    return GemmTraffic(port_words * share, _blocked_words(batch, m, k, n, core_words) * share, hbm_bytes)
+
+
+def gemm_peak_share(ops: OpTable, designs: Designs) -> F64:
+    """Share of the tensor cores' BF16 MACs per cycle each GEMM's main loop reaches, [ops, 1]:
+    `gemm_utilisation`, or `fp8_rate` x `fp8_gemm_utilisation` for a low-precision GEMM."""
+    device = designs.device
+    if device.fp8_rate == 0 and ops.low_precision.any():
+        raise PhazecError(
+            "a low-precision (FP8) GEMM was priced on a chip without FP8 tensor cores "
+            "(hw.device.fp8_rate = 0): use precision=bf16 or a chip with FP8 tensor cores."
+        )
+    share: F64 = np.where(
+        ops.low_precision, device.fp8_rate * device.fp8_gemm_utilisation, device.gemm_utilisation
+    )[:, None]
+    return share
 
 
 def gemm_compute_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
@@ -109,7 +136,7 @@ def gemm_wave_cycles(ops: OpTable, designs: Designs, cores: F64) -> F64:
     device = designs.device
     assert device.gemm_tiles is not None
     batch, m, k, n = (col[:, None] for col in (ops.batch, ops.m, ops.k, ops.n))
-    peak = (designs.tc_width * designs.tc_depth)[None, :] * device.gemm_utilisation
+    peak = (designs.tc_width * designs.tc_depth)[None, :] * gemm_peak_share(ops, designs)
     best = np.full(np.broadcast_shapes(m.shape, peak.shape), np.inf)
     for rows, cols in device.gemm_tiles:
         tiles = batch * np.ceil(m / rows) * np.ceil(n / cols)
@@ -135,14 +162,22 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
     if device.gemm_tiles is None:
         cycles = np.maximum(
             np.maximum(
-                gemm_compute_cycles(ops, designs, cores) / device.gemm_utilisation,
+                gemm_compute_cycles(ops, designs, cores) / gemm_peak_share(ops, designs),
                 traffic.port_words / (cores * (d + 2.0 * w)),
             ),
             traffic.glb_words / (cores * GLB_LINK_SHARE * (w + d)),
         )
     else:
         cycles = gemm_wave_cycles(ops, designs, cores)
-    return _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs)
+    return _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs) + quantize_s(ops, designs)
+
+
+def quantize_s(ops: OpTable, designs: Designs) -> F64:
+    """Seconds of each GEMM's FP8 casts before it, [ops, designs]: its `quantize_bytes` through HBM
+    plus one kernel latency (0 for a GEMM without casts)."""
+    casts = ops.quantize_bytes[:, None]
+    seconds: F64 = np.where(casts > 0, _memory_s(casts, designs) + designs.device.kernel_latency_s, 0.0)
+    return seconds
 
 
 def attention_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
@@ -178,7 +213,7 @@ def hbm_traffic_s(ops: OpTable, designs: Designs) -> F64:
     gemms = np.flatnonzero((ops.kind == OpKind.GEMM) | (ops.kind == OpKind.FUSED))
     if gemms.size:
         own_bytes[gemms] = gemm_traffic(ops.take(gemms), designs).hbm_bytes
-    return _memory_s(own_bytes, designs)
+    return _memory_s(own_bytes + ops.quantize_bytes[:, None], designs)
 
 
 def vector_lanes(designs: Designs, all_cores: bool) -> F64:

@@ -39,6 +39,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   the GEMM producing its input and the first GEMM using its result (Megatron-Core's
   `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
   (`phazec.predict.layer_costs.overlap_collectives`).
+- `fp8_rate`, `mxfp8`, `fp8_gemm_utilisation`: the chip's FP8 tensor cores (MACs per cycle as a
+  multiple of BF16's; 0: none), whether they take MXFP8's block scales, and the share of that peak an
+  FP8 GEMM's main loop reaches; `precision` fp8 or mxfp8 prices the blocks' linear layers with them
+  (`phazec.cost.tiled`, `phazec.predict.layer_costs.low_precision_gemm`).
 
 Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
 bound, and no value makes an operator slower on a design with more or larger cores, more bandwidth or
@@ -96,6 +100,20 @@ class DeviceModel:
     """Each RMSNorm and rotary embedding runs as one kernel."""
     hbm_shared: bool = False
     """Operators run side by side share the HBM bandwidth."""
+    fp8_rate: float = 0.0
+    """FP8 tensor-core MACs per cycle as a multiple of BF16's, >= 0 (0: no FP8 tensor cores)."""
+    mxfp8: bool = False
+    """The tensor cores run MXFP8."""
+    fp8_gemm_utilisation: float = 1.0
+    """Share of a core's FP8 peak reached in an FP8 GEMM tile's main loop, in (0, 1]."""
+
+    def precisions(self) -> tuple[str, ...]:
+        """The GEMM precisions the chip runs (`phazec.predict.training.PRECISIONS` order)."""
+        return (
+            ("bf16",)
+            + (("fp8",) if self.fp8_rate > 0 else ())
+            + (("mxfp8",) if self.mxfp8 and self.fp8_rate > 0 else ())
+        )
 
 
 IDEAL = DeviceModel()
@@ -164,4 +182,7 @@ def device_from_config(config: DeviceConfig) -> DeviceModel:
         fuse_elementwise=config.fuse_elementwise,
         fuse_norm_rope=config.fuse_norm_rope,
         hbm_shared=config.hbm_shared,
+        fp8_rate=_non_negative("fp8_rate", config.fp8_rate),
+        mxfp8=config.mxfp8,
+        fp8_gemm_utilisation=_share("fp8_gemm_utilisation", config.fp8_gemm_utilisation),
     )

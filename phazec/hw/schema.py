@@ -49,6 +49,13 @@ class DeviceConfig:
     tp_comm_overlap: bool = False
     """Tensor-parallel collectives are split into chunks that overlap the GEMMs next to them
     (Megatron-Core's `--tp-comm-overlap`; `phazec.predict.layer_costs.overlap_collectives`)."""
+    fp8_rate: float = 0.0
+    """FP8 tensor-core MACs per cycle as a multiple of BF16's (2 on Hopper and Blackwell); 0: the chip
+    has no FP8 tensor cores, so `precision` fp8 and mxfp8 are refused."""
+    mxfp8: bool = False
+    """The tensor cores run MXFP8, FP8 with a shared scale per 32 elements (Blackwell), at `fp8_rate`."""
+    fp8_gemm_utilisation: float = 1.0
+    """Share of a core's FP8 peak reached in an FP8 GEMM tile's main loop, in (0, 1]."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,6 @@ import numpy as np
 
 from phazec.hw.designs import Designs
 from phazec.predict.evaluator import Candidate, Evaluator
-from phazec.predict.layer_costs import class_costs
 from phazec.solvers.placement.problem import Placement
 from phazec.solvers.schedule.problem import ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, schedule
@@ -63,23 +62,14 @@ def bottleneck_block(evaluator: Evaluator, designs: Designs, candidate: Candidat
     model = evaluator.graphs[placement.t]
     stage = max(range(placement.stage_count), key=lambda s: placement.stages[s].load_s)
     # [2, layers] on the one design: the same figures (and cache hits) as the placement's.
-    latencies = evaluator.layer_latencies_s(
-        chosen, candidate.microbatch, candidate.training.sequence_parallel
-    )[placement.t][0]
+    latencies = evaluator.layer_latencies_s(chosen, candidate.training)[placement.t][0]
     layer, backward = max(
         ((i, b) for i in placement.stages[stage].layers for b in (0, 1)),
         key=lambda lb: latencies[lb[1], lb[0]],
     )
     cls_index = model.layers[layer].cls
     cls = model.classes[cls_index]
-    costs = class_costs(
-        cls,
-        chosen,
-        evaluator.system,
-        evaluator.latency_model,
-        candidate.microbatch,
-        sequence_parallel=candidate.training.sequence_parallel,
-    )
+    costs = evaluator.class_costs(model, cls_index, chosen, candidate.training)
     graph, op_costs = (cls.backward, costs.backward) if backward else (cls.graph, costs.forward)
     assert graph is not None and op_costs is not None  # a zero latency would not be the maximum
     problem = evaluator.schedule_problem(graph, op_costs, chosen, 0)

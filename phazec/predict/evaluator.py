@@ -25,7 +25,7 @@ from phazec.hw.system import System
 from phazec.ir.core import Graph, Model
 from phazec.passes.attention import core_ops
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
-from phazec.predict.layer_costs import class_costs, sequence_split_width
+from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.predict.training import CORE, SEARCHED, Knobs, Training, core_settings
 from phazec.solvers.placement.dp import solve_placements
@@ -114,25 +114,37 @@ class Evaluator:
     """Where each ILP is written as an LP file when `solver.write_lp` is set."""
     timings: Timings = field(default_factory=Timings)
 
-    def layer_latencies_s(
-        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
-    ) -> dict[int, NDArray[np.float64]]:
+    def layer_latencies_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
         the latency of its attention core's forward ops run one after another on all cores (what
-        selective recompute repeats; `attention_core_s`), with or without sequence parallelism."""
-        return self._per_layer_s(designs, microbatch, sequence_parallel, self.schedules_s)
+        selective recompute repeats; `attention_core_s`), under the knobs `training` sets that price a
+        layer (microbatch, sequence parallelism, precision)."""
+        return self._per_layer_s(designs, training, self.schedules_s)
 
-    def layer_lower_bounds_s(
-        self, designs: Designs, microbatch: int, sequence_parallel: bool = False
-    ) -> dict[int, NDArray[np.float64]]:
+    def layer_lower_bounds_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
         """Like `layer_latencies_s`, but proven lower bounds on those latencies, without the ILP."""
-        return self._per_layer_s(designs, microbatch, sequence_parallel, self.lower_s)
+        return self._per_layer_s(designs, training, self.lower_s)
+
+    def class_costs(self, model: Model, cls: int, designs: Designs, training: Training) -> ClassCosts:
+        """The operator costs of class `cls` of `model` on every design under `training`'s microbatch,
+        sequence parallelism and precision (`phazec.predict.layer_costs.class_costs`)."""
+        start = time.perf_counter()
+        costs = class_costs(
+            model.classes[cls],
+            designs,
+            self.system,
+            self.latency_model,
+            training.microbatch,
+            sequence_parallel=training.sequence_parallel,
+            low_precision=low_precision_class(model, cls, training.precision),
+        )
+        self.timings.cost_s += time.perf_counter() - start
+        return costs
 
     def _per_layer_s(
         self,
         designs: Designs,
-        microbatch: int,
-        sequence_parallel: bool,
+        training: Training,
         latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
     ) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
@@ -141,17 +153,8 @@ class Evaluator:
         for t, model in self.graphs.items():
             per_class = np.zeros((len(designs), 3, len(model.classes)))
             for c, cls in enumerate(model.classes):
-                start = time.perf_counter()
-                costs = class_costs(
-                    cls,
-                    designs,
-                    self.system,
-                    self.latency_model,
-                    microbatch,
-                    sequence_parallel=sequence_parallel,
-                )
+                costs = self.class_costs(model, c, designs, training)
                 per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
-                self.timings.cost_s += time.perf_counter() - start
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
                 if cls.backward is not None and costs.backward is not None:
                     per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
@@ -222,17 +225,17 @@ class Evaluator:
         self,
         latencies: dict[int, NDArray[np.float64]],
         j: int,
-        microbatch: int,
+        training: Training,
         designs: Designs,
-        sequence_parallel: bool = False,
         *,
         bound_sync_windows: bool = False,
     ) -> PlacementProblem:
-        """The placement problem of design j at one microbatch size (all allowed t), under the first
-        of the searched settings (`Variant.applied` sets the others); `bound_sync_windows` as in
-        `PlacementProblem`."""
+        """The placement problem of design j at `training`'s microbatch size and sequence parallelism
+        (all allowed t), under the first of the searched settings (`Variant.applied` sets the
+        others); `bound_sync_windows` as in `PlacementProblem`."""
+        microbatch = training.microbatch
         widths = sorted(self.graphs)
-        rows = [layer_arrays(self.graphs[t], microbatch, sequence_parallel) for t in widths]
+        rows = [layer_arrays(self.graphs[t], microbatch, training.sequence_parallel) for t in widths]
         reference = self.graphs[widths[0]]
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
         return PlacementProblem(
@@ -286,12 +289,12 @@ class Evaluator:
     def evaluate(self, designs: Designs) -> list[Candidate]:
         """Every (design, outer setting, variant) of a batch of designs, in that order."""
         outers = self.outer()
-        latencies = [self.layer_latencies_s(designs, o.microbatch, o.sequence_parallel) for o in outers]
+        latencies = [self.layer_latencies_s(designs, o) for o in outers]
         candidates = []
         for j in range(len(designs)):
             for outer, latency in zip(outers, latencies, strict=True):
                 start = time.perf_counter()
-                problem = self.problem(latency, j, outer.microbatch, designs, outer.sequence_parallel)
+                problem = self.problem(latency, j, outer, designs)
                 variants = self.variants(outer)
                 results = solve_placements(problem, [variant for variant, _ in variants])
                 self.timings.dp_s += time.perf_counter() - start
@@ -318,7 +321,7 @@ class Evaluator:
         out = np.full(len(designs), np.inf)
         for outer in self.outer():
             variants = [variant for variant, _ in self.variants(outer, (max(self.knobs.hbm_bytes),))]
-            latencies = self.layer_lower_bounds_s(designs, outer.microbatch, outer.sequence_parallel)
+            latencies = self.layer_lower_bounds_s(designs, outer)
             start = time.perf_counter()
             solved: dict[bytes, float] = {}
             for j in range(len(designs)):
@@ -329,14 +332,7 @@ class Evaluator:
                     ]
                 )
                 if key not in solved:
-                    problem = self.problem(
-                        latencies,
-                        j,
-                        outer.microbatch,
-                        designs,
-                        outer.sequence_parallel,
-                        bound_sync_windows=True,
-                    )
+                    problem = self.problem(latencies, j, outer, designs, bound_sync_windows=True)
                     results = solve_placements(problem, variants)
                     solved[key] = min(
                         [np.inf, *(r.time_per_batch_s for r in results if isinstance(r, Placement))]
@@ -350,12 +346,10 @@ class Evaluator:
         with the most layers, the first on a tie) at the smallest tensor-parallel width and the largest
         microbatch: one accelerator's inference-style figure, blind to placement (strategy `bo`)."""
         model = self.graphs[min(self.graphs)]
-        block = max(model.classes, key=lambda cls: cls.count)
-        start = time.perf_counter()
-        costs = class_costs(
-            block, designs, self.system, self.latency_model, max(self.knobs.tried("microbatch"))
-        )
-        self.timings.cost_s += time.perf_counter() - start
+        c = max(range(len(model.classes)), key=lambda i: model.classes[i].count)
+        block = model.classes[c]
+        microbatch = max(self.knobs.tried("microbatch"))
+        costs = self.class_costs(model, c, designs, replace(self.knobs.fixed, microbatch=microbatch))
         problems = [
             self.schedule_problem(block.graph, costs.forward, designs, j) for j in range(len(designs))
         ]
@@ -378,10 +372,10 @@ class Evaluator:
         outers = self.outer()
         for microbatch in self.knobs.tried("microbatch"):
             mine = [outer for outer in outers if outer.microbatch == microbatch]
-            latencies = [self.layer_latencies_s(designs, microbatch, o.sequence_parallel) for o in mine]
+            latencies = [self.layer_latencies_s(designs, o) for o in mine]
             for j in range(len(designs)):
                 for outer, latency in zip(mine, latencies, strict=True):
-                    problem = self.problem(latency, j, microbatch, designs, outer.sequence_parallel)
+                    problem = self.problem(latency, j, outer, designs)
                     try:
                         stages = megatron_plan(problem, pp)
                         for variant, training in self.variants(outer):

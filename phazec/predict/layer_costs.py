@@ -18,7 +18,7 @@ from phazec.cost.ops import CYCLES_PER_ELEMENT, OpTable, OpWork, VectorClass, ve
 from phazec.cost.ops import OpKind as CostKind
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
-from phazec.ir.core import Graph, LayerClass, Op, OpKind
+from phazec.ir.core import Graph, LayerClass, LayerKind, Model, Op, OpKind
 from phazec.ir.ops import (
     FLASH_PRODUCTS,
     FUSED_ELEMENTWISE,
@@ -28,6 +28,13 @@ from phazec.ir.ops import (
     gemm_dims,
     member_elements,
 )
+from phazec.passes.tensor_parallel import weight_of
+
+QUANTIZE_BYTES_PER_OPERAND_BYTE = 3.0
+"""Bytes the FP8 casts of a GEMM's bf16 activation operand move per byte of it: current scaling reads
+it once for its amax and once to cast it (2 + 2 bytes per element) and writes the row- and
+column-wise FP8 copies the forward and backward GEMMs read (1 + 1 bytes): 6 bytes per 2-byte element.
+Transformer Engine's recipes cast a block's activations so (its fused norm-cast kernels save a read)."""
 
 
 def _gemm_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
@@ -113,9 +120,42 @@ def sequence_split(op: Op, graph: Graph) -> bool:
     return op.kind is OpKind.VECTOR and bool(per_sample) and not any(t.tp_split for t in per_sample)
 
 
-def op_work(op: Op, graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1) -> OpWork:
+def low_precision_class(model: Model, cls: int, precision: str) -> bool:
+    """Whether class `cls`'s linear layers run in low precision: `precision` fp8 or mxfp8 and a
+    transformer block (the embedding and the output layer stay in bf16, as Transformer Engine and
+    torchao leave them)."""
+    first = model.classes[cls].members[0]
+    return precision != "bf16" and model.layers[first].kind is LayerKind.BLOCK
+
+
+def low_precision_gemm(op: Op, graph: Graph) -> bool:
+    """Whether a GEMM of a low-precision layer runs in FP8: a linear layer's product (it reads a weight,
+    or, in the backward pass, makes a weight's gradient); the attention products stay in bf16."""
+    if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
+        return False
+    return op.attrs.get("grad") == "weight" or reads_weight(op, graph)
+
+
+def reads_weight(op: Op, graph: Graph) -> bool:
+    """Whether an operator reads a weight or a view of one."""
+    return any(t and weight_of(graph, t) is not None for t in op.inputs)
+
+
+def op_work(
+    op: Op,
+    graph: Graph,
+    microbatch: int,
+    backward: bool,
+    sequence_parallel: int = 1,
+    *,
+    low_precision: bool = False,
+) -> OpWork:
     """The cost-model row of one operator at a microbatch size, with the bytes it reads and writes;
-    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work."""
+    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work. In a
+    low-precision layer, a linear layer's GEMM (`low_precision_gemm`) reads one-byte operands, and
+    one that reads a weight (the forward product and the input gradient's) first casts its other
+    operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
+    casts wrote)."""
     work = WORK_RULES[op.kind](op, graph, microbatch, backward)
     share = 1.0 / sequence_parallel if sequence_split(op, graph) else 1.0
 
@@ -126,15 +166,32 @@ def op_work(op: Op, graph: Graph, microbatch: int, backward: bool, sequence_para
     read = sum(nbytes(t) for t in op.inputs if t)
     written = sum(nbytes(t) for t in op.outputs if t)
     elements = work.vector_elements * share
+    low = low_precision and low_precision_gemm(op, graph)
+    quantize = 0.0
+    if low and reads_weight(op, graph):
+        activations = sum(nbytes(t) for t in op.inputs if t and weight_of(graph, t) is None)
+        quantize = QUANTIZE_BYTES_PER_OPERAND_BYTE * activations
     return OpWork(
-        **{**work.__dict__, "vector_elements": elements, "bytes_read": read, "bytes_written": written}
+        **{
+            **work.__dict__,
+            "vector_elements": elements,
+            "bytes_read": read / 2.0 if low else read,
+            "bytes_written": written,
+            "low_precision": low,
+            "quantize_bytes": quantize,
+        }
     )
 
 
-def op_table(graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1) -> OpTable:
+def op_table(
+    graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1, *, low_precision: bool = False
+) -> OpTable:
     """The cost-model table of a graph's operators, in graph order (`op_work`)."""
     return OpTable.from_rows(
-        [op_work(op, graph, microbatch, backward, sequence_parallel) for op in graph.ops]
+        [
+            op_work(op, graph, microbatch, backward, sequence_parallel, low_precision=low_precision)
+            for op in graph.ops
+        ]
     )
 
 
@@ -200,15 +257,21 @@ def class_costs(
     microbatch: int,
     *,
     sequence_parallel: bool = False,
+    low_precision: bool = False,
 ) -> ClassCosts:
     """Price the forward and backward operators of one class on every design (vectorised); with
-    sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work."""
+    sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work;
+    in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8."""
     split = sequence_split_width(cls, sequence_parallel)
     overlap = designs.device.tp_comm_overlap
-    forward = op_costs(op_table(cls.graph, microbatch, False, split), designs, system, model)
+    forward = op_costs(
+        op_table(cls.graph, microbatch, False, split, low_precision=low_precision), designs, system, model
+    )
     forward = overlap_collectives(cls.graph, forward) if overlap else forward
     if cls.backward is None:
         return ClassCosts(forward, None)
-    backward = op_costs(op_table(cls.backward, microbatch, True, split), designs, system, model)
+    backward = op_costs(
+        op_table(cls.backward, microbatch, True, split, low_precision=low_precision), designs, system, model
+    )
     backward = overlap_collectives(cls.backward, backward) if overlap else backward
     return ClassCosts(forward, backward)

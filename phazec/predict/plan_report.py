@@ -22,7 +22,6 @@ from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Evaluator
-from phazec.predict.layer_costs import class_costs
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, explain_plan
 from phazec.solvers.placement.problem import Stages, Variant
@@ -194,8 +193,8 @@ def time_plan(plan: Plan, evaluator: Evaluator, designs: Designs) -> PlanReport:
     (`Knobs.single`; `phazec-plan` builds it from the config, benches pass one whose model they built)."""
     training = plan.training
     stages = plan_stages(evaluator.graphs[plan.tp], plan)
-    latencies = evaluator.layer_latencies_s(designs, training.microbatch, training.sequence_parallel)
-    problem = evaluator.problem(latencies, 0, training.microbatch, designs, training.sequence_parallel)
+    latencies = evaluator.layer_latencies_s(designs, training)
+    problem = evaluator.problem(latencies, 0, training, designs)
     variant = Variant(plan.tp, evaluator.knobs.hbm_bytes[0], core_settings(training))
     figures = explain_plan(problem, variant, stages, plan.dp)
     return plan_report(plan, evaluator, designs, stages, figures)
@@ -211,7 +210,7 @@ def plan_report(
     samples = evaluator.system.global_batch
     time_s = placement.time_per_batch_s
     devices = tp * plan.pp * plan.dp
-    layers = layer_figures(evaluator, designs, model, microbatch, plan.training.sequence_parallel)
+    layers = layer_figures(evaluator, designs, model, plan.training)
     model_flops = 0.0
     recompute_flops = 0.0
     for stage, mode in zip(stages, figures.modes, strict=True):
@@ -258,19 +257,13 @@ class LayerFigures:
 
 
 def layer_figures(
-    evaluator: Evaluator, designs: Designs, model: Model, microbatch: int, sequence_parallel: bool
+    evaluator: Evaluator, designs: Designs, model: Model, training: Training
 ) -> list[LayerFigures]:
     """Per layer: TP all-reduce latency on the design, FLOPs, attention-core FLOPs."""
+    microbatch = training.microbatch
     per_class = []
-    for cls in model.classes:
-        costs = class_costs(
-            cls,
-            designs,
-            evaluator.system,
-            evaluator.latency_model,
-            microbatch,
-            sequence_parallel=sequence_parallel,
-        )
+    for c, cls in enumerate(model.classes):
+        costs = evaluator.class_costs(model, c, designs, training)
         comm_s = 0.0
         totals = [0, 0]
         for direction, (graph, op_costs) in enumerate(

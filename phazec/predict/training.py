@@ -27,6 +27,9 @@ from phazec.errors import PhazecError
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES
 from phazec.solvers.placement.problem import RECOMPUTE_MODES
 
+PRECISIONS = ("bf16", "fp8", "mxfp8")
+"""Values of the `precision` knob."""
+
 
 @dataclass(frozen=True)
 class KnobSpec:
@@ -124,6 +127,12 @@ class Training:
     """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
     read and written once (all of them without a distributed optimizer), every gradient zeroed; the
     search leaves it out by default, as PHAZE does."""
+    precision: str = knob("bf16", search=["bf16"], choices=PRECISIONS)
+    """The GEMM precision of the transformer blocks' linear layers: `bf16`, `fp8` (Transformer Engine's
+    and torchao's per-tensor scaled FP8: the chip's FP8 rate, one-byte operands, each activation cast
+    before its GEMM) or `mxfp8` (Blackwell's block-scaled FP8, priced as fp8); attention, the
+    embedding, the output layer and the optimizer keep their precision. The chip must have FP8 tensor
+    cores (`hw.device.fp8_rate`, and `hw.device.mxfp8` for mxfp8)."""
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

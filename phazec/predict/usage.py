@@ -41,8 +41,8 @@ from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Candidate, Evaluator
-from phazec.predict.layer_costs import class_costs, op_table, sequence_split_width
-from phazec.predict.training import core_settings
+from phazec.predict.layer_costs import low_precision_class, op_table, sequence_split_width
+from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, plan_figures
 from phazec.solvers.placement.problem import Placement, Variant
 from phazec.solvers.schedule.problem import TC, VC, ScheduleProblem
@@ -109,23 +109,16 @@ def core_busy_s(problem: ScheduleProblem, graph: Graph, core: list[int]) -> tupl
     return _busy_core_s(problem, duration_s, [True] * len(problem.ops))
 
 
-def layer_work(
-    evaluator: Evaluator, design: Designs, microbatch: int, t: int, sequence_parallel: bool
-) -> LayerWork:
-    """Each layer's busy core-seconds and energy on the one design of `design`, at width t."""
+def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int) -> LayerWork:
+    """Each layer's busy core-seconds and energy on the one design of `design`, at width t, under
+    `training`'s microbatch, sequence parallelism and precision."""
     model = evaluator.graphs[t]
+    microbatch, sequence_parallel = training.microbatch, training.sequence_parallel
     shape = (3, len(model.classes))
     tc_s, vc_s = np.zeros(shape), np.zeros(shape)
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
-        costs = class_costs(
-            cls,
-            design,
-            evaluator.system,
-            evaluator.latency_model,
-            microbatch,
-            sequence_parallel=sequence_parallel,
-        )
+        costs = evaluator.class_costs(model, c, design, training)
         split = sequence_split_width(cls, sequence_parallel)
         graphs = [(0, cls.graph, costs.forward)]
         if cls.backward is not None and costs.backward is not None:
@@ -135,7 +128,9 @@ def layer_work(
             tc_s[direction, c], vc_s[direction, c] = busy_core_s(
                 problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
             )
-            parts = op_energy_parts_j(op_table(graph, microbatch, direction == 1, split), design)
+            low = low_precision_class(model, c, training.precision)
+            table = op_table(graph, microbatch, direction == 1, split, low_precision=low)
+            parts = op_energy_parts_j(table, design)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:
@@ -223,7 +218,7 @@ class Usage:
 
     evaluator: Evaluator
     designs: Designs
-    _work: dict[tuple[int, int, int, bool], LayerWork] = field(default_factory=dict)
+    _work: dict[tuple[int, int, Training], LayerWork] = field(default_factory=dict)
 
     def __call__(self, candidate: Candidate) -> dict[str, Any]:
         """The figures of a feasible candidate, its design being `designs[candidate.design]`."""
@@ -231,10 +226,10 @@ class Usage:
         assert isinstance(placement, Placement)
         design = self.designs.take(np.array([candidate.design]))
         training = candidate.training
-        microbatch, t, sequence_parallel = training.microbatch, placement.t, training.sequence_parallel
-        key = (candidate.design, microbatch, t, sequence_parallel)
+        microbatch, t = training.microbatch, placement.t
+        key = (candidate.design, t, training)
         if key not in self._work:
-            self._work[key] = layer_work(self.evaluator, design, microbatch, t, sequence_parallel)
+            self._work[key] = layer_work(self.evaluator, design, training, t)
         figures = plan_sizes(self.evaluator, design, candidate)
         costs = figures.costs
         plan = PlanWork(
@@ -258,6 +253,6 @@ def plan_sizes(evaluator: Evaluator, design: Designs, candidate: Candidate) -> P
     training, t = candidate.training, placement.t
     layers = len(evaluator.graphs[t].layers)
     no_latency = {width: np.ones((1, 3, layers)) for width in evaluator.graphs}
-    problem = evaluator.problem(no_latency, 0, training.microbatch, design, training.sequence_parallel)
+    problem = evaluator.problem(no_latency, 0, training, design)
     variant = Variant(t, placement.hbm_bytes, core_settings(training))
     return plan_figures(problem, variant, tuple(stage.layers for stage in placement.stages), 1)

@@ -433,8 +433,9 @@ def test_a_cut_carries_the_mask_only_when_the_pipeline_sends_it(cache_dir: Path,
     edges = {(e.src, e.dst): e for e in model.edges}
     assert (edges[0, 2].per_sample_bytes, edges[0, 2].built_per_sample_bytes) == (0, S * S)
     assert (edges[1, 2].per_sample_bytes, edges[1, 2].built_per_sample_bytes) == (2 * S * H, 0)
-    latencies = job.evaluator.layer_latencies_s(job.designs, 2, False)
-    problem = job.evaluator.problem(latencies, 0, 2, job.designs)
+    training = replace(settings.plan.training, microbatch=2)
+    latencies = job.evaluator.layer_latencies_s(job.designs, training)
+    problem = job.evaluator.problem(latencies, 0, training, job.designs)
     stages = plan_stages(model, settings.plan)
     assert stages[0] == (0, 1)
     microbatch = 2

@@ -102,6 +102,29 @@ def test_the_fastest_tile_is_taken() -> None:
     assert latency_s == 128 * 32768 / 1.41e9
 
 
+def test_fp8_gemm_by_hand() -> None:
+    # The 8192^3 GEMM above in FP8 on a chip with twice the MACs per cycle in FP8, at 70 % of that peak:
+    # 19 waves of 256 * 128 * 8192 MACs at 1024 * 2 * 0.7 per cycle plus 500 cycles. Before it, its
+    # casts stream 3 * 2 * 8192^2 bytes (`QUANTIZE_BYTES_PER_OPERAND_BYTE` times its bf16 activation)
+    # at 87 % of 1 PB/s, plus one 18 us kernel latency, which the GEMM pays too.
+    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6, fp8_rate=2.0, fp8_gemm_utilisation=0.7)
+    casts = 3 * 2 * 8192**2
+    fp8 = replace(_gemm(8192, 8192, 8192), low_precision=True, quantize_bytes=casts)
+    gemm_s = 19 * (256 * 128 * 8192 / (1024 * 2 * 0.7) + 500) / 1.41e9 + 18e-6
+    quantize_s = casts / (1e15 * 0.87) + 18e-6
+    latency_s = _costs(fp8, _designs(device, GPU_ROW)).all_cores_s[0, 0]
+    assert latency_s == pytest.approx(gemm_s + quantize_s, rel=1e-12)
+    bf16_s = _costs(_gemm(8192, 8192, 8192), _designs(device, GPU_ROW)).all_cores_s[0, 0]
+    assert bf16_s == pytest.approx(19 * (256 * 128 * 8192 / (1024 * 0.8) + 500) / 1.41e9 + 18e-6, rel=1e-12)
+
+
+def test_fp8_gemm_on_a_chip_without_fp8_is_refused() -> None:
+    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6)
+    fp8 = replace(_gemm(8192, 8192, 8192), low_precision=True)
+    with pytest.raises(PhazecError, match=r"without FP8 tensor cores \(hw.device.fp8_rate = 0\)"):
+        _costs(fp8, _designs(device, GPU_ROW))
+
+
 def test_memory_bound_vector_op_by_hand() -> None:
     # An add of 2^26 bf16 elements on the h100 preset moves 3 * 2^27 bytes at memory_utilisation * 3.35 TB/s.
     design = _preset("h100")
@@ -175,11 +198,21 @@ device_strategy = st.builds(
     st.floats(0.05, 1.0),
     st.floats(0.0, 1e-4),
     attention_utilisation=st.floats(0.05, 1.0),
+    fp8_rate=st.sampled_from([1.0, 2.0, 4.0]),
+    fp8_gemm_utilisation=st.floats(0.05, 1.0),
 )
+low_precision_strategy = st.tuples(op_strategy, st.booleans(), st.integers(0, 1 << 26)).map(
+    lambda drawn: (
+        replace(drawn[0], low_precision=True, quantize_bytes=drawn[2])
+        if drawn[1] and drawn[0].kind in (OpKind.GEMM, OpKind.FUSED)
+        else drawn[0]
+    )
+)
+"""Operators of `op_strategy`, a GEMM sometimes in FP8 with casts before it."""
 
 
 @settings(max_examples=300, deadline=None)
-@given(op_strategy, design_strategy, growth, device_strategy)
+@given(low_precision_strategy, design_strategy, growth, device_strategy)
 def test_more_resources_never_make_an_operator_slower(
     op: OpWork, design: dict[str, float], grow: tuple[str, float], device: DeviceModel
 ) -> None:
@@ -195,18 +228,24 @@ def test_more_resources_never_make_an_operator_slower(
 
 
 @settings(max_examples=300, deadline=None)
-@given(op_strategy, design_strategy, device_strategy)
+@given(low_precision_strategy, design_strategy, device_strategy)
 def test_never_above_the_peak(op: OpWork, design: dict[str, float], device: DeviceModel) -> None:
-    # No operator beats its compute bound at 100 % of the peak, nor its bytes at the full HBM bandwidth;
-    # a better utilisation never makes it slower.
+    # No operator beats its compute bound at 100 % of the peak (an FP8 GEMM: of the FP8 peak), nor its
+    # bytes and its casts' at the full HBM bandwidth; a better utilisation never makes it slower.
     designs = _designs(device, design)
     costs = _costs(op, designs)
-    perfect = replace(device, gemm_utilisation=1.0, memory_utilisation=1.0, attention_utilisation=1.0)
+    perfect = replace(
+        device,
+        gemm_utilisation=1.0,
+        memory_utilisation=1.0,
+        attention_utilisation=1.0,
+        fp8_gemm_utilisation=1.0,
+    )
     ideal = _costs(op, replace(designs, device=perfect))
     clock = design["clock_hz"]
-    hbm_s = (op.bytes_read + op.bytes_written) / design["hbm_bytes_per_s"]
+    hbm_s = (op.bytes_read + op.bytes_written + op.quantize_bytes) / design["hbm_bytes_per_s"]
     macs = op.batch * op.m * op.k * op.n
-    pe = design["tc_width"] * design["tc_depth"]
+    pe = design["tc_width"] * design["tc_depth"] * (device.fp8_rate if op.low_precision else 1.0)
     for cores, latency_s, ideal_s in (
         (1, costs.single_core_s[0, 0], ideal.single_core_s[0, 0]),
         (design["num_tc"], costs.all_cores_s[0, 0], ideal.all_cores_s[0, 0]),

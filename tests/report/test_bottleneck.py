@@ -65,7 +65,7 @@ def test_search_writes_the_bottleneck_gantt(
 
     # The bottleneck, worked out from the evaluator's per-layer latencies on the found design.
     chosen = designs.take(np.array([candidate.design]))
-    latencies = evaluator.layer_latencies_s(chosen, candidate.microbatch)[placement.t][0]
+    latencies = evaluator.layer_latencies_s(chosen, candidate.training)[placement.t][0]
     loads = [s.load_s for s in placement.stages]
     stage = loads.index(max(loads))
     layers = list(placement.stages[stage].layers)

@@ -202,8 +202,9 @@ def test_lower_bounds_hold_on_every_design(lowered: Callable[[str], Model]) -> N
         solver=SolverConfig(),
         knobs=knobs,
     )
-    lower = evaluator.layer_lower_bounds_s(designs, 8)[1]
-    exact = evaluator.layer_latencies_s(designs, 8)[1]
+    training = replace(knobs.fixed, microbatch=8)
+    lower = evaluator.layer_lower_bounds_s(designs, training)[1]
+    exact = evaluator.layer_latencies_s(designs, training)[1]
     assert np.all(lower <= exact)
     assert np.all(lower >= 0.5 * exact)  # not trivially loose
     bounds_s = evaluator.lower_bounds_s(designs)

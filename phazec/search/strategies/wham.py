@@ -67,7 +67,7 @@ from phazec.ir.core import Graph
 from phazec.ir.graph import topological_order
 from phazec.predict import usage
 from phazec.predict.evaluator import Candidate, Evaluator, attention_core_s, best
-from phazec.predict.layer_costs import ClassCosts, class_costs
+from phazec.predict.layer_costs import ClassCosts
 from phazec.search.executors.base import Executor
 from phazec.search.loop import Found, chunks, explore
 from phazec.search.schema import SearchConfig
@@ -243,10 +243,10 @@ class LocalSearch:
     def stage_costs(self, stage: StageWork, picked: NDArray[np.int64]) -> dict[int, ClassCosts]:
         """Each layer class the stage runs, priced on the picked designs, by class index."""
         ev = self.evaluator
-        classes = ev.graphs[self.t].classes
         on = self.designs.take(picked)
         used = sorted({c for c, _, _ in stage.runs} | {c for c, _ in stage.core_runs})
-        return {c: class_costs(classes[c], on, ev.system, ev.latency_model, self.microbatch) for c in used}
+        training = replace(ev.knobs.fixed, microbatch=self.microbatch)
+        return {c: ev.class_costs(ev.graphs[self.t], c, on, training) for c in used}
 
     def _graphs(
         self, cls_index: int, costs: ClassCosts, forward_runs: float, backward_runs: float

@@ -1,0 +1,107 @@
+"""Precision (`train.precision`, `plan.precision`): which GEMMs run in FP8, their casts, and the
+chips that can run them."""
+
+from pathlib import Path
+
+import pytest
+
+from phazec.config.settings import settings_from_config, typed
+from phazec.cost.ops import OpKind
+from phazec.errors import PhazecError
+from phazec.frontend import load_model
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.core import LayerKind, Model
+from phazec.passes.pipeline import GraphSettings, training_graphs
+from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, low_precision_class, op_table
+from tests.conftest import compose_config
+
+HIDDEN, FFN, TOKENS = 256, 512, 64
+TINY_LLAMA = (
+    "model=llama2_7b",
+    f"model.hf_config.hidden_size={HIDDEN}",
+    f"model.hf_config.intermediate_size={FFN}",
+    "model.hf_config.num_attention_heads=4",
+    "model.hf_config.num_key_value_heads=4",
+    "model.hf_config.num_hidden_layers=2",
+    "model.hf_config.vocab_size=1024",
+    f"model.seq_len={TOKENS}",
+    f"model.hf_config.max_position_embeddings={TOKENS}",
+)
+
+
+@pytest.fixture(scope="module")
+def tiny(cache_dir: Path) -> Model:
+    """A two-block Llama's training graph at t = 1 (flash attention, as the GPU presets run it)."""
+    config = typed(ModelConfig, compose_config(*TINY_LLAMA).model, "model")
+    model = load_model(config, cache_dir)
+    return training_graphs(model, [1], GraphSettings(attention="flash", causal=True))[1]
+
+
+def _block(model: Model) -> int:
+    return next(layer.cls for layer in model.layers if layer.kind is LayerKind.BLOCK)
+
+
+def test_the_linear_layers_of_a_block_run_in_fp8(tiny: Model) -> None:
+    # A Llama block's seven linear layers (q, k, v, o, gate, up, down) run in FP8: forward, and in the
+    # backward pass each one's input gradient and weight gradient; flash attention stays in bf16. Only
+    # the forward products and the input gradients' cast an operand: the activation going in, and the
+    # output gradient coming back (the weight gradients read the copies those casts wrote).
+    block = tiny.classes[_block(tiny)]
+    assert low_precision_class(tiny, _block(tiny), "fp8")
+    assert not low_precision_class(tiny, _block(tiny), "bf16")
+    assert block.backward is not None
+    forward = op_table(block.graph, 1, False, low_precision=True)
+    backward = op_table(block.backward, 1, True, low_precision=True)
+    assert int(forward.low_precision.sum()) == 7
+    assert int(backward.low_precision.sum()) == 14
+    assert int((backward.quantize_bytes > 0).sum()) == 7
+    assert not forward.low_precision[forward.kind == OpKind.ATTENTION].any()
+    # A projection of the attention (q, k, v or o): its input is TOKENS x HIDDEN in bf16, its weight
+    # HIDDEN x HIDDEN; its operands move at one byte each, its bf16 result at two.
+    bf16 = op_table(block.graph, 1, False)
+    q = next(
+        i
+        for i, op in enumerate(block.graph.ops)
+        if forward.low_precision[i] and forward.n[i] == HIDDEN and forward.k[i] == HIDDEN
+    )
+    activation_bytes = 2 * TOKENS * HIDDEN
+    assert forward.quantize_bytes[q] == QUANTIZE_BYTES_PER_OPERAND_BYTE * activation_bytes
+    assert forward.bytes_read[q] == bf16.bytes_read[q] / 2 == (activation_bytes + 2 * HIDDEN * HIDDEN) / 2
+    assert forward.bytes_written[q] == bf16.bytes_written[q] == 2 * TOKENS * HIDDEN
+
+
+def test_the_embedding_and_the_output_layer_stay_in_bf16(tiny: Model) -> None:
+    others = {layer.cls for layer in tiny.layers if layer.kind is not LayerKind.BLOCK}
+    assert others
+    for cls in others:
+        assert not low_precision_class(tiny, cls, "fp8")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("hw=a100", "plan.precision=fp8"),
+            r"plan.precision='fp8' is not valid on hw=a100: its tensor cores run bf16 only",
+        ),
+        (
+            ("hw=h100", "train.precision=[bf16,mxfp8]"),
+            r"train.precision='mxfp8' is not valid on hw=h100: its tensor cores run bf16, fp8 only",
+        ),
+        (("hw=tpu_area", "train.precision=[fp8]"), r"hw.device.fp8_rate=2"),
+        (
+            ("plan.precision=fp16",),
+            r"plan.precision='fp16' is not valid: it must be one of \['bf16', 'fp8', 'mxfp8'\]",
+        ),
+    ],
+)
+def test_a_precision_the_chip_cannot_run_is_refused(overrides: tuple[str, ...], message: str) -> None:
+    with pytest.raises(PhazecError, match=message):
+        settings_from_config(compose_config(*overrides))
+
+
+def test_fp8_on_the_template_with_fp8_tensor_cores_is_accepted() -> None:
+    settings = settings_from_config(
+        compose_config("hw=tpu_area", "hw.device.fp8_rate=2", "train.precision=[fp8]")
+    )
+    assert settings.train.tried("precision") == ("fp8",)
