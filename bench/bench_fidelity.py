@@ -92,9 +92,9 @@ class Run:
     sequence_parallel: bool
     layers_per_stage: tuple[int, ...] | None
     """Blocks per pipeline stage (`plan.layers`) when they do not split evenly; None: an even split."""
-    distributed_optimizer: bool
-    """The optimizer state is sharded over the data-parallel replicas (Megatron-Core's distributed
-    optimizer; BLOOM's bf16 optimizer, "its own zero stage 1 equivalent")."""
+    zero_stage: int
+    """1: the optimizer state is sharded over the data-parallel replicas (Megatron-Core's distributed
+    optimizer; BLOOM's bf16 optimizer, "its own zero stage 1 equivalent"); 0: not."""
     megatron_core: bool
     """A Megatron-Core (2024) run: distributed optimizer, overlapped gradient reduction and parameter
     gather, TP communication overlapped with the GEMMs beside compute (Transformer Engine's; the
@@ -176,7 +176,7 @@ def expressible(row: dict[str, str]) -> Run | str:
         interleave=_int(row["interleave"], 1),
         sequence_parallel=row["seq_parallel"] == "yes" or (h100_default and int(row["tp"]) > 1),
         layers_per_stage=stage_blocks(int(row["layers"]), int(row["pp"])),
-        distributed_optimizer=h100_default or row["source_id"].startswith("BLOOM"),
+        zero_stage=int(h100_default or row["source_id"].startswith("BLOOM")),
         megatron_core=h100_default,
         pipeline_sends_masks=row["source_id"].startswith("BLOOM"),
         tp=int(row["tp"]),
@@ -223,7 +223,7 @@ def run_config(run: Run, overrides: tuple[str, ...] = ()) -> DictConfig:
                 f"plan.recompute={run.recompute}",
                 f"plan.interleave={run.interleave}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
-                f"plan.distributed_optimizer={str(run.distributed_optimizer).lower()}",
+                f"plan.zero_stage={run.zero_stage}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
                 f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
                 f"plan.pipeline_sends_masks={str(run.pipeline_sends_masks).lower()}",

@@ -53,7 +53,7 @@ PLANS = {
     "gpt3_175b_overlaps": [
         "model=gpt3_175b", "hw=h100", "system=dgx_h100", "train.optimizer=adam", "plan.tp=8", "plan.pp=8",
         "plan.dp=16", "plan.microbatch=1", "plan.recompute=full", "plan.interleave=2",
-        "plan.distributed_optimizer=true", "plan.overlap_grad_reduce=true", "plan.overlap_param_gather=true",
+        "plan.zero_stage=1", "plan.overlap_grad_reduce=true", "plan.overlap_param_gather=true",
         "plan.pipeline_sends_masks=true", "plan.last_stage_recomputes=false",
     ],
     "gpt2_xl_over_hbm": [

@@ -86,7 +86,7 @@ def main(path: Path) -> None:
         p, k = report.plan, report.plan.training
         plan = (f"t{p.tp} p{p.pp} d{p.dp} mb{k.microbatch} v{k.interleave} "
                 f"{k.recompute}{' sp' if k.sequence_parallel else ''}"
-                f"{' dopt' if k.distributed_optimizer else ''}")  # fmt: skip
+                f"{' dopt' if k.zero_stage else ''}")  # fmt: skip
         print(f"{run.row_id:24s} {plan:34s} {report.fits!s:5s} {report.memory.total_bytes / 1e9:9.2f} "
               f"{report.memory.activation_bytes:14d} {memory.activation_bytes:14d} {formula:14d} "
               f"{memory.activation_bytes - formula:7d} {report.time_per_batch_s:8.3f} "

@@ -265,6 +265,7 @@ NB_MODULE(_core, m) {
       .def_ro("backward_s", &StageCost::backward_s)
       .def_ro("selective_s", &StageCost::selective_s)
       .def_ro("param_bytes", &StageCost::param_bytes)
+      .def_ro("largest_layer_bytes", &StageCost::largest_layer_bytes)
       .def_ro("stash_bytes", &StageCost::stash_bytes)
       .def_ro("selective_bytes", &StageCost::selective_bytes)
       .def_ro("input_bytes", &StageCost::input_bytes)
@@ -277,7 +278,8 @@ NB_MODULE(_core, m) {
       .def_ro("forward_s", &StageTime::forward_s)
       .def_ro("backward_s", &StageTime::backward_s)
       .def_ro("recompute_s", &StageTime::recompute_s)
-      .def_ro("p2p_s", &StageTime::p2p_s);
+      .def_ro("p2p_s", &StageTime::p2p_s)
+      .def_ro("shard_s", &StageTime::shard_s);
   using phazec::StageMemory;
   nb::class_<StageMemory>(m, "StageMemory", "Bytes on one device of one stage, in parts.")
       .def_ro("weights_bytes", &StageMemory::weights_bytes)
@@ -303,6 +305,7 @@ NB_MODULE(_core, m) {
       .def_ro("backward_s", &IterationTime::backward_s)
       .def_ro("recompute_s", &IterationTime::recompute_s)
       .def_ro("p2p_s", &IterationTime::p2p_s)
+      .def_ro("shard_s", &IterationTime::shard_s)
       .def_ro("bubble_s", &IterationTime::bubble_s)
       .def_ro("dp_sync_stage", &IterationTime::dp_sync_stage)
       .def_ro("dp_sync_s", &IterationTime::dp_sync_s)

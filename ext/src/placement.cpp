@@ -95,6 +95,7 @@ StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeS
   for (int32_t v : members(stage)) {
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
+    c.largest_layer_bytes = std::max(c.largest_layer_bytes, f.param_bytes[v]);
     c.stash_bytes += f.stash_bytes[v];
     c.selective_bytes += f.selective_bytes[v];
     c.input_bytes += f.input_bytes[v];
@@ -195,13 +196,31 @@ struct PlanModel {
   /// m: the microbatches each of d data-parallel replicas runs.
   int64_t microbatches_per_replica(int64_t d) const { return (in.microbatches + d - 1) / d; }
 
-  /// Time per microbatch of a stage in a recompute mode, its pipeline transfers on `tier`.
-  StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier) const {
+  /// Whether the optimizer state is sharded over the d replicas (ZeRO stage 1 and up: Megatron's
+  /// distributed optimizer), the gradients too (stage 2 and up), the weights too (stage 3: FSDP).
+  bool shards_state() const { return settings.zero_stage >= 1; }
+  bool shards_gradients() const { return settings.zero_stage >= 2; }
+  bool shards_weights() const { return settings.zero_stage >= 3; }
+
+  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tier`: its weights are
+  /// all-gathered before the forward pass and again before the backward pass, and its gradients
+  /// reduce-scattered after it (each half a ring all-reduce of its weights); each layer's gather is
+  /// prefetched during the layer before it, so a pass hides as much as it lasts.
+  double shard_s(const StageCost& c, int64_t d, const NetworkTier& shard_tier) const {
+    if (!shards_weights() || d == 1) return 0.0;
+    const double half_s = allreduce_s(c.param_bytes, d, shard_tier) / 2.0;
+    return std::max(0.0, half_s - c.forward_s) + std::max(0.0, 2.0 * half_s - c.backward_s);
+  }
+
+  /// Time per microbatch of a stage in a recompute mode at width d, its pipeline transfers on `tier`
+  /// and its ZeRO-3 gathers on `shard_tier`.
+  StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier, int64_t d,
+                 const NetworkTier& shard_tier) const {
     double recompute_s = 0.0;
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(c.cut_bytes, tier);
-    return {c.forward_s, c.backward_s, recompute_s, p2p_s};
+    return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tier)};
   }
 
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
@@ -214,7 +233,7 @@ struct PlanModel {
   /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
   int64_t state_bytes(int64_t weights, int64_t d) const {
     const int64_t state = (in.optimizer_factor - 2) * weights;
-    return settings.distributed_optimizer ? (state + d - 1) / d : state;
+    return shards_state() ? (state + d - 1) / d : state;
   }
 
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
@@ -229,14 +248,19 @@ struct PlanModel {
       working = c.full_working_bytes;
     }
     const int64_t u = in_flight(q, total, d);
-    return {c.param_bytes, c.param_bytes, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
+    const int64_t shard = (c.param_bytes + d - 1) / d;
+    // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
+    const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
+    int64_t gradients = c.param_bytes;
+    if (shards_gradients()) gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
+    return {weights, gradients, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
   }
 
   /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
   /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
   /// is 1/d of the weights and gradients; otherwise all of them).
   int64_t step_bytes(int64_t weights, int64_t d) const {
-    const int64_t shard = settings.distributed_optimizer ? (weights + d - 1) / d : weights;
+    const int64_t shard = shards_state() ? (weights + d - 1) / d : weights;
     return weights + 3 * shard + 2 * state_bytes(weights, d);
   }
 
@@ -250,7 +274,7 @@ struct PlanModel {
   /// grows with every latency.
   std::pair<double, double> sync_windows_s(const StageCost& first, bool later, double bottleneck_s) const {
     const bool reduce = settings.overlap_grad_reduce;
-    const bool gather = settings.distributed_optimizer && settings.overlap_param_gather;
+    const bool gather = shards_state() && !shards_weights() && settings.overlap_param_gather;
     if (in.bound_sync_windows) {
       if (reduce && gather) return {bottleneck_s / 2.0, bottleneck_s / 2.0};
       return {reduce ? bottleneck_s : 0.0, gather ? bottleneck_s : 0.0};
@@ -262,13 +286,14 @@ struct PlanModel {
   }
 
   /// What a stage with `weights` bytes adds after the flush at width d: its DP sync on `tier` less the
-  /// windows it hides behind (a plain all-reduce behind the reduction's; a distributed optimizer's
-  /// reduce-scatter, half the bytes, behind the reduction's and its all-gather behind the other),
-  /// and its optimizer step. Their sum never falls as `weights` grows.
+  /// windows it hides behind (a plain all-reduce behind the reduction's; a sharded optimizer's
+  /// reduce-scatter, half the bytes, behind the reduction's and its all-gather behind the other;
+  /// none under ZeRO-3, whose passes gather and reduce-scatter), and its optimizer step. Their sum
+  /// never falls as `weights` grows.
   SyncTime sync_time(int64_t weights, int64_t d, const NetworkTier& tier, std::pair<double, double> windows_s) const {
-    const double sync_s = allreduce_s(weights, d, tier);
+    const double sync_s = shards_weights() ? 0.0 : allreduce_s(weights, d, tier);
     SyncTime out;
-    if (settings.distributed_optimizer) {
+    if (shards_state()) {
       out.exposed_s =
           std::max(0.0, sync_s / 2.0 - windows_s.first) + std::max(0.0, sync_s / 2.0 - windows_s.second);
     } else {
@@ -318,8 +343,15 @@ struct VariantModel {
     return memory(p, q, total, d).total_bytes();
   }
 
-  double load_s(std::size_t p, std::size_t tier) const {
-    return plan.time(tab.cost[p], mode(p), in().tiers[tier]).load_s();
+  /// Stage p's load, its transfers on tier `tier`, at width d with replicas of k devices (its ZeRO-3
+  /// gathers over its DP group, `dp_sync_tier`).
+  double load_s(std::size_t p, std::size_t tier, int64_t d, int64_t k) const {
+    return plan.time(tab.cost[p], mode(p), in().tiers[tier], d, shard_tier(p, d, k)).load_s();
+  }
+
+  /// The tier of stage p's DP group at width d with replicas of k devices.
+  NetworkTier shard_tier(std::size_t p, int64_t d, int64_t k) const {
+    return dp_sync_tier(in().tiers, d, k, std::min(tab.cost[p].devices, k));
   }
 };
 
@@ -533,17 +565,18 @@ PlanResult solve_variant(const VariantModel& model) {
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
   // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
   // than the first stage would hold in flight (the memory depends on them).
-  std::map<std::tuple<std::size_t, int64_t, int64_t>, FrontierTable> tables;
+  std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
-  const bool per_d = model.plan.settings.distributed_optimizer;
-  auto table_for = [&](std::size_t tier, int64_t total, int64_t d) -> const FrontierTable& {
+  const bool per_d = model.plan.shards_state();
+  const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
     const bool capped = model.plan.in_flight(total, total, d) < model.plan.in_flight(total, total, 1);
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0);
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0, per_k ? k : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
-      auto table = frontier_partition(model, [&, tier, total, d](std::size_t p, int64_t s) {
+      auto table = frontier_partition(model, [&, tier, total, d, k](std::size_t p, int64_t s) {
         const bool fits = model.chunks_fit(p, total) && model.memory_bytes(p, s, total, d) <= hbm_bytes;
-        return fits ? model.load_s(p, tier) : kNone<double>;
+        return fits ? model.load_s(p, tier, d, k) : kNone<double>;
       });
       it = tables.emplace(key, std::move(table)).first;
     }
@@ -552,7 +585,7 @@ PlanResult solve_variant(const VariantModel& model) {
   struct Best {
     double time_s = kNone<double>;
     std::size_t tier = 0, pair = 0, s = 0, q = 0;
-    int64_t d = 0;
+    int64_t d = 0, k = 0;
     int32_t point = -1;
   } best;
   const auto max_stages = static_cast<std::size_t>(lat.graph.g.n);
@@ -579,7 +612,7 @@ PlanResult solve_variant(const VariantModel& model) {
         for (int64_t d = 1; d <= max_d; ++d) {
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
-          const double first_load_s = model.load_s(p, tier);
+          const double first_load_s = model.load_s(p, tier, d, k);
           const double slots = model.plan.slots(total, d);
           const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
@@ -592,10 +625,10 @@ PlanResult solve_variant(const VariantModel& model) {
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
             const double time_s = first_load_s * slots + own_end_s;
-            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, -1};
+            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, -1};
             continue;
           }
-          const FrontierTable& table = table_for(tier, total, d);
+          const FrontierTable& table = table_for(tier, total, d, k);
           const std::vector<Point>& rest = table.points[table.at(lat.inner[p], s - 1, q - narrow)];
           for (std::size_t i = 0; i < rest.size(); ++i) {
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
@@ -606,7 +639,7 @@ PlanResult solve_variant(const VariantModel& model) {
                                model.plan.sync_windows_s(model.tab.cost[p], true, bottleneck_s))
                     .end_s();
             const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
-            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, static_cast<int32_t>(i)};
+            if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, static_cast<int32_t>(i)};
           }
         }
       }
@@ -624,12 +657,12 @@ PlanResult solve_variant(const VariantModel& model) {
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : frontier_pairs(model, table_for(best.tier, total, best.d), best.pair, best.s,
-                                                  best.q, best.point);
+                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k), best.pair,
+                                                  best.s, best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.tab.cost[pairs[i]].devices);
-    out.stage_load_s.push_back(model.load_s(pairs[i], best.tier));
+    out.stage_load_s.push_back(model.load_s(pairs[i], best.tier, best.d, best.k));
     out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], total - static_cast<int64_t>(i), total, best.d));
   }
   return out;
@@ -680,6 +713,7 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
     if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kFull)) {
       fail("unknown recompute mode");
     }
+    if (v.settings.zero_stage < 0 || v.settings.zero_stage > 3) fail("zero stage outside 0..3");
   }
 }
 
@@ -801,7 +835,8 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
     stage.layers = members(sets[i]);
     stage.devices = stage.cost.devices;
     stage.recompute = static_cast<int64_t>(mode);
-    stage.time = plan.time(stage.cost, mode, in.tiers[pipeline_tier]);
+    stage.time = plan.time(stage.cost, mode, in.tiers[pipeline_tier], d,
+                           dp_sync_tier(in.tiers, d, k, std::min(stage.cost.devices, k)));
     stage.memory = plan.memory(stage.cost, mode, total - static_cast<int64_t>(i), total, d);
     stage.load_s = stage.time.load_s();
     stage.memory_bytes = stage.memory.total_bytes();
@@ -814,7 +849,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   std::size_t last = 0;
   SyncTime last_sync;
   for (std::size_t i = 0; i < s; ++i) {
-    const SyncTime sync = plan.sync_time(out.stages[i].memory.weights_bytes, d, i == 0 ? first_sync : later_sync,
+    const SyncTime sync = plan.sync_time(out.stages[i].cost.param_bytes, d, i == 0 ? first_sync : later_sync,
                                          plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
     if (i == 0 || sync.end_s() > last_sync.end_s()) {
       last = i;
@@ -828,7 +863,8 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   const StageTime& slowest = out.stages[top].time;
   const auto times_m = static_cast<double>(m);
   out.iteration = {static_cast<int64_t>(top), times_m * slowest.forward_s, times_m * slowest.backward_s,
-                   times_m * slowest.recompute_s, times_m * slowest.p2p_s, bottleneck_s * plan.bubble(total),
+                   times_m * slowest.recompute_s, times_m * slowest.p2p_s, times_m * slowest.shard_s,
+                   bottleneck_s * plan.bubble(total),
                    static_cast<int64_t>(last), last_sync.exposed_s, last_sync.step_s};
   return out;
 }

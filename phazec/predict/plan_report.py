@@ -68,6 +68,8 @@ class Breakdown:
     critical paths."""
     pipeline_p2p_s: float
     """Sending activations forward and receiving gradients back across the stage's cut."""
+    weight_gather_s: float
+    """ZeRO-3's weight all-gathers and gradient reduce-scatters that the passes do not hide."""
     bubble_s: float
     """Pipeline fill and drain: (stages - 1) / interleave of a microbatch's load of the slowest stage."""
     dp_sync_stage: int
@@ -86,6 +88,7 @@ class Breakdown:
             + self.recompute_s
             + self.tp_communication_s
             + self.pipeline_p2p_s
+            + self.weight_gather_s
             + self.bubble_s
             + self.dp_sync_s
             + self.optimizer_s
@@ -296,6 +299,7 @@ def breakdown(figures: PlanFigures, stages: Stages, comm_s: list[float]) -> Brea
         recompute_s=it.recompute_s,
         tp_communication_s=(it.forward_s + it.backward_s) * share,
         pipeline_p2p_s=it.p2p_s,
+        weight_gather_s=it.shard_s,
         bubble_s=it.bubble_s,
         dp_sync_stage=it.dp_sync_stage,
         dp_sync_s=it.dp_sync_s,
@@ -341,10 +345,8 @@ def not_fit_warning(memory: DeviceMemory, plan: Plan) -> str:
         for remedy, unused in (
             ("full recompute (plan.recompute=full)", training.recompute == "selective"),
             ("recompute (plan.recompute=selective or full)", training.recompute == "none"),
-            (
-                f"a distributed optimizer (plan.distributed_optimizer=true){sharded}",
-                not training.distributed_optimizer,
-            ),
+            (f"a distributed optimizer (plan.zero_stage=1){sharded}", training.zero_stage == 0),
+            (f"FSDP (plan.zero_stage=3){sharded}", training.zero_stage < 3),
             (
                 "sequence parallelism (plan.sequence_parallel=true)",
                 plan.tp > 1 and not training.sequence_parallel,

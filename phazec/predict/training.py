@@ -29,6 +29,8 @@ from phazec.solvers.placement.problem import RECOMPUTE_MODES
 
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 """Values of the `precision` knob."""
+ZERO_STAGES = (0, 1, 2, 3)
+"""Values of the `zero_stage` knob."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,12 @@ class Training:
     optimizer: str = knob("sgd", in_plan=False, recorded=True, choices=tuple(OPTIMIZER_STATE_BYTES))
     """`sgd` (no state) or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and
     gradients); `phazec-plan` reads it here too."""
-    distributed_optimizer: bool = knob(False, search=[False], core=True)
-    """Shard the optimizer state over the data-parallel replicas (Megatron's distributed optimizer,
-    ZeRO-1)."""
+    zero_stage: int = knob(0, search=[0], core=True, choices=ZERO_STAGES)
+    """What is sharded over the data-parallel replicas: 0 nothing; 1 the optimizer state (Megatron's
+    distributed optimizer, ZeRO-1: the gradients reduce-scattered and the weights all-gathered after
+    the step); 2 the gradients too (ZeRO-2); 3 the weights too (FSDP2, Megatron-FSDP, ZeRO-3: each
+    stage's weights all-gathered before its forward and backward passes of each microbatch and its
+    gradients reduce-scattered after, prefetched behind the passes)."""
     last_stage_recomputes: bool = knob(True, search=False, core=True)
     """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does);
     the search follows PHAZE by default."""
@@ -234,7 +239,7 @@ class Knobs:
         latency grows (`phazec.solvers.placement`)."""
         fixed = self.fixed
         return fixed.overlap_grad_reduce or (
-            fixed.overlap_param_gather and any(self.tried("distributed_optimizer"))
+            fixed.overlap_param_gather and any(zero in (1, 2) for zero in self.tried("zero_stage"))
         )
 
 

@@ -12,11 +12,12 @@ def plan_table(report: PlanReport) -> str:
     training = plan.training
     sp = ", sequence parallel" if training.sequence_parallel else ""
     interleave = f", interleave {training.interleave}" if training.interleave > 1 else ""
-    distributed = ", distributed" if training.distributed_optimizer else ""
+    distributed = f", ZeRO-{training.zero_stage}" if training.zero_stage else ""
+    precision = f", {training.precision}" if training.precision != "bf16" else ""
     header = (
         f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp} = {report.devices} devices, "
-        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}; layers per "
-        f"stage {list(report.layers_per_stage)}"
+        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
+        f"{distributed}; layers per stage {list(report.layers_per_stage)}"
     )
     speed = (
         f"{report.time_per_batch_s:.4g} s per iteration, {report.samples_per_s:.4g} samples/s, "
@@ -29,6 +30,7 @@ def plan_table(report: PlanReport) -> str:
         ("recompute", b.recompute_s),
         ("TP communication", b.tp_communication_s),
         ("pipeline p2p", b.pipeline_p2p_s),
+        *([("ZeRO-3 weight gathers", b.weight_gather_s)] if training.zero_stage == 3 else []),
         ("bubble", b.bubble_s),
         (f"DP gradient sync (stage {b.dp_sync_stage})", b.dp_sync_s),
         (f"optimizer step (stage {b.dp_sync_stage})", b.optimizer_s),

@@ -43,7 +43,7 @@ from phazec.predict.layer_costs import (
 from phazec.predict.plan_report import plan_stages
 from phazec.predict.training import Knobs
 from phazec.solvers.placement.dp import solve_placements
-from phazec.solvers.placement.evaluate import explain_plan, plan_figures
+from phazec.solvers.placement.evaluate import PlanFigures, explain_plan, plan_figures
 from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
 from tests.solvers.placement.placement_reference import plan_settings
@@ -188,7 +188,38 @@ def test_toy_phazes_rule_and_one_device_per_stage() -> None:
     assert [s.memory_bytes for s in placement.stages] == [2140, 2100]
 
 
-def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None:
+def test_toy_zero_stages_2_and_3_by_hand() -> None:
+    # Both layers in one stage (2000 B of weights, the larger layer 1000 B), d = 2 replicas of one
+    # device (m = 1), mixed-precision Adam (6 x 2000 B of state, sharded: 6000), the step at 1000 B/s.
+    # ZeRO-2: weights 2000, gradients sharded 1000, state 6000, one microbatch's activations 2 x 100:
+    # 9200 B. Its load 1 + 1 + 2 + 2 = 6 s; its gradient sync over 2 replicas on the 100 B/s tier,
+    # 2 * (1/2) * 2000 / 100 = 20 s (a reduce-scatter and an all-gather), none hidden; the step zeroes
+    # 2000 B of gradients, reads its 1000 B of them, reads and writes its 1000 B of weights and 6000 B
+    # of state: 17000 B, 17 s. Time 6 + 20 + 17 = 43.
+    # ZeRO-3: the weights sharded too, 1000, with the gathered larger layer and the next, prefetched
+    # (2 x 1000), and the gradients of a gathered layer (1000): 3000 + 2000 + 6000 + 200 = 11200 B.
+    # Each microbatch gathers the weights before the forward pass (10 s, half the 20 s all-reduce;
+    # the 2 s forward hides 2) and before the backward pass, then reduce-scatters the gradients (20 s;
+    # the 4 s backward hides 4): 8 + 16 = 24 s exposed, a load of 30 s; no sync after the flush.
+    # Time 30 + 17 = 47. At d = 1 nothing is gathered: the load is 6 s.
+    problem = toy(optimizer_factor=8, hbm_bytes_per_s=1000.0)
+    zero2 = explain_plan(problem, toy_variant(zero_stage=2), [[0, 1]], 2)
+    assert figures_of(zero2) == (43.0, 9200, 20.0, 17.0, 0.0)
+    zero3 = explain_plan(problem, toy_variant(zero_stage=3), [[0, 1]], 2)
+    assert figures_of(zero3) == (47.0, 11200, 0.0, 17.0, 24.0)
+    assert (zero3.memories[0].weights_bytes, zero3.memories[0].gradients_bytes) == (3000, 2000)
+    alone = explain_plan(problem, toy_variant(zero_stage=3), [[0, 1]], 1)
+    assert alone.times[0].load_s == 6.0
+
+
+def figures_of(figures: PlanFigures) -> tuple[float, int, float, float, float]:
+    """Time per batch, the stage's memory, the exposed DP sync, the step and the exposed ZeRO-3 gathers."""
+    it = figures.iteration
+    stage_bytes = figures.placement.stages[0].memory_bytes
+    return figures.placement.time_per_batch_s, stage_bytes, it.dp_sync_s, it.optimizer_s, it.shard_s
+
+
+def test_toy_data_parallel_adam_zero_1_overlap_and_step() -> None:
     # d = 2 (m = 1), mixed-precision Adam: 12 B of state per parameter = 6 x 1000 B, sharded over 2
     # replicas: 3000. Stage 0: 1000 + 1000 + 3000 + 100 (its one microbatch in flight) = 5100. Its
     # gradient sync over the 2 replicas: 2 * (1/2) * 1000 / 100 = 10 s, half a reduce-scatter, half
@@ -199,12 +230,12 @@ def test_toy_data_parallel_adam_distributed_optimizer_overlap_and_step() -> None
     # its half of the weights (500) and its state (3000) read and written: 8500 B at 1000 B/s = 8.5 s.
     # Time 4 * (1 + 1) + 8 + 8.5 = 24.5, or 23.5 with the gather overlapped.
     problem = toy(optimizer_factor=8, hbm_bytes_per_s=1000.0)
-    reduced = toy_variant(distributed_optimizer=True, overlap_grad_reduce=True)
+    reduced = toy_variant(zero_stage=1, overlap_grad_reduce=True)
     figures = explain_plan(problem, reduced, [[0], [1]], 2)
     assert figures.placement.time_per_batch_s == 24.5
     assert [s.memory_bytes for s in figures.placement.stages] == [5100, 5100]
     assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (8.0, 8.5)
-    gathered = toy_variant(distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)
+    gathered = toy_variant(zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True)
     figures = explain_plan(problem, gathered, [[0], [1]], 2)
     assert (figures.placement.time_per_batch_s, figures.iteration.dp_sync_s) == (23.5, 7.0)
     # Without a distributed optimizer there is no all-gather: the all-reduce's 10 s hide behind the
@@ -599,11 +630,11 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
     assert not report.fits and report.memory.headroom_bytes < 0
     assert report.warning is not None and "the plan does not fit: stage" in report.warning
     assert report.warning.endswith(  # only what the plan does not use yet (it recomputes fully)
-        "Try a distributed optimizer (plan.distributed_optimizer=true), sequence parallelism "
-        "(plan.sequence_parallel=true), or more tensor or pipeline parallelism."
+        "Try a distributed optimizer (plan.zero_stage=1), FSDP (plan.zero_stage=3), sequence "
+        "parallelism (plan.sequence_parallel=true), or more tensor or pipeline parallelism."
     )
     every = compose_config(
-        *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.distributed_optimizer=true",
+        *PLAN, f"cache_dir={cache_dir}", "system.hbm_gb=[0.0001]", "plan.zero_stage=3",
         "plan.sequence_parallel=true",
     )  # fmt: skip
     assert str(predict_plan(settings_from_config(every)).warning).endswith(
@@ -648,23 +679,23 @@ def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) ->
         *TINY, "hw=tpuv4", "system.devices=4", "system.global_batch=8", f"cache_dir={cache_dir}",
         "model.tp_widths=[2]", "train.microbatch=[2]", "train.recompute=[full]", "system.hbm_gb=[80]",
         "train.sequence_parallel=[false,true]", "train.interleave=[1,2]",
-        "train.distributed_optimizer=[false,true]", "search.workers=1",
+        "train.zero_stage=[0,1]", "search.workers=1",
     )  # fmt: skip
     result = run_search(settings_from_config(cfg), tmp_path, tpuv4_space())
     rows = list(csv.DictReader((tmp_path / "explored.csv").open()))
-    settings = {(r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
+    settings = {(r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["zero_stage"])
                 for r in rows}  # fmt: skip
     assert len(rows) == len(settings) == 2 * 2 * 2
     feasible = [r for r in rows if r["feasible"] == "True"]
     time_s = min(float(r["time_per_batch_s"]) for r in feasible)
     assert time_s == result["time_per_batch_s"]
     fastest = {
-        (r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["distributed_optimizer"])
+        (r["tp"], r["recompute"], r["sequence_parallel"], r["interleave"], r["zero_stage"])
         for r in feasible
         if float(r["time_per_batch_s"]) == time_s
     }
     plan = result["plan"]
-    knobs = ("tp", "recompute", "sequence_parallel", "interleave", "distributed_optimizer")
+    knobs = ("tp", "recompute", "sequence_parallel", "interleave", "zero_stage")
     assert tuple(str(plan[k]) for k in knobs) in fastest
 
 

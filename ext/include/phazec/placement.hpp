@@ -6,8 +6,8 @@
 // phazec/solvers/placement.py. In short: a stage is the difference of two downsets of the layer
 // DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
 // cores, full: forward again; the last stage recomputes only under Megatron's rule) + 2 v transfers
-// of the cut; its memory is weights, gradients, optimizer state (sharded over d with a distributed
-// optimizer) and the activations kept for the model-chunk microbatches in flight plus the working
+// of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
+// (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3) and the activations kept for the model-chunk microbatches in flight plus the working
 // set a recomputation rebuilds; time per batch = max load * (m + (s - 1) / v) + the latest exposed
 // DP sync + optimizer step of a stage. `solve_placements` searches it; `evaluate_plan` times one
 // given plan with the same functions, so the DP's optimum and the evaluation of its plan agree bit
@@ -62,7 +62,7 @@ struct PlacementInput {
 #define PHAZEC_PLAN_SETTINGS(X)                                                                      \
   X(int64_t, recompute, 0)           /* index in ("none", "selective", "full"): `Recompute` */       \
   X(int64_t, interleave, 1)          /* model chunks per stage (interleaved 1F1B when > 1) */        \
-  X(bool, distributed_optimizer, false)  /* optimizer state sharded over the d replicas */           \
+  X(int64_t, zero_stage, 0)          /* 0-3: what is sharded over the d replicas (`zero_stage`) */   \
   X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */
@@ -107,6 +107,7 @@ struct StageCost {
   double backward_s = 0.0;              // backward critical path
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
+  int64_t largest_layer_bytes = 0;      // the weights of its largest layer (ZeRO-3 gathers one at a time)
   int64_t stash_bytes = 0;              // kept without recomputation
   int64_t selective_bytes = 0;          // kept under selective recompute
   int64_t input_bytes = 0;              // kept under full recompute: the layers' inputs
@@ -122,8 +123,9 @@ struct StageTime {
   double backward_s = 0.0;
   double recompute_s = 0.0;
   double p2p_s = 0.0;  // sending the cut forward and receiving its gradient, for each model chunk
+  double shard_s = 0.0;  // ZeRO-3's weight gathers and gradient reduce-scatter the passes do not hide
   /// The stage's load: the parts summed in this order.
-  double load_s() const { return forward_s + backward_s + recompute_s + p2p_s; }
+  double load_s() const { return forward_s + backward_s + recompute_s + p2p_s + shard_s; }
 };
 
 /// Bytes on one device of one stage, in parts.
@@ -157,6 +159,7 @@ struct IterationTime {
   double backward_s = 0.0;
   double recompute_s = 0.0;
   double p2p_s = 0.0;
+  double shard_s = 0.0;
   double bubble_s = 0.0;
   int64_t dp_sync_stage = 0;  // the stage whose DP sync and optimizer step end last (the first on a tie)
   double dp_sync_s = 0.0;     // its exposed DP sync

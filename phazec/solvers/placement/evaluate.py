@@ -37,6 +37,8 @@ class StageCost:
     selective_s: float
     """Sum of the layers' attention-core forward latencies (selective recompute)."""
     param_bytes: int
+    largest_layer_bytes: int
+    """The weights of its largest layer (ZeRO-3 gathers a layer at a time)."""
     stash_bytes: int
     """Kept without recomputation."""
     selective_bytes: int
@@ -61,11 +63,14 @@ class StageTime:
     recompute_s: float
     p2p_s: float
     """Sending the cut forward and receiving its gradient, for each of the v model chunks."""
+    shard_s: float
+    """ZeRO-3's weight gathers and gradient reduce-scatter that the passes do not hide."""
 
     @property
     def load_s(self) -> float:
-        """compute + p2p, summed in the model's order (the stage's `Stage.load_s`)."""
-        return self.forward_s + self.backward_s + self.recompute_s + self.p2p_s
+        """compute + p2p + ZeRO-3's exposed gathers, summed in the model's order (the stage's
+        `Stage.load_s`)."""
+        return self.forward_s + self.backward_s + self.recompute_s + self.p2p_s + self.shard_s
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,8 @@ class IterationTime:
     backward_s: float
     recompute_s: float
     p2p_s: float
+    shard_s: float
+    """ZeRO-3's exposed weight gathers and gradient reduce-scatters of the bottleneck stage, times m."""
     bubble_s: float
     dp_sync_stage: int
     """The stage whose DP sync and optimizer step end last (the first on a tie): they end the iteration."""

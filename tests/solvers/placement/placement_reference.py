@@ -30,7 +30,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
     return {
         "recompute": RECOMPUTE_MODES.index(recompute),
         "interleave": 1,
-        "distributed_optimizer": False,
+        "zero_stage": 0,
         "last_stage_recomputes": False,
         "overlap_grad_reduce": False,
         "overlap_param_gather": False,

@@ -128,7 +128,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
     """A random problem, HBM size, interleave and switches."""
     others = {
         "interleave": draw(st.integers(1, 3)),
-        "distributed_optimizer": draw(st.booleans()),
+        "zero_stage": draw(st.integers(0, 3)),
         "last_stage_recomputes": draw(st.booleans()),
         "overlap_grad_reduce": draw(st.booleans()),
         "overlap_param_gather": draw(st.booleans()),
