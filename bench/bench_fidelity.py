@@ -204,14 +204,23 @@ def stage_blocks(layers: int, pp: int) -> tuple[int, ...] | None:
     return (per_stage - 1, *[per_stage] * (pp - 2), per_stage - 1)
 
 
-def run_config(run: Run, overrides: tuple[str, ...] = ()) -> DictConfig:
-    """The phazec config of a run: the GPT-2 architecture at the row's dimensions on its chip, with two
-    blocks (`prepare` repeats them to the row's depth); `overrides` (Hydra's `key=value`) last."""
+def gpt_dims(run: Run) -> dict[str, int]:
+    """The Hugging Face GPT-2 config keys of a run's dimensions, with two blocks."""
+    return {"n_embd": run.hidden, "n_layer": 2, "n_head": run.heads, "n_inner": run.ffn,
+            "vocab_size": run.vocab, "n_positions": run.seq_len}  # fmt: skip
+
+
+def run_config(
+    run: Run, overrides: tuple[str, ...] = (), model: str = "gpt3_175b", dims: dict[str, int] | None = None
+) -> DictConfig:
+    """The phazec config of a run: the architecture of the `model` preset (GPT-2's by default) at the
+    row's dimensions (`dims`, Hugging Face config keys with two blocks; `gpt_dims` by default) on its
+    chip (`prepare` repeats the blocks to the row's depth); `overrides` (Hydra's `key=value`) last."""
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         cfg = compose(
             "config",
             overrides=[
-                "model=gpt3_175b",
+                f"model={model}",
                 f"hw={run.chip}",
                 f"system={run.system}",
                 "tracking=none",
@@ -241,10 +250,8 @@ def run_config(run: Run, overrides: tuple[str, ...] = ()) -> DictConfig:
     cfg.model.seq_len = run.seq_len
     cfg.model.tp_widths = [run.tp]
     cfg.model.baseline.pp, cfg.model.baseline.dp, cfg.model.baseline.tp = run.pp, run.dp, run.tp
-    dims = {"n_embd": run.hidden, "n_layer": 2, "n_head": run.heads, "n_inner": run.ffn,
-            "vocab_size": run.vocab, "n_positions": run.seq_len}  # fmt: skip
     with open_dict(cfg.model.hf_config):
-        cfg.model.hf_config.update(dims)
+        cfg.model.hf_config.update(gpt_dims(run) if dims is None else dims)
     cfg.system.devices = run.gpus
     cfg.system.global_batch = run.global_batch
     cfg.system.tiers[-1].group_size = max(run.gpus, cfg.system.tiers[0].group_size + 1)
@@ -261,15 +268,18 @@ class Prepared:
     designs: Designs
 
 
-def prepare(run: Run, overrides: tuple[str, ...] = ()) -> Prepared:
+def prepare(
+    run: Run, overrides: tuple[str, ...] = (), model: str = "gpt3_175b", dims: dict[str, int] | None = None
+) -> Prepared:
     """Set a run up as `phazec-plan` does (`phazec.commands.setup.setup` with the plan's knobs), its model
-    exported with two blocks and repeated to its depth; `overrides` as in `run_config`."""
-    settings = settings_from_config(run_config(run, overrides))
+    exported with two blocks and repeated to its depth; `overrides`, `model` and `dims` as in
+    `run_config`."""
+    settings = settings_from_config(run_config(run, overrides, model, dims))
     plan = settings.plan
     job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
-    model = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
+    deep = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
     options = graph_settings(settings, job.designs.device, plan.training.optimizer)
-    graphs = training_graphs(model, [run.tp], options)
+    graphs = training_graphs(deep, [run.tp], options)
     return Prepared(run, plan, replace(job.evaluator, graphs=graphs), job.designs)
 
 
@@ -356,27 +366,40 @@ def fit_chips(prepared: list[Prepared]) -> dict[str, Fit]:
     return fits
 
 
-def main() -> None:
-    """Per-kernel report, then every expressible run: row, measured, predicted, error and the exposed DP
-    sync; then the summary."""
+def command_line(prog: str, doc: str | None, fit_help: str) -> argparse.ArgumentParser:
+    """A fidelity bench's command line: `--fit` (`fit_help` says what it fits) and device-model overrides
+    (`device_overrides` checks them)."""
     parser = argparse.ArgumentParser(
-        prog="bench_fidelity.py", description=(__doc__ or "").split("\n\n")[0],
+        prog=prog, description=(doc or "").split("\n\n")[0],
         epilog="The module docstring says how rows are predicted, split and fitted.",
     )  # fmt: skip
-    parser.add_argument(
-        "--fit", action="store_true",
-        help="refit each chip's hw.device.gemm_utilisation (and one kernel_latency_s) on its calibration "
-        "rows before predicting; without it, the hw presets' values",
-    )  # fmt: skip
+    parser.add_argument("--fit", action="store_true", help=fit_help)
     parser.add_argument(
         "overrides", nargs="*", metavar="hw.device.KEY=VALUE", help="a device-model override for every row"
     )
-    parser.add_argument("--json", type=Path, help="also write each row's whole plan report to this file")
-    args = parser.parse_args()
+    return parser
+
+
+def device_overrides(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...]:
+    """The parsed `hw.device.<key>=<value>` overrides; anything else ends the bench with a usage error."""
     overrides = tuple(args.overrides)
     bad = [arg for arg in overrides if not arg.startswith("hw.device.") or "=" not in arg]
     if bad:
         parser.error(f"{bad[0]!r} is not a device-model override: give hw.device.<key>=<value>")
+    return overrides
+
+
+def main() -> None:
+    """Per-kernel report, then every expressible run: row, measured, predicted, error and the exposed DP
+    sync; then the summary."""
+    parser = command_line(
+        "bench_fidelity.py", __doc__,
+        "refit each chip's hw.device.gemm_utilisation (and one kernel_latency_s) on its calibration rows "
+        "before predicting; without it, the hw presets' values",
+    )  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write each row's whole plan report to this file")
+    args = parser.parse_args()
+    overrides = device_overrides(parser, args)
     start = time.perf_counter()
     for gpu in fidelity_kernels.GPUS:
         fidelity_kernels.report(gpu)

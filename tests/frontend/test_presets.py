@@ -4,15 +4,18 @@ block FLOPs, layer graphs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
+from phazec.config.settings import typed
 from phazec.frontend.export import build_meta_model
+from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import LayerKind, Model, OpKind
 from phazec.ir.ops import flops
 from phazec.ir.verify import verify
-from tests.conftest import PRESETS, model_config
+from tests.conftest import PRESETS, compose_config, model_config
 
 
 def block_gemm_flops(model: Model, microbatch: int = 1) -> int:
@@ -107,3 +110,41 @@ def test_export_is_deterministic_and_cached(lowered: Callable[[str], Model], cac
 def test_meta_build_needs_no_weights() -> None:
     model = build_meta_model(model_config("gpt3_175b"))
     assert all(p.device == torch.device("meta") for p in model.parameters())
+
+
+LLAMA3 = {"llama3_8b": 8_030_261_248, "llama3_70b": 70_553_706_496, "llama3_405b": 405_853_388_800}
+"""The Llama 3 presets and their parameter counts as Meta publishes them (8.03B, 70.55B, 405.85B)."""
+
+
+def llama_parameters(hf: dict[str, int], layers: int) -> int:
+    """A Llama model's parameters by hand, from its Hugging Face config at `layers` blocks: per block the
+    Q and output projections (h x h each), K and V (h x kv_heads * head_dim each), gate, up and down
+    (3 h f) and two RMSNorm weights (2 h); the token embedding and the untied output layer (V h each)
+    and the final norm (h)."""
+    h, f, vocab = hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"]
+    kv = hf["num_key_value_heads"] * (h // hf["num_attention_heads"])
+    return layers * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + 2 * vocab * h + h
+
+
+@pytest.mark.parametrize("name", LLAMA3)
+def test_llama3_parameter_counts_by_hand(name: str) -> None:
+    hf = model_config(name).hf_config
+    by_hand = llama_parameters(hf, hf["num_hidden_layers"])
+    assert by_hand == LLAMA3[name]
+    assert build_meta_model(model_config(name)).num_parameters() == by_hand
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LLAMA3)
+def test_llama3_lowered_blocks_equal_hugging_face(name: str, cache_dir: Path) -> None:
+    """Each preset lowered with two blocks (sequence 256, to export fast): the same parameters as Hugging
+    Face's model at that depth, and the hand count at two blocks."""
+    from phazec.frontend import load_model
+
+    overrides = (f"model={name}", "model.hf_config.num_hidden_layers=2", "model.seq_len=256")
+    cfg = typed(ModelConfig, compose_config(*overrides).model, "model")
+    assert isinstance(cfg, ModelConfig)
+    model = load_model(cfg, cache_dir)
+    verify(model)
+    reference = build_meta_model(cfg).num_parameters()
+    assert model.parameter_count == reference == llama_parameters(cfg.hf_config, 2)

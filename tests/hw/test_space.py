@@ -120,6 +120,24 @@ def test_single_design_presets() -> None:
     )
 
 
+DENSE_BF16_FLOPS = {"h200": 989e12, "b200": 2.25e15, "gb200": 2.5e15, "gb300": 2.5e15}
+"""The published dense BF16 peak of each 2024-25 GPU preset (the sources are in its conf/hw file)."""
+
+CHIP_SYSTEMS = {"h200": "dgx_h200", "b200": "dgx_b200", "gb200": "gb200_nvl72", "gb300": "gb300_nvl72"}
+
+
+@pytest.mark.parametrize("hw", DENSE_BF16_FLOPS)
+def test_gpu_presets_give_their_published_peak(hw: str) -> None:
+    """2 * SMs * array width * depth * clock is the datasheet's dense BF16 figure (within the rounding
+    of the clock to 1 MHz), and the preset composes with its system."""
+    cfg = _compose(f"hw={hw}", f"system={CHIP_SYSTEMS[hw]}")
+    design = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
+    assert len(design) == 1
+    peak = 2 * design.num_tc[0] * design.tc_width[0] * design.tc_depth[0] * design.clock_hz[0]
+    assert peak == pytest.approx(DENSE_BF16_FLOPS[hw], rel=5e-4)
+    assert system_from_config(typed(SystemConfig, cfg.system, "system")).name == CHIP_SYSTEMS[hw]
+
+
 @pytest.mark.parametrize("hw", ["tpu_area", "tpuv4", "a100", "h100"])
 @pytest.mark.parametrize("system", ["phaze_1024", "dgx_a100"])
 @pytest.mark.parametrize("cost", ["phaze", "tiled"])

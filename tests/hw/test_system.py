@@ -56,6 +56,28 @@ def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "domain", "nvlink_gb_s", "scale_out_gb_s", "hbm_gb"),
+    [
+        ("dgx_h200", 8, 450, 50, 141),  # NVLink 4; ConnectX-7 NDR 400 Gb/s per GPU
+        ("dgx_b200", 8, 900, 50, 180),  # NVLink 5; ConnectX-7 400 Gb/s per GPU
+        ("gb200_nvl72", 72, 900, 50, 186),  # 72-GPU NVLink 5 domain; ConnectX-7 400 Gb/s per GPU
+        ("gb300_nvl72", 72, 900, 100, 279),  # 72-GPU NVLink 5 domain; ConnectX-8 800 Gb/s per GPU
+    ],
+)
+def test_2024_25_systems_pick_nvlink_inside_a_domain(
+    name: str, domain: int, nvlink_gb_s: int, scale_out_gb_s: int, hbm_gb: int
+) -> None:
+    """NVLink at 75 % of its nominal bandwidth up to the domain (8 GPUs a DGX, 72 a rack: no 4-GPU tray
+    tier, the tray's GPUs talk over the same switches), the NIC at 90 % of its line rate beyond it."""
+    system = system_from_config(typed(SystemConfig, _preset(name), "system"))
+    assert system.hbm_bytes == (hbm_gb * 1e9,)
+    assert [tier.group_size for tier in system.tiers] == [domain, system.devices]
+    for group in (2, 4, domain):
+        assert system.tier_for(group).bandwidth_bytes_per_s == 0.75 * nvlink_gb_s * 1e9
+    assert system.tier_for(domain + 1).bandwidth_bytes_per_s == 0.9 * scale_out_gb_s * 1e9
+
+
+@pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"devices": 0}, r"system.devices = 0 is not valid: it must be a positive integer"),

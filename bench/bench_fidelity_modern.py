@@ -1,0 +1,307 @@
+"""Fidelity on 2024-26 training runs: phazec's iteration time against the published Llama runs of
+`../shared/validation/modern-runs.csv` (FP8 and MXFP8, FSDP, context parallelism; H100, H200, B200,
+GB200, GB300), per chip and per feature (issue 40).
+
+    .venv/bin/python bench/bench_fidelity_modern.py          # every expressible row, the presets' values
+    .venv/bin/python bench/bench_fidelity_modern.py --fit    # refit each chip's utilisation first
+    .venv/bin/python bench/bench_fidelity_modern.py hw.device.attention_utilisation=0.6   # a what-if
+
+Each row is predicted with `bench_fidelity.py`'s machinery (`bench_fidelity.prepare` and `predict`: its
+plan timed as `phazec-plan` times it, the model exported with two blocks and repeated to its depth), as
+a Llama block (`model=llama3_8b`'s architecture at the row's hidden size, FFN, heads, key-value heads and
+vocabulary) on its chip's hw and system presets (`CHIPS`) with the row's GPU count, global batch,
+microbatch, tp, pp, dp, interleave, recompute, sequence parallelism, and its precision, zero stage and
+context parallelism as the plan knobs `precision`, `zero_stage` and `cp`. Measured seconds per iteration:
+the row's own, else global batch x sequence / (tokens/s per GPU x GPUs) (the csv's README).
+
+Expressible is decided at run time by what phazec can plan (`expressible`): a row needing FP8, zero
+stage 2-3 or cp > 1 waits for that knob to be a field of `phazec.predict.training.Training`, so the rows
+become expressible as the knobs land, with no change here; a row whose plan phazec then refuses (e.g. FP8
+on a chip without an FP8 rate) is listed with phazec's own message. MoE rows are listed as not
+expressible (issue 39), as are rows whose source leaves the microbatch, the interleave or the zero stage
+unstated, or recomputes some layers only.
+
+How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs flash attention (Transformer
+Engine's, cuDNN's or FlashAttention's); the Megatron-Bridge, torchtitan and NeMo Automodel rows overlap
+the gradient reduction and the parameter gather with compute (Megatron-Core's distributed optimizer
+overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer Engine's overlap,
+torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A row that does not state its
+recompute is taken to recompute nothing (Megatron-Core's default; with flash attention phazec's
+selective recompute is the same). GB200 and GB300 rows of more than one rack run in 64-GPU NVLink
+domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and more;
+conf/system/gb200_nvl72.yaml).
+
+Split, written down before any fit (`CALIBRATION`): per chip family one or two rows, chosen by family and
+model size, not by error; every other expressible row is held out. `--fit` fits each calibrated chip's
+`hw.device.gemm_utilisation` on its calibration rows at its preset's kernel latency
+(`bench_fidelity.fit_device`); H100 and H200 rows take the h100 preset's fit on `public-runs.csv` (the
+H200 is the H100's silicon), GB300 has no dense row to fit on.
+"""
+
+import csv
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from phazec.errors import PhazecError
+from phazec.predict.plan_report import plan_stages
+from phazec.predict.training import Training
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_fidelity
+import fidelity_kernels
+
+RUNS = fidelity_kernels.shared_dir() / "validation" / "modern-runs.csv"
+
+CHIPS = {
+    "GB300": ("gb300", "gb300_nvl72", "gb300"),
+    "GB200": ("gb200", "gb200_nvl72", "gb200"),
+    "B200": ("b200", "dgx_b200", "b200"),
+    "H200": ("h200", "dgx_h200", "h200"),
+    "H100 SXM 96GB HBM2e, 500 W": ("h100", "dgx_h100", "h100_500w"),
+    "H100": ("h100", "dgx_h100", "h100"),
+}
+"""GPU named in the row (the first match, in this order) -> (hw preset, system preset, chip family).
+Meta's Grand Teton H100s (torchtitan's 2024 rows: 96 GB HBM2e, power-limited to 500 W) run the h100
+preset with 96 GB, as their own family: their power-limited clock is not published, so their utilisation
+is fitted apart from the 700 W DGX H100's."""
+
+HBM_GB = {"h100_500w": 96}
+"""A family's HBM capacity where it is not its system preset's."""
+
+CALIBRATION = {
+    "h100_500w": ("TT24-L8B-H100-128-BF16", "TT24-L70B-H100-256-FP8-2D"),
+    "b200": ("SIMUMAX-B200-L70L12-TP1CP8-32K", "SIMUMAX-B200-L405L4-TP2CP4-32K"),
+    "gb200": ("MB2511-L8B-GB200-8-FP8", "MB2604-L70B-GB200-64-MXFP8"),
+}
+"""Calibration rows per chip family, chosen before any fit: an 8B and a 70B torchtitan row on the Grand
+Teton H100s (a BF16 one to pin the power-limited rate); a 70B-shaped and a 405B-shaped SimuMax row on
+B200 (its Megatron-Bridge 405B row stays held out); an 8B and a 70B Megatron-Bridge row on GB200. Not
+fitted: h100 (its one dense row is held out; the h100 preset's fit on public-runs.csv), h200 (the H100's
+silicon: the same fit), gb300 (no dense row)."""
+
+LLAMA_PRESET = "llama3_8b"
+"""The model preset whose architecture (LlamaForCausalLM, untied, RoPE) every dense row takes."""
+
+
+@dataclass(frozen=True)
+class ModernRun:
+    """One expressible row: `bench_fidelity.Run`'s plan plus the knobs of 2024-26 training."""
+
+    run: bench_fidelity.Run
+    family: str
+    """The chip family the row is fitted and reported under (`CHIPS`)."""
+    kv_heads: int
+    precision: str
+    """bf16, fp8 or mxfp8."""
+    zero_stage: int
+    cp: int
+    gpus_per_domain: int | None
+    """The NVLink domain's size where it is not the system preset's (`system.tiers.0.group_size`)."""
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The issue-40 features the row uses: FP8 (fp8 or mxfp8), FSDP (zero stage 3), CP (cp > 1)."""
+        return tuple(
+            name
+            for name, used in (
+                ("FP8", self.precision != "bf16"),
+                ("FSDP", self.zero_stage == 3),
+                ("CP", self.cp > 1),
+            )
+            if used
+        )
+
+    def dims(self) -> dict[str, int]:
+        """The Llama config keys of the row's dimensions, with two blocks."""
+        r = self.run
+        return {"hidden_size": r.hidden, "intermediate_size": r.ffn, "num_hidden_layers": 2,
+                "num_attention_heads": r.heads, "num_key_value_heads": self.kv_heads, "vocab_size": r.vocab,
+                "max_position_embeddings": r.seq_len}  # fmt: skip
+
+    def overrides(self, knobs: frozenset[str]) -> tuple[str, ...]:
+        """The plan knobs and system changes `bench_fidelity.run_config` does not set: each new knob only
+        if it is one of `knobs` (`training_knobs()`: `expressible` has refused the rows that need a
+        missing one)."""
+        values = (("precision", self.precision), ("zero_stage", self.zero_stage), ("cp", self.cp))
+        extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
+        if self.gpus_per_domain is not None:
+            extra.append(f"system.tiers.0.group_size={self.gpus_per_domain}")
+        if self.family in HBM_GB:
+            extra.append(f"system.hbm_gb=[{HBM_GB[self.family]}]")
+        return tuple(extra)
+
+
+def training_knobs() -> frozenset[str]:
+    """The training knobs phazec has now: the fields of `Training`."""
+    return frozenset(field.name for field in dataclasses.fields(Training))
+
+
+def _first_word(value: str) -> str:
+    return value.strip().split(" ")[0].lower()
+
+
+def recompute_mode(text: str) -> str | None:
+    """phazec's recompute for the row's words; None: some layers only (not expressible)."""
+    words = text.lower()
+    if "block" in words:
+        return None
+    if words.startswith("full"):
+        return "full"
+    if words.startswith("selective") or "(selective" in words:
+        return "selective"
+    return "none"  # "none", or not stated: Megatron-Core's default (see the module docstring)
+
+
+def measured_s(row: dict[str, str]) -> float:
+    """Seconds per iteration: the row's own, else global batch x sequence / (tokens/s per GPU x GPUs)."""
+    if row["measured_s_per_iter"]:
+        return float(row["measured_s_per_iter"])
+    tokens = float(row["global_batch"]) * float(row["seq_len"])
+    return tokens / (float(row["measured_tokens_per_s"]) * float(row["gpus"]))
+
+
+def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
+    """The run phazec predicts for a row, or why it cannot (with the training knobs `knobs`)."""
+    chip = next((CHIPS[name] for name in CHIPS if name in row["gpu"]), None)
+    precision = _first_word(row["precision"])
+    zero = _first_word(row["zero_stage"])
+    cp = int(row["cp"] or 1)
+    recompute = recompute_mode(row["recompute"])
+    reasons = (
+        (bool(row["experts"]), "MoE (issue 39)"),
+        (chip is None, f"GPU {row['gpu']!r} has no preset"),
+        (not row["microbatch"], "microbatch not stated"),
+        (not row["interleave"].strip().isdigit() and bool(row["interleave"]), "interleave not stated"),
+        (not zero.isdigit(), "zero stage not stated"),
+        (recompute is None, f"recompute of some layers only ({row['recompute']})"),
+        (
+            not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
+            "layers split over pp neither evenly nor with the embedding and loss as a layer each",
+        ),
+    )  # fmt: skip
+    for hit, reason in reasons:
+        if hit:
+            return reason
+    needed = {"precision": precision != "bf16", "zero_stage": int(zero) > 1, "cp": cp > 1}
+    missing = [name for name, needs in needed.items() if needs and name not in knobs]
+    if missing:
+        asked = {"precision": precision, "zero_stage": zero, "cp": cp}
+        return "needs the plan knobs " + ", ".join(f"{name} ({asked[name]})" for name in missing)
+    assert chip is not None and recompute is not None
+    hw, system, family = chip
+    tp, pp, gpus, layers = int(row["tp"]), int(row["pp"]), int(row["gpus"]), int(row["layers"])
+    simumax = row["source_id"].startswith("SIMUMAX")
+    run = bench_fidelity.Run(
+        row_id=row["source_id"],
+        chip=hw,
+        system=system,
+        layers=layers,
+        hidden=int(row["hidden"]),
+        ffn=int(row["ffn"]),
+        heads=int(row["heads"]),
+        vocab=int(row["vocab"]),
+        seq_len=int(row["seq_len"]),
+        global_batch=int(row["global_batch"]),
+        microbatch=int(row["microbatch"]),
+        interleave=int(row["interleave"] or 1),
+        sequence_parallel=row["seq_parallel"].startswith("yes") and tp > 1,
+        layers_per_stage=bench_fidelity.stage_blocks(layers, pp),
+        distributed_optimizer=int(zero) >= 1,
+        megatron_core=not simumax,
+        pipeline_sends_masks=False,
+        tp=tp,
+        pp=pp,
+        dp=int(row["dp"]),
+        gpus=gpus,
+        recompute=recompute,
+        attention="flash",
+        measured_s=measured_s(row),
+    )
+    multi_rack = system.endswith("nvl72") and gpus > 72 and gpus % 64 == 0
+    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, 64 if multi_rack else None)
+
+
+def fit_families(
+    prepared: dict[str, tuple[ModernRun, bench_fidelity.Prepared]],
+) -> dict[str, bench_fidelity.Fit]:
+    """Each calibrated family's `gemm_utilisation`, fitted on its expressible calibration rows at its
+    preset's kernel latency; a family none of whose calibration rows is expressible is not fitted."""
+    fits: dict[str, bench_fidelity.Fit] = {}
+    for family, names in CALIBRATION.items():
+        calibration = [
+            p for modern, p in prepared.values() if modern.family == family and p.run.row_id in names
+        ]
+        if not calibration:
+            print(f"{family}: not fitted (no calibration row expressible yet)")
+            continue
+        latency_s = np.array([calibration[0].designs.device.kernel_latency_s])
+        fits[family] = bench_fidelity.fit_device(calibration, latency_s)
+        print(f"{family}: fitted gemm_utilisation {fits[family].utilisation:.2f} on "
+              f"{', '.join(p.run.row_id for p in calibration)}")  # fmt: skip
+    return fits
+
+
+def summary(errors: dict[tuple[str, str], list[float]], what: str) -> None:
+    """Mean and max absolute error per group and split."""
+    print(f"\nmean and max absolute error per {what} and split:")
+    for (group, split), values in sorted(errors.items()):
+        mean, worst = np.mean(values), np.max(values)
+        print(f"  {group:10s} {split:12s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")
+
+
+def main() -> None:
+    """Every row: predicted against measured, or why not; then the errors per chip and per feature."""
+    parser = bench_fidelity.command_line(
+        "bench_fidelity_modern.py", __doc__,
+        "refit each calibrated chip family's hw.device.gemm_utilisation before predicting; without it, "
+        "the hw presets' values",
+    )  # fmt: skip
+    args = parser.parse_args()
+    overrides = bench_fidelity.device_overrides(parser, args)
+    start = time.perf_counter()
+    knobs = training_knobs()
+    with RUNS.open() as f:
+        rows = list(csv.DictReader(f))
+    prepared: dict[str, tuple[ModernRun, bench_fidelity.Prepared]] = {}
+    for row in rows:
+        modern = expressible(row, knobs)
+        if isinstance(modern, str):
+            print(f"not expressible {row['source_id']:34s} {modern}")
+            continue
+        row_overrides = (*modern.overrides(knobs), *overrides)
+        try:
+            lowered = bench_fidelity.prepare(modern.run, row_overrides, LLAMA_PRESET, modern.dims())
+            plan_stages(lowered.evaluator.graphs[modern.run.tp], lowered.plan)  # phazec's split, or why not
+        except PhazecError as err:
+            print(f"not expressible {row['source_id']:34s} phazec refuses the plan: {err}")
+            continue
+        prepared[row["source_id"]] = (modern, lowered)
+        print(f"lowered {row['source_id']}: {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"{len(prepared)} of {len(rows)} rows expressible: {time.perf_counter() - start:.0f} s")
+    fitted = fit_families(prepared) if args.fit else {}
+    by_chip: dict[tuple[str, str], list[float]] = {}
+    by_feature: dict[tuple[str, str], list[float]] = {}
+    print(f"\n{'row':34s} {'family':10s} {'features':12s} {'split':12s} {'measured s':>11s} "
+          f"{'predicted s':>12s} {'error':>8s}")  # fmt: skip
+    for modern, p in prepared.values():
+        report = bench_fidelity.predict(p, fitted.get(modern.family))
+        split = "calibration" if p.run.row_id in CALIBRATION.get(modern.family, ()) else "held-out"
+        error = report.time_per_batch_s / p.run.measured_s - 1
+        by_chip.setdefault((modern.family, split), []).append(abs(error))
+        for feature in modern.features or ("none",):
+            by_feature.setdefault((feature, split), []).append(abs(error))
+        note = "" if report.fits else "  (over HBM in phazec's memory model)"
+        print(f"{p.run.row_id:34s} {modern.family:10s} {'+'.join(modern.features) or '-':12s} {split:12s} "
+              f"{p.run.measured_s:11.3f} {report.time_per_batch_s:12.3f} {error:+8.1%}{note}")  # fmt: skip
+    summary(by_chip, "chip family")
+    summary(by_feature, "feature (FP8, FSDP, CP; none)")
+    print(f"\ntotal: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The modern fidelity bench's reading of modern-runs.csv rows (`bench/bench_fidelity_modern.py`): which
+rows are expressible with which training knobs, and the plan each becomes, on rows written here."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_fidelity_modern as modern
+
+ROW = {
+    "source_id": "MB-L405B-GB200-256", "model": "Llama 3.1 405B", "layers": "126", "hidden": "16384",
+    "ffn": "53248", "heads": "128", "vocab": "128256", "seq_len": "8192", "global_batch": "1536",
+    "microbatch": "1", "tp": "4", "pp": "8", "dp": "4", "interleave": "", "recompute": "not stated",
+    "seq_parallel": "yes", "gpu": "GB200 (DGX-GB200, NVL72)", "gpus": "256", "measured_s_per_iter": "",
+    "measured_tokens_per_s": "800", "kv_heads": "8", "experts": "", "cp": "2", "precision": "mxfp8",
+    "zero_stage": "1 (distributed optimizer)",
+}  # fmt: skip
+"""A Megatron-Bridge-like 405B row on 256 GB200s in MXFP8 with context parallelism 2."""
+
+TODAY = frozenset({"microbatch", "recompute", "interleave", "distributed_optimizer"})
+LATER = TODAY | {"precision", "zero_stage", "cp"}
+
+
+def test_a_row_waits_for_the_knobs_it_needs_then_plans_with_them() -> None:
+    assert modern.expressible(ROW, TODAY) == "needs the plan knobs precision (mxfp8), cp (2)"
+    assert modern.expressible(ROW, TODAY | {"cp"}) == "needs the plan knobs precision (mxfp8)"
+    run = modern.expressible(ROW, LATER)
+    assert isinstance(run, modern.ModernRun)
+    assert (run.family, run.run.chip, run.run.system) == ("gb200", "gb200", "gb200_nvl72")
+    assert run.features == ("FP8", "CP")
+    # 256 GPUs of GB200: four racks of 64 (Slurm segments of 16 trays), not aligned 72-GPU domains.
+    assert run.gpus_per_domain == 64
+    expected = ("plan.precision=mxfp8", "plan.zero_stage=1", "plan.cp=2", "system.tiers.0.group_size=64")
+    assert run.overrides(LATER) == expected
+    assert (run.run.recompute, run.run.sequence_parallel, run.run.interleave) == ("none", True, 1)
+    # 126 blocks on 8 stages: the embedding and the loss count as a layer each, 128 / 8 = 16 a stage.
+    assert run.run.layers_per_stage == (15, 16, 16, 16, 16, 16, 16, 15)
+    # 1536 x 8192 tokens at 800 tokens/s on each of 256 GPUs.
+    assert run.run.measured_s == 1536 * 8192 / (800 * 256)
+    assert (run.dims()["num_key_value_heads"], run.dims()["num_hidden_layers"]) == (8, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"experts": "256"}, "MoE (issue 39)"),
+        ({"microbatch": ""}, "microbatch not stated"),
+        ({"interleave": "yes (value not stated)"}, "interleave not stated"),
+        ({"zero_stage": "not stated"}, "zero stage not stated"),
+        ({"recompute": "full, block, 5 layers"}, "recompute of some layers only (full, block, 5 layers)"),
+        ({"gpu": "MI300X"}, "GPU 'MI300X' has no preset"),
+    ],
+)
+def test_rows_phazec_cannot_express_say_why(change: dict[str, str], reason: str) -> None:
+    assert modern.expressible({**ROW, **change}, LATER) == reason
+
+
+def test_chip_families() -> None:
+    """B200 is not GB200's suffix match; Meta's 500 W H100s are their own family with 96 GB; FSDP rows."""
+    b200 = modern.expressible({**ROW, "gpu": "B200 (DGX-B200)", "gpus": "128", "dp": "2"}, LATER)
+    assert isinstance(b200, modern.ModernRun)
+    assert (b200.family, b200.run.system, b200.gpus_per_domain) == ("b200", "dgx_b200", None)
+    teton = {**ROW, "gpu": "H100 SXM 96GB HBM2e, 500 W power limit (Meta Grand Teton)", "precision": "bf16",
+             "zero_stage": "3 (FSDP2)", "cp": "1", "recompute": "selective"}  # fmt: skip
+    run = modern.expressible(teton, LATER)
+    assert isinstance(run, modern.ModernRun)
+    assert (run.family, run.features, run.run.recompute) == ("h100_500w", ("FSDP",), "selective")
+    knobs = ("plan.precision=bf16", "plan.zero_stage=3", "plan.cp=1")
+    assert run.overrides(LATER) == (*knobs, "system.hbm_gb=[96]")
+    assert run.overrides(TODAY | {"zero_stage"}) == ("plan.zero_stage=3", "system.hbm_gb=[96]")
+    assert modern.expressible(teton, TODAY) == "needs the plan knobs zero_stage (3)"
