@@ -124,10 +124,10 @@ class ModernRun:
                 "max_position_embeddings": r.seq_len}  # fmt: skip
 
     def overrides(self, knobs: frozenset[str]) -> tuple[str, ...]:
-        """The plan knobs and system changes `bench_fidelity.run_config` does not set: each new knob only
+        """The plan knobs and system changes `bench_fidelity.run_config` does not set: each knob only
         if it is one of `knobs` (`training_knobs()`: `expressible` has refused the rows that need a
         missing one)."""
-        values = (("precision", self.precision), ("zero_stage", self.zero_stage), ("cp", self.cp))
+        values = (("precision", self.precision), ("cp", self.cp))  # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
         if self.gpus_per_domain is not None:
             extra.append(f"system.tiers.0.group_size={self.gpus_per_domain}")
@@ -211,7 +211,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         interleave=int(row["interleave"] or 1),
         sequence_parallel=row["seq_parallel"].startswith("yes") and tp > 1,
         layers_per_stage=bench_fidelity.stage_blocks(layers, pp),
-        distributed_optimizer=int(zero) >= 1,
+        zero_stage=int(zero),
         megatron_core=not simumax,
         pipeline_sends_masks=False,
         tp=tp,

@@ -23,7 +23,7 @@ reduction plus the tile overhead, in waves over the cores; the fastest tile and 
 shared memory and L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before;
 compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
 and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes
-at `fp8_rate` times the peak and `fp8_gemm_utilisation` of it, moves one-byte operands, and first
+at `fp8_rate` times the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves one-byte operands, and first
 streams its casts' `quantize_bytes` through HBM as one more kernel. Every bandwidth grows with the
 design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator
 slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
@@ -101,7 +101,7 @@ def gemm_traffic(ops: OpTable, designs: Designs) -> GemmTraffic:
 
 def gemm_peak_share(ops: OpTable, designs: Designs) -> F64:
     """Share of the tensor cores' BF16 MACs per cycle each GEMM's main loop reaches, [ops, 1]:
-    `gemm_utilisation`, or `fp8_rate` x `fp8_gemm_utilisation` for a low-precision GEMM."""
+    `gemm_utilisation`, times `fp8_rate` x `fp8_relative_utilisation` for a low-precision GEMM."""
     device = designs.device
     if device.fp8_rate == 0 and ops.low_precision.any():
         raise PhazecError(
@@ -109,8 +109,8 @@ def gemm_peak_share(ops: OpTable, designs: Designs) -> F64:
             "(hw.device.fp8_rate = 0): use precision=bf16 or a chip with FP8 tensor cores."
         )
     share: F64 = np.where(
-        ops.low_precision, device.fp8_rate * device.fp8_gemm_utilisation, device.gemm_utilisation
-    )[:, None]
+        ops.low_precision, device.fp8_rate * device.fp8_relative_utilisation, 1.0
+    )[:, None] * device.gemm_utilisation
     return share
 
 

@@ -39,9 +39,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
   the GEMM producing its input and the first GEMM using its result (Megatron-Core's
   `--tp-comm-overlap`), so only the part those GEMMs cannot hide is exposed
   (`phazec.predict.layer_costs.overlap_collectives`).
-- `fp8_rate`, `mxfp8`, `fp8_gemm_utilisation`: the chip's FP8 tensor cores (MACs per cycle as a
+- `fp8_rate`, `mxfp8`, `fp8_relative_utilisation`: the chip's FP8 tensor cores (MACs per cycle as a
   multiple of BF16's; 0: none), whether they take MXFP8's block scales, and the share of that peak an
-  FP8 GEMM's main loop reaches; `precision` fp8 or mxfp8 prices the blocks' linear layers with them
+  FP8 GEMM's main loop reaches, as a multiple of `gemm_utilisation` (a power limit or a fit that
+  lowers one lowers both); `precision` fp8 or mxfp8 prices the blocks' linear layers with them
   (`phazec.cost.tiled`, `phazec.predict.layer_costs.low_precision_gemm`).
 
 Every value is a share of the peak or a non-negative cost, so no operator beats its compute or memory
@@ -104,8 +105,8 @@ class DeviceModel:
     """FP8 tensor-core MACs per cycle as a multiple of BF16's, >= 0 (0: no FP8 tensor cores)."""
     mxfp8: bool = False
     """The tensor cores run MXFP8."""
-    fp8_gemm_utilisation: float = 1.0
-    """Share of a core's FP8 peak reached in an FP8 GEMM tile's main loop, in (0, 1]."""
+    fp8_relative_utilisation: float = 1.0
+    """An FP8 GEMM's main loop reaches this multiple of `gemm_utilisation` of the FP8 peak, in (0, 1]."""
 
     def precisions(self) -> tuple[str, ...]:
         """The GEMM precisions the chip runs (`phazec.predict.training.PRECISIONS` order)."""
@@ -184,5 +185,5 @@ def device_from_config(config: DeviceConfig) -> DeviceModel:
         hbm_shared=config.hbm_shared,
         fp8_rate=_non_negative("fp8_rate", config.fp8_rate),
         mxfp8=config.mxfp8,
-        fp8_gemm_utilisation=_share("fp8_gemm_utilisation", config.fp8_gemm_utilisation),
+        fp8_relative_utilisation=_share("fp8_relative_utilisation", config.fp8_relative_utilisation),
     )

@@ -54,8 +54,9 @@ class DeviceConfig:
     has no FP8 tensor cores, so `precision` fp8 and mxfp8 are refused."""
     mxfp8: bool = False
     """The tensor cores run MXFP8, FP8 with a shared scale per 32 elements (Blackwell), at `fp8_rate`."""
-    fp8_gemm_utilisation: float = 1.0
-    """Share of a core's FP8 peak reached in an FP8 GEMM tile's main loop, in (0, 1]."""
+    fp8_relative_utilisation: float = 1.0
+    """An FP8 GEMM tile's main loop reaches this multiple of `gemm_utilisation` of the FP8 peak, in
+    (0, 1] (1: the same share of its peak as a BF16 GEMM of its own)."""
 
 
 @dataclass(frozen=True, kw_only=True)

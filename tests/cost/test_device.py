@@ -103,11 +103,12 @@ def test_the_fastest_tile_is_taken() -> None:
 
 
 def test_fp8_gemm_by_hand() -> None:
-    # The 8192^3 GEMM above in FP8 on a chip with twice the MACs per cycle in FP8, at 70 % of that peak:
+    # The 8192^3 GEMM above in FP8 on a chip with twice the MACs per cycle in FP8, at 70 % of that peak
+    # (0.875 of the 80 % a BF16 GEMM reaches of its own):
     # 19 waves of 256 * 128 * 8192 MACs at 1024 * 2 * 0.7 per cycle plus 500 cycles. Before it, its
     # casts stream 3 * 2 * 8192^2 bytes (`QUANTIZE_BYTES_PER_OPERAND_BYTE` times its bf16 activation)
     # at 87 % of 1 PB/s, plus one 18 us kernel latency, which the GEMM pays too.
-    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6, fp8_rate=2.0, fp8_gemm_utilisation=0.7)
+    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6, fp8_rate=2.0, fp8_relative_utilisation=0.875)
     casts = 3 * 2 * 8192**2
     fp8 = replace(_gemm(8192, 8192, 8192), low_precision=True, quantize_bytes=casts)
     gemm_s = 19 * (256 * 128 * 8192 / (1024 * 2 * 0.7) + 500) / 1.41e9 + 18e-6
@@ -199,7 +200,7 @@ device_strategy = st.builds(
     st.floats(0.0, 1e-4),
     attention_utilisation=st.floats(0.05, 1.0),
     fp8_rate=st.sampled_from([1.0, 2.0, 4.0]),
-    fp8_gemm_utilisation=st.floats(0.05, 1.0),
+    fp8_relative_utilisation=st.floats(0.05, 1.0),
 )
 low_precision_strategy = st.tuples(op_strategy, st.booleans(), st.integers(0, 1 << 26)).map(
     lambda drawn: (
@@ -239,7 +240,7 @@ def test_never_above_the_peak(op: OpWork, design: dict[str, float], device: Devi
         gemm_utilisation=1.0,
         memory_utilisation=1.0,
         attention_utilisation=1.0,
-        fp8_gemm_utilisation=1.0,
+        fp8_relative_utilisation=1.0,
     )
     ideal = _costs(op, replace(designs, device=perfect))
     clock = design["clock_hz"]
