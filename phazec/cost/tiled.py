@@ -22,10 +22,10 @@ on-chip buffer terms are the GPU's instead (output tiles, each on one core over 
 reduction plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's
 shared memory and L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before;
 compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
-and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes
-at `fp8_rate` times the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves one-byte operands, and first
-streams its casts' `quantize_bytes` through HBM as one more kernel. Every bandwidth grows with the
-design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator
+and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8)
+computes at `fp8_rate` times the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves
+one-byte operands, and first streams its casts' `quantize_bytes` through HBM as one more kernel.
+Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator
 slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
 assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer
 schedule uses, with `hw.device.hbm_shared`, to share the bandwidth between operators run side by
@@ -108,9 +108,10 @@ def gemm_peak_share(ops: OpTable, designs: Designs) -> F64:
             "a low-precision (FP8) GEMM was priced on a chip without FP8 tensor cores "
             "(hw.device.fp8_rate = 0): use precision=bf16 or a chip with FP8 tensor cores."
         )
-    share: F64 = np.where(
-        ops.low_precision, device.fp8_rate * device.fp8_relative_utilisation, 1.0
-    )[:, None] * device.gemm_utilisation
+    share: F64 = (
+        np.where(ops.low_precision, device.fp8_rate * device.fp8_relative_utilisation, 1.0)[:, None]
+        * device.gemm_utilisation
+    )
     return share
 
 

@@ -108,7 +108,9 @@ def test_fp8_gemm_by_hand() -> None:
     # 19 waves of 256 * 128 * 8192 MACs at 1024 * 2 * 0.7 per cycle plus 500 cycles. Before it, its
     # casts stream 3 * 2 * 8192^2 bytes (`QUANTIZE_BYTES_PER_OPERAND_BYTE` times its bf16 activation)
     # at 87 % of 1 PB/s, plus one 18 us kernel latency, which the GEMM pays too.
-    device = DeviceModel(True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6, fp8_rate=2.0, fp8_relative_utilisation=0.875)
+    device = DeviceModel(
+        True, ((256, 128),), 0.8, 500.0, 0.87, 18e-6, fp8_rate=2.0, fp8_relative_utilisation=0.875
+    )
     casts = 3 * 2 * 8192**2
     fp8 = replace(_gemm(8192, 8192, 8192), low_precision=True, quantize_bytes=casts)
     gemm_s = 19 * (256 * 128 * 8192 / (1024 * 2 * 0.7) + 500) / 1.41e9 + 18e-6
