@@ -25,8 +25,8 @@ compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisati
 and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8)
 computes at `fp8_rate` times the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves
 one-byte operands, and first streams its casts' `quantize_bytes` through HBM as one more kernel.
-Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator
-slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
+Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more
+bandwidth never make an operator slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
 assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer
 schedule uses, with `hw.device.hbm_shared`, to share the bandwidth between operators run side by
 side (`phazec.solvers.schedule.problem`).
