@@ -17,19 +17,19 @@ A GEMM (`batch` products of m x k by k x n) on c tensor cores with w x d arrays 
 A vector op on lanes L takes the longer of ceil(elements / L) * cycles per element and its operand and
 result words over VC_PORT_WORDS_PER_LANE words per lane per cycle, and at least its bytes over HBM. A
 fused op runs its vector epilogue on the paired vector cores alongside the GEMM: the longer of the two.
-The design's device model (`phazec.hw.device`) makes this real: with `gemm_tiles` the compute and
-on-chip buffer terms are the GPU's instead (output tiles, each on one core over its share of the
-reduction plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's
-shared memory and L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before;
-compute runs at `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth,
-and every on-chip operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8)
-computes at `fp8_rate` times the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves
-one-byte operands, and first streams its casts' `quantize_bytes` through HBM as one more kernel.
-Every bandwidth grows with the design, so more cores, larger arrays, larger buffers or more
-bandwidth never make an operator slower, and no operator beats its compute bound or its HBM traffic bound. An operator's latency
-assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer
-schedule uses, with `hw.device.hbm_shared`, to share the bandwidth between operators run side by
-side (`phazec.solvers.schedule.problem`).
+The design's device model (`phazec.hw.device`) makes this real: with `gemm_tiles` the compute and on-
+chip buffer terms are the GPU's instead (output tiles, each on one core over its share of the reduction
+plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's shared memory and
+L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before; compute runs at
+`gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth, and every on-chip
+operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes at `fp8_rate` times
+the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves one-byte operands, and first
+streams its casts' `quantize_bytes` through HBM as one more kernel. Every bandwidth grows with the
+design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator slower,
+and no operator beats its compute bound or its HBM traffic bound. An operator's latency assumes the
+whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
+`hw.device.hbm_shared`, to share the bandwidth between operators run side by side
+(`phazec.solvers.schedule.problem`).
 """
 
 from dataclasses import dataclass
