@@ -17,8 +17,8 @@ A GEMM (`batch` products of m x k by k x n) on c tensor cores with w x d arrays 
 A vector op on lanes L takes the longer of ceil(elements / L) * cycles per element and its operand and
 result words over VC_PORT_WORDS_PER_LANE words per lane per cycle, and at least its bytes over HBM. A
 fused op runs its vector epilogue on the paired vector cores alongside the GEMM: the longer of the two.
-The design's device model (`phazec.hw.device`) makes this real: with `gemm_tiles` the compute and on-
-chip buffer terms are the GPU's instead (output tiles, each on one core over its share of the reduction
+The design's device model (`phazec.hw.device`) makes this real: with `gemm_tiles` the compute and
+on-chip buffer terms are the GPU's instead (output tiles, each on one core over its share of the reduction
 plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's shared memory and
 L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before; compute runs at
 `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth, and every on-chip
