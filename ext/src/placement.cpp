@@ -202,13 +202,20 @@ struct PlanModel {
   bool shards_gradients() const { return settings.zero_stage >= 2; }
   bool shards_weights() const { return settings.zero_stage >= 3; }
 
+  /// The devices a gradient is reduced over, and a ZeRO stage shards over, at width d: the d replicas'
+  /// context-parallel devices (Megatron's data- and context-parallel group).
+  int64_t group(int64_t d) const { return d * settings.cp; }
+
+  /// The devices of a stage: its cost's (t when it holds a tensor-parallel layer, else 1) times cp.
+  int64_t stage_devices(const StageCost& c) const { return c.devices * settings.cp; }
+
   /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tier`: its weights are
   /// all-gathered before the forward pass and again before the backward pass, and its gradients
   /// reduce-scattered after it (each half a ring all-reduce of its weights); each layer's gather is
   /// prefetched during the layer before it, so a pass hides as much as it lasts.
   double shard_s(const StageCost& c, int64_t d, const NetworkTier& shard_tier) const {
-    if (!shards_weights() || d == 1) return 0.0;
-    const double half_s = allreduce_s(c.param_bytes, d, shard_tier) / 2.0;
+    if (!shards_weights() || group(d) == 1) return 0.0;
+    const double half_s = allreduce_s(c.param_bytes, group(d), shard_tier) / 2.0;
     return std::max(0.0, half_s - c.forward_s) + std::max(0.0, 2.0 * half_s - c.backward_s);
   }
 
@@ -233,7 +240,7 @@ struct PlanModel {
   /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
   int64_t state_bytes(int64_t weights, int64_t d) const {
     const int64_t state = (in.optimizer_factor - 2) * weights;
-    return shards_state() ? (state + d - 1) / d : state;
+    return shards_state() ? (state + group(d) - 1) / group(d) : state;
   }
 
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
@@ -248,7 +255,7 @@ struct PlanModel {
       working = c.full_working_bytes;
     }
     const int64_t u = in_flight(q, total, d);
-    const int64_t shard = (c.param_bytes + d - 1) / d;
+    const int64_t shard = (c.param_bytes + group(d) - 1) / group(d);
     // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
     const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
     int64_t gradients = c.param_bytes;
@@ -260,7 +267,7 @@ struct PlanModel {
   /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
   /// is 1/d of the weights and gradients; otherwise all of them).
   int64_t step_bytes(int64_t weights, int64_t d) const {
-    const int64_t shard = shards_state() ? (weights + d - 1) / d : weights;
+    const int64_t shard = shards_state() ? (weights + group(d) - 1) / group(d) : weights;
     return weights + 3 * shard + 2 * state_bytes(weights, d);
   }
 
@@ -291,7 +298,7 @@ struct PlanModel {
   /// none under ZeRO-3, whose passes gather and reduce-scatter), and its optimizer step. Their sum
   /// never falls as `weights` grows.
   SyncTime sync_time(int64_t weights, int64_t d, const NetworkTier& tier, std::pair<double, double> windows_s) const {
-    const double sync_s = shards_weights() ? 0.0 : allreduce_s(weights, d, tier);
+    const double sync_s = shards_weights() ? 0.0 : allreduce_s(weights, group(d), tier);
     SyncTime out;
     if (shards_state()) {
       out.exposed_s =
@@ -323,7 +330,8 @@ struct VariantModel {
 
   const PlacementInput& in() const { return plan.in; }
   int64_t interleave() const { return plan.settings.interleave; }
-  int64_t devices(int64_t s, int64_t q) const { return (s - q) * tab.t + q; }
+  int64_t devices(int64_t s, int64_t q) const { return ((s - q) * tab.t + q) * plan.settings.cp; }
+  int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
   /// (no pipeline), or at least v layers (a chunk holds at least one).
@@ -351,7 +359,7 @@ struct VariantModel {
 
   /// The tier of stage p's DP group at width d with replicas of k devices.
   NetworkTier shard_tier(std::size_t p, int64_t d, int64_t k) const {
-    return dp_sync_tier(in().tiers, d, k, std::min(tab.cost[p].devices, k));
+    return dp_sync_tier(in().tiers, d, k, std::min(stage_devices(p), k));
   }
 };
 
@@ -397,7 +405,7 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
       const std::size_t narrow = model.tab.narrow[p];
       if (rest == 0) {
         const int64_t c = cost(p, 1);
-        if (c != kNone<int64_t> && model.tab.cost[p].devices <= model.in().devices) relax(set, 1, narrow, c, p);
+        if (c != kNone<int64_t> && model.stage_devices(p) <= model.in().devices) relax(set, 1, narrow, c, p);
         continue;
       }
       for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
@@ -463,7 +471,7 @@ FrontierTable frontier_partition(const VariantModel& model, Load load) {
       const int64_t weights = model.tab.cost[p].param_bytes;
       if (rest == 0) {
         const double c = load(p, 1);
-        if (c != kNone<double> && model.tab.cost[p].devices <= model.in().devices) {
+        if (c != kNone<double> && model.stage_devices(p) <= model.in().devices) {
           table.points[table.at(set, 1, narrow)].push_back({c, weights, static_cast<int32_t>(p), -1});
         }
         continue;
@@ -560,6 +568,7 @@ PlanResult solve_variant(const VariantModel& model) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in();
   const int64_t t = model.tab.t;
+  const int64_t cp = model.plan.settings.cp;
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
@@ -602,8 +611,8 @@ PlanResult solve_variant(const VariantModel& model) {
       std::vector<NetworkTier> narrow_sync{in.tiers[0]}, wide_sync{in.tiers[0]};
       for (int64_t d = 1; d <= max_d; ++d) {
         pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
-        narrow_sync.push_back(dp_sync_tier(in.tiers, d, k, 1));
-        wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t, k)));
+        narrow_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(cp, k)));
+        wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         const std::size_t narrow = model.tab.narrow[p];
@@ -661,7 +670,7 @@ PlanResult solve_variant(const VariantModel& model) {
                                                   best.s, best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
-    out.stage_devices.push_back(model.tab.cost[pairs[i]].devices);
+    out.stage_devices.push_back(model.stage_devices(pairs[i]));
     out.stage_load_s.push_back(model.load_s(pairs[i], best.tier, best.d, best.k));
     out.stage_memory_bytes.push_back(model.memory_bytes(pairs[i], total - static_cast<int64_t>(i), total, best.d));
   }
@@ -714,6 +723,9 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       fail("unknown recompute mode");
     }
     if (v.settings.zero_stage < 0 || v.settings.zero_stage > 3) fail("zero stage outside 0..3");
+    if (v.settings.cp < 1 || in.widths[v.width_index].t * v.settings.cp > in.devices) {
+      fail("cp must be positive, and t x cp at most the devices");
+    }
   }
 }
 
@@ -823,7 +835,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   for (std::size_t i = s; i-- > 0;) {
     out.stages[i].cost = stage_cost(graph, f, sets[i], incoming_bytes(graph, later, later), finish);
     for (std::size_t w = 0; w < later.size(); ++w) later[w] |= sets[i][w];
-    k += out.stages[i].cost.devices;
+    k += plan.stage_devices(out.stages[i].cost);
   }
   const int64_t m = plan.microbatches_per_replica(d);
   std::size_t pipeline_tier = 0;
@@ -833,10 +845,10 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
     PlanStage& stage = out.stages[i];
     const Recompute mode = plan.mode(i + 1 == s);
     stage.layers = members(sets[i]);
-    stage.devices = stage.cost.devices;
+    stage.devices = plan.stage_devices(stage.cost);
     stage.recompute = static_cast<int64_t>(mode);
     stage.time = plan.time(stage.cost, mode, in.tiers[pipeline_tier], d,
-                           dp_sync_tier(in.tiers, d, k, std::min(stage.cost.devices, k)));
+                           dp_sync_tier(in.tiers, d, k, std::min(stage.devices, k)));
     stage.memory = plan.memory(stage.cost, mode, total - static_cast<int64_t>(i), total, d);
     stage.load_s = stage.time.load_s();
     stage.memory_bytes = stage.memory.total_bytes();
@@ -845,7 +857,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   const double bottleneck_s = out.stages[top].load_s;
   // The DP sync of the first stage runs on its own width's tier, every later one's on t's (at most k).
   const NetworkTier first_sync = dp_sync_tier(in.tiers, d, k, out.stages[0].devices);
-  const NetworkTier later_sync = dp_sync_tier(in.tiers, d, k, std::min(f.t, k));
+  const NetworkTier later_sync = dp_sync_tier(in.tiers, d, k, std::min(f.t * variant.settings.cp, k));
   std::size_t last = 0;
   SyncTime last_sync;
   for (std::size_t i = 0; i < s; ++i) {

@@ -29,12 +29,13 @@ def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
     """The plan against the system: its devices, microbatches and interleaving; raises PhazecError
     naming the bad value (`phazec.config.settings` checked each value on its own)."""
     training = plan.training
-    width = plan.tp * plan.pp * plan.dp
+    cp = training.cp
+    width = plan.tp * plan.pp * plan.dp * cp
     if devices % width:
         raise PhazecError(
-            f"plan.tp * plan.pp * plan.dp = {plan.tp} * {plan.pp} * {plan.dp} = {width} does not divide the "
-            f"{devices} devices (system.devices); choose widths whose product divides it, or set "
-            f"system.devices={width}."
+            f"plan.tp * plan.pp * plan.dp * plan.cp = {plan.tp} * {plan.pp} * {plan.dp} * {cp} = {width} "
+            f"does not divide the {devices} devices (system.devices); choose widths whose product divides it, "
+            f"or set system.devices={width}."
         )
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(

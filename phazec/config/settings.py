@@ -68,6 +68,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     plan = plan_settings(cfg.plan, cfg.train)
     check_precision(hw, train.tried("precision"), "train.precision")
     check_precision(hw, (plan.training.precision,), "plan.precision")
+    check_context_parallel(model, hw, train.tried("cp"), "train.cp")
+    check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     typed_settings = Settings(
         model=model,
         hw=hw,
@@ -151,6 +153,30 @@ def check_precision(hw: HwSpace, precisions: Sequence[str], name: str) -> None:
                 f"{', '.join(runs)} only (hw.device.fp8_rate = {hw.device.fp8_rate}, hw.device.mxfp8 = "
                 f"{hw.device.mxfp8}). Use one of those, or a chip with FP8 tensor cores (h100 and later; "
                 "mxfp8: Blackwell), or give the template FP8 tensor cores with hw.device.fp8_rate=2."
+            )
+
+
+def check_context_parallel(model: ModelConfig, hw: HwSpace, cps: Sequence[int], name: str) -> None:
+    """Every context-parallel width of `cps` (the values of `name`) divides the model's sequence and
+    runs on a fused attention kernel.
+
+    Raises:
+        PhazecError: one does not.
+    """
+    for cp in cps:
+        if cp == 1:
+            continue
+        if model.seq_len % cp:
+            raise PhazecError(
+                f"{name}={cp} does not divide the sequence of model.seq_len={model.seq_len}: context "
+                "parallelism gives each of its devices an equal share of every sample's tokens; choose a "
+                "divisor of the sequence length."
+            )
+        if hw.device.attention != "flash":
+            raise PhazecError(
+                f"{name}={cp} needs a fused attention kernel, which passes keys and values round the "
+                f"ring while it computes (as Megatron-Core and torchtitan require); hw.device.attention "
+                f"= {hw.device.attention!r}: set hw.device.attention=flash, or cp=1."
             )
 
 

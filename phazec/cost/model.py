@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from phazec.cost import phaze, tiled
 from phazec.cost.energy import op_energy_j
-from phazec.cost.network import network_latency_s
+from phazec.cost.network import network_latency_s, ring_latency_s
 from phazec.cost.ops import OpKind, OpTable
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
@@ -152,6 +152,9 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
             all_cores_s[rows] = latency_s(subset, designs, True)
             if model.hbm_traffic_s is not None and designs.device.hbm_shared:
                 hbm_s[rows] = model.hbm_traffic_s(subset, designs)
+    ring_s = ring_latency_s(ops, system)[:, None]
+    # A context-parallel attention kernel computes while its ring passes the next key and value blocks.
+    single_core_s, all_cores_s = np.maximum(single_core_s, ring_s), np.maximum(all_cores_s, ring_s)
     return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs), hbm_s)
 
 

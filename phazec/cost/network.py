@@ -26,6 +26,25 @@ def sent_bytes(ops: OpTable) -> NDArray[np.float64]:
     return sent
 
 
+def ring_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
+    """Seconds of each operator's context-parallel ring (0 without one): `ring_steps` transfers of
+    `ring_bytes` to the next device, each at the tier's reached bandwidth plus its latency, and one
+    call latency, on the tier of the ring's `group_size` devices.
+
+    Raises:
+        PhazecError: a ring's group is larger than every tier.
+    """
+    rings = ops.ring_steps > 0
+    if not rings.any():
+        return np.zeros(len(ops))
+    index = _tier_index(np.where(rings, ops.group_size, 1), system)
+    bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index]
+    latency = np.array([tier.latency_s for tier in system.tiers])[index]
+    call_s = np.array([tier.call_latency_s for tier in system.tiers])[index]
+    ring_s: NDArray[np.float64] = ops.ring_steps * (ops.ring_bytes / bandwidth + latency) + rings * call_s
+    return ring_s
+
+
 def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Latency in seconds of each operator's communication (0 for operators that do not communicate).
 

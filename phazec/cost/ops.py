@@ -177,6 +177,12 @@ class OpWork:
     quantize_bytes: float = 0
     """Bytes the FP8 casts before a low-precision GEMM read and write (amax, scale and cast of its
     activation operand into row- and column-wise copies), streamed at HBM bandwidth before it."""
+    ring_bytes: float = 0
+    """Bytes a context-parallel attention kernel sends to the next device of its ring at each step
+    (its key and value blocks; their gradients too in the backward pass), over the tier of
+    `group_size` devices, while it computes."""
+    ring_steps: int = 0
+    """Steps of that ring (cp - 1; 0: no ring)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,8 @@ class OpTable:
     group_size: NDArray[np.int64]
     low_precision: NDArray[np.bool_]
     quantize_bytes: NDArray[np.float64]
+    ring_bytes: NDArray[np.float64]
+    ring_steps: NDArray[np.float64]
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -242,7 +250,7 @@ _DTYPES: dict[str, type] = {
 
 _COUNTS = (
     *("batch", "m", "k", "n", "vector_elements", "bytes_read", "bytes_written", "collective_bytes"),
-    "quantize_bytes",
+    *("quantize_bytes", "ring_bytes", "ring_steps"),
 )
 
 

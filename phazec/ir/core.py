@@ -161,13 +161,13 @@ class Edge:
     built_per_sample_bytes: int = 0
     """Bytes per sample of tensors built from inputs and constants."""
 
-    def nbytes(self, microbatch: int, built: bool = False) -> int:
+    def nbytes(self, microbatch: int, built: bool = False, context_parallel: int = 1) -> int:
         """Bytes crossing the edge for one microbatch: the activations, and with `built` the tensors
-        built from inputs and constants too."""
-        activations = self.fixed_bytes + self.per_sample_bytes * microbatch
-        return activations + (
-            self.built_fixed_bytes + self.built_per_sample_bytes * microbatch if built else 0
-        )
+        built from inputs and constants too; each device of `context_parallel` sends 1/cp of the
+        per-sample bytes (rounded up)."""
+        per_sample = self.per_sample_bytes + (self.built_per_sample_bytes if built else 0)
+        fixed = self.fixed_bytes + (self.built_fixed_bytes if built else 0)
+        return fixed + -(-per_sample * microbatch // context_parallel)
 
 
 @dataclass(frozen=True, slots=True)

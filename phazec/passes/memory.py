@@ -100,13 +100,22 @@ class MegatronBytes:
     """Kept under full recompute: the layer's floating-point inputs."""
 
 
-def megatron_bytes(memory: LayerMemory, microbatch: int, sequence_parallel: int) -> MegatronBytes:
+def megatron_bytes(
+    memory: LayerMemory, microbatch: int, sequence_parallel: int, context_parallel: int = 1
+) -> MegatronBytes:
     """A layer's activation bytes per recompute mode; `sequence_parallel` is the width that splits the
-    replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off)."""
-    replicated = memory.replicated_per_sample_bytes * microbatch
-    stash = memory.stash_bytes(microbatch) - replicated + -(-replicated // sequence_parallel)
+    replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off), and
+    `context_parallel` splits every per-sample byte (each device holds 1/cp of each sample's tokens;
+    rounded up)."""
+
+    def per_sample(bytes_per_sample: int) -> int:
+        return -(-bytes_per_sample * microbatch // context_parallel)
+
+    replicated = per_sample(memory.replicated_per_sample_bytes)
+    stash = memory.stash_fixed_bytes + per_sample(memory.stash_per_sample_bytes)
+    stash += -(-replicated // sequence_parallel) - replicated
     return MegatronBytes(
         stash_bytes=stash,
-        selective_bytes=stash - memory.core_per_sample_bytes * microbatch,
-        checkpoint_bytes=-(-memory.checkpoint_per_sample_bytes * microbatch // sequence_parallel),
+        selective_bytes=stash - per_sample(memory.core_per_sample_bytes),
+        checkpoint_bytes=-(-per_sample(memory.checkpoint_per_sample_bytes) // sequence_parallel),
     )

@@ -27,7 +27,7 @@ from phazec.passes.attention import core_ops
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.schedule_problem import schedule_problem
-from phazec.predict.training import CORE, SEARCHED, Knobs, Training, core_settings
+from phazec.predict.training import SEARCHED, Knobs, Training, core_settings, spec
 from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.evaluate import evaluate_plan
 from phazec.solvers.placement.megatron import megatron_plan
@@ -48,9 +48,9 @@ log = logging.getLogger(__name__)
 BOUND_MARGIN = 1e-9
 """Relative amount by which a layer's latency lower bound is lowered to absorb rounding."""
 
-VARIANT_KNOBS = tuple(name for name in SEARCHED if name in CORE)
+VARIANT_KNOBS = tuple(name for name in SEARCHED if not spec(name).layers)
 """The searched knobs the compiled model reads: one C++ call solves every setting of them at once."""
-OUTER_KNOBS = tuple(name for name in SEARCHED if name not in CORE)
+OUTER_KNOBS = tuple(name for name in SEARCHED if spec(name).layers)
 """The searched knobs the layers' latencies and bytes depend on: each setting is its own problem."""
 
 
@@ -137,6 +137,7 @@ class Evaluator:
             training.microbatch,
             sequence_parallel=training.sequence_parallel,
             low_precision=low_precision_class(model, cls, training.precision),
+            context_parallel=training.cp,
         )
         self.timings.cost_s += time.perf_counter() - start
         return costs
@@ -235,7 +236,9 @@ class Evaluator:
         others); `bound_sync_windows` as in `PlacementProblem`."""
         microbatch = training.microbatch
         widths = sorted(self.graphs)
-        rows = [layer_arrays(self.graphs[t], microbatch, training.sequence_parallel) for t in widths]
+        rows = [
+            layer_arrays(self.graphs[t], microbatch, training.sequence_parallel, training.cp) for t in widths
+        ]
         reference = self.graphs[widths[0]]
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
         return PlacementProblem(
@@ -249,7 +252,10 @@ class Evaluator:
             tensor_parallel=np.stack([r.tensor_parallel for r in rows]),
             edges=edges,
             edge_bytes=np.array(
-                [e.nbytes(microbatch, self.knobs.fixed.pipeline_sends_masks) for e in reference.edges],
+                [
+                    e.nbytes(microbatch, self.knobs.fixed.pipeline_sends_masks, training.cp)
+                    for e in reference.edges
+                ],
                 dtype=np.int64,
             ),
             device_count=self.system.devices,
@@ -283,7 +289,8 @@ class Evaluator:
                 for hbm in hbm_sizes or self.knobs.hbm_bytes:
                     for others in self.knobs.settings(rest):
                         training = replace(outer, **{first: value}, **others)
-                        out.append((Variant(t, hbm, core_settings(training)), training))
+                        if t * training.cp <= self.system.devices:  # else no stage fits on the devices
+                            out.append((Variant(t, hbm, core_settings(training)), training))
         return out
 
     def evaluate(self, designs: Designs) -> list[Candidate]:
@@ -400,15 +407,19 @@ class LayerArrays:
     tensor_parallel: NDArray[np.bool_]
 
 
-def layer_arrays(model: Model, microbatch: int, sequence_parallel: bool = False) -> LayerArrays:
+def layer_arrays(
+    model: Model, microbatch: int, sequence_parallel: bool = False, context_parallel: int = 1
+) -> LayerArrays:
     """Per layer: parameter bytes, activation bytes per recompute mode (`megatron_bytes`; sequence
-    parallelism splits a tensor-parallel layer's replicated activations t ways) and the TP flag."""
+    parallelism splits a tensor-parallel layer's replicated activations t ways, context parallelism
+    every per-sample byte cp ways) and the TP flag."""
     rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
         if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
-        figures = megatron_bytes(cls.memory, microbatch, sequence_split_width(cls, sequence_parallel))
+        split = sequence_split_width(cls, sequence_parallel)
+        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel)
         rows.append((cls.memory.parameter_bytes, figures, cls.tp_width > 1))
     return LayerArrays(
         param_bytes=np.array([r[0] for r in rows], dtype=np.int64),

@@ -149,23 +149,37 @@ def op_work(
     sequence_parallel: int = 1,
     *,
     low_precision: bool = False,
+    context_parallel: int = 1,
+    ring_group: int = 1,
 ) -> OpWork:
     """The cost-model row of one operator at a microbatch size, with the bytes it reads and writes;
-    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work. In a
+    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work.
+    Under context parallelism over `context_parallel` devices, an operator on per-sample tensors does
+    1/cp of its work on 1/cp of their bytes (`context_split`), and a flash-attention kernel passes its
+    key and value blocks round a ring of the cp devices while it computes (its `ring_group` devices
+    set the tier: the stage's tensor- and context-parallel devices). In a
     low-precision layer, a linear layer's GEMM (`low_precision_gemm`) reads one-byte operands, and
     one that reads a weight (the forward product and the input gradient's) first casts its other
     operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
     casts wrote)."""
     work = WORK_RULES[op.kind](op, graph, microbatch, backward)
     share = 1.0 / sequence_parallel if sequence_split(op, graph) else 1.0
+    cp = context_parallel
 
     def nbytes(name: str) -> float:
         tensor = graph.tensors[name]
-        return tensor.nbytes(microbatch) * (share if tensor.batch_axis is not None else 1.0)
+        return tensor.nbytes(microbatch) * (share / cp if tensor.batch_axis is not None else 1.0)
 
     read = sum(nbytes(t) for t in op.inputs if t)
     written = sum(nbytes(t) for t in op.outputs if t)
-    elements = work.vector_elements * share
+    per_sample = any(t and graph.tensors[t].batch_axis is not None for t in (*op.inputs, *op.outputs))
+    elements = work.vector_elements * share / (cp if per_sample else 1)
+    if cp > 1 and per_sample:
+        work = context_split(op, work, cp)
+        if op.op_type in FLASH_KEYS_VALUES:
+            keys_values = sum(nbytes(t) for t in op.inputs[FLASH_KEYS_VALUES[op.op_type]])
+            ring = {"ring_bytes": keys_values * (2 if backward else 1), "ring_steps": cp - 1}
+            work = OpWork(**{**work.__dict__, **ring, "group_size": ring_group})
     low = low_precision and low_precision_gemm(op, graph)
     quantize = 0.0
     if low and reads_weight(op, graph):
@@ -183,13 +197,50 @@ def op_work(
     )
 
 
+def context_split(op: Op, work: OpWork, cp: int) -> OpWork:
+    """An operator's work on 1/cp of each sample's tokens: a flash-attention kernel's tiles (its
+    queries' share of the causal work, which the ring balances over the devices), a GEMM's rows
+    (its reduction for a weight gradient's product, which sums over the tokens), a collective's
+    bytes."""
+    if op.op_type in FLASH_PRODUCTS:
+        return OpWork(**{**work.__dict__, "batch": work.batch / cp})
+    if work.kind in (CostKind.GEMM, CostKind.FUSED):
+        dim = "k" if op.attrs.get("grad") == "weight" else "m"
+        return OpWork(**{**work.__dict__, dim: getattr(work, dim) / cp})
+    if work.kind is CostKind.ALL_REDUCE:
+        return OpWork(**{**work.__dict__, "collective_bytes": work.collective_bytes / cp})
+    return work
+
+
+FLASH_KEYS_VALUES = {"FlashAttention": slice(1, 3), "FlashAttentionGrad": slice(2, 4)}
+"""The key and value inputs of each flash-attention kernel (after the query; after the output's
+gradient and the query), which context parallelism's ring passes on; the backward pass sends their
+gradients along too."""
+
+
 def op_table(
-    graph: Graph, microbatch: int, backward: bool, sequence_parallel: int = 1, *, low_precision: bool = False
+    graph: Graph,
+    microbatch: int,
+    backward: bool,
+    sequence_parallel: int = 1,
+    *,
+    low_precision: bool = False,
+    context_parallel: int = 1,
+    ring_group: int = 1,
 ) -> OpTable:
     """The cost-model table of a graph's operators, in graph order (`op_work`)."""
     return OpTable.from_rows(
         [
-            op_work(op, graph, microbatch, backward, sequence_parallel, low_precision=low_precision)
+            op_work(
+                op,
+                graph,
+                microbatch,
+                backward,
+                sequence_parallel,
+                low_precision=low_precision,
+                context_parallel=context_parallel,
+                ring_group=ring_group,
+            )
             for op in graph.ops
         ]
     )
@@ -258,20 +309,29 @@ def class_costs(
     *,
     sequence_parallel: bool = False,
     low_precision: bool = False,
+    context_parallel: int = 1,
 ) -> ClassCosts:
     """Price the forward and backward operators of one class on every design (vectorised); with
     sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work;
-    in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8."""
+    in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8; under context
+    parallelism its per-sample work is split cp ways (`op_work`)."""
     split = sequence_split_width(cls, sequence_parallel)
     overlap = designs.device.tp_comm_overlap
+    context = {"context_parallel": context_parallel, "ring_group": cls.tp_width * context_parallel}
     forward = op_costs(
-        op_table(cls.graph, microbatch, False, split, low_precision=low_precision), designs, system, model
+        op_table(cls.graph, microbatch, False, split, low_precision=low_precision, **context),
+        designs,
+        system,
+        model,
     )
     forward = overlap_collectives(cls.graph, forward) if overlap else forward
     if cls.backward is None:
         return ClassCosts(forward, None)
     backward = op_costs(
-        op_table(cls.backward, microbatch, True, split, low_precision=low_precision), designs, system, model
+        op_table(cls.backward, microbatch, True, split, low_precision=low_precision, **context),
+        designs,
+        system,
+        model,
     )
     backward = overlap_collectives(cls.backward, backward) if overlap else backward
     return ClassCosts(forward, backward)

@@ -212,7 +212,7 @@ def plan_report(
     model = evaluator.graphs[tp]
     samples = evaluator.system.global_batch
     time_s = placement.time_per_batch_s
-    devices = tp * plan.pp * plan.dp
+    devices = tp * plan.pp * plan.dp * plan.training.cp
     layers = layer_figures(evaluator, designs, model, plan.training)
     model_flops = 0.0
     recompute_flops = 0.0

@@ -54,6 +54,10 @@ class KnobSpec:
     """Old spellings the search's lists still take, and the value each means."""
     minimum: int | None
     """Its least valid value (None: no bound)."""
+    layers: bool
+    """Whether it changes a layer's cost or bytes, so that a search prices the layers once per value
+    (`phazec.predict.evaluator.OUTER_KNOBS`); every searched knob the compiled core does not read
+    does."""
 
 
 def knob(
@@ -66,6 +70,7 @@ def knob(
     choices: Sequence[Any] | None = None,
     legacy: Mapping[Any, Any] | None = None,
     minimum: int | None = None,
+    layers: bool = False,
 ) -> Any:
     """A `Training` field: `plan` is its value for one plan; the rest is `KnobSpec` (`search` defaults to
     `plan`; a list makes the knob searched; `recorded` defaults to `searched`)."""
@@ -80,6 +85,7 @@ def knob(
         choices=None if choices is None else tuple(choices),
         legacy=dict(legacy or {}),
         minimum=minimum,
+        layers=layers or not core,
     )
     return field(default=plan, metadata={"knob": spec})
 
@@ -138,6 +144,12 @@ class Training:
     before its GEMM) or `mxfp8` (Blackwell's block-scaled FP8, priced as fp8); attention, the
     embedding, the output layer and the optimizer keep their precision. The chip must have FP8 tensor
     cores (`hw.device.fp8_rate`, and `hw.device.mxfp8` for mxfp8)."""
+    cp: int = knob(1, search=[1], core=True, layers=True, minimum=1)
+    """Context parallelism: each sample's sequence split over `cp` devices (ranks after the tensor-parallel
+    ones), causal work balanced between them, keys and values passed round a ring while attention
+    computes (Megatron-Core's and torchtitan's ring attention); it must divide `model.seq_len` and
+    needs a fused attention kernel (`hw.device.attention=flash`). The gradients are reduced, and a
+    sharded optimizer sharded, over the data-parallel and context-parallel devices together."""
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

@@ -14,8 +14,9 @@ def plan_table(report: PlanReport) -> str:
     interleave = f", interleave {training.interleave}" if training.interleave > 1 else ""
     distributed = f", ZeRO-{training.zero_stage}" if training.zero_stage else ""
     precision = f", {training.precision}" if training.precision != "bf16" else ""
+    cp = f" x cp {training.cp}" if training.cp > 1 else ""
     header = (
-        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp} = {report.devices} devices, "
+        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices, "
         f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
         f"{distributed}; layers per stage {list(report.layers_per_stage)}"
     )

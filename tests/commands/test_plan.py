@@ -212,6 +212,28 @@ def test_toy_zero_stages_2_and_3_by_hand() -> None:
     assert alone.times[0].load_s == 6.0
 
 
+def test_toy_context_parallel_2_by_hand() -> None:
+    # cp = 2 on the toy's two stages, d = 1: each stage runs on 2 devices (4 in all), with the latencies
+    # and bytes the cost pass gives each device (its share of every sample's tokens), so the loads stay
+    # [4, 3] and the time 4 * (2 + 1) = 12, but the gradients are reduced over the 2 context-parallel
+    # devices of each stage, and a sharded optimizer shards over them: mixed-precision Adam's 6000 B
+    # of a stage's state becomes 3000, and the sync, a reduce-scatter and an all-gather of
+    # 2 * (1/2) * 1000 / 100 = 10 s, is exposed whole: 22 s. Stage 0 keeps its 2 microbatches in
+    # flight (2 x 100 B): 1000 + 1000 + 3000 + 200 = 5200 B; stage 1 one: 5100 B. At cp = 1 and d = 2
+    # the same group reduces and shards the same bytes, but each replica runs one microbatch.
+    problem = toy(optimizer_factor=8)
+    figures = explain_plan(problem, toy_variant(cp=2, zero_stage=1), [[0], [1]], 1)
+    assert [s.devices for s in figures.placement.stages] == [2, 2]
+    assert figures.placement.time_per_batch_s == 22.0
+    assert figures.iteration.dp_sync_s == 10.0
+    assert [s.memory_bytes for s in figures.placement.stages] == [5200, 5100]
+    replicas = explain_plan(problem, toy_variant(zero_stage=1), [[0], [1]], 2)
+    assert replicas.iteration.dp_sync_s == 10.0
+    assert [m.optimizer_state_bytes for m in replicas.memories] == [3000, 3000]
+    with pytest.raises(PhazecError, match="d = 2 is not valid for this plan: 2 replicas of a 4-device"):
+        explain_plan(problem, toy_variant(cp=2), [[0], [1]], 2)
+
+
 def figures_of(figures: PlanFigures) -> tuple[float, int, float, float, float]:
     """Time per batch, the stage's memory, the exposed DP sync, the step and the exposed ZeRO-3 gathers."""
     it = figures.iteration

@@ -1,40 +1,15 @@
 """Precision (`train.precision`, `plan.precision`): which GEMMs run in FP8, their casts, and the
 chips that can run them."""
 
-from pathlib import Path
-
 import pytest
 
-from phazec.config.settings import settings_from_config, typed
+from phazec.config.settings import settings_from_config
 from phazec.cost.ops import OpKind
 from phazec.errors import PhazecError
-from phazec.frontend import load_model
-from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import LayerKind, Model
-from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, low_precision_class, op_table
 from tests.conftest import compose_config
-
-HIDDEN, FFN, TOKENS = 256, 512, 64
-TINY_LLAMA = (
-    "model=llama2_7b",
-    f"model.hf_config.hidden_size={HIDDEN}",
-    f"model.hf_config.intermediate_size={FFN}",
-    "model.hf_config.num_attention_heads=4",
-    "model.hf_config.num_key_value_heads=4",
-    "model.hf_config.num_hidden_layers=2",
-    "model.hf_config.vocab_size=1024",
-    f"model.seq_len={TOKENS}",
-    f"model.hf_config.max_position_embeddings={TOKENS}",
-)
-
-
-@pytest.fixture(scope="module")
-def tiny(cache_dir: Path) -> Model:
-    """A two-block Llama's training graph at t = 1 (flash attention, as the GPU presets run it)."""
-    config = typed(ModelConfig, compose_config(*TINY_LLAMA).model, "model")
-    model = load_model(config, cache_dir)
-    return training_graphs(model, [1], GraphSettings(attention="flash", causal=True))[1]
+from tests.predict.conftest import HIDDEN, TOKENS
 
 
 def _block(model: Model) -> int:

@@ -63,6 +63,7 @@ struct PlacementInput {
   X(int64_t, recompute, 0)           /* index in ("none", "selective", "full"): `Recompute` */       \
   X(int64_t, interleave, 1)          /* model chunks per stage (interleaved 1F1B when > 1) */        \
   X(int64_t, zero_stage, 0)          /* 0-3: what is sharded over the d replicas (`zero_stage`) */   \
+  X(int64_t, cp, 1)                  /* context-parallel devices per stage device (`cp`) */          \
   X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */

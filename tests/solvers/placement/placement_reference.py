@@ -31,6 +31,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "recompute": RECOMPUTE_MODES.index(recompute),
         "interleave": 1,
         "zero_stage": 0,
+        "cp": 1,
         "last_stage_recomputes": False,
         "overlap_grad_reduce": False,
         "overlap_param_gather": False,

@@ -129,6 +129,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
     others = {
         "interleave": draw(st.integers(1, 3)),
         "zero_stage": draw(st.integers(0, 3)),
+        "cp": draw(st.integers(1, 2)),
         "last_stage_recomputes": draw(st.booleans()),
         "overlap_grad_reduce": draw(st.booleans()),
         "overlap_param_gather": draw(st.booleans()),
@@ -143,6 +144,7 @@ def variants_of(drawn: Drawn) -> list[Variant]:
         Variant(int(t), hbm_bytes, plan_settings(mode, **others))
         for t in problem.t_values
         for mode in RECOMPUTE_MODES
+        if t * int(others.get("cp", 1)) <= problem.device_count
     ]
 
 

@@ -1,0 +1,71 @@
+"""Context parallelism (`train.cp`, `plan.cp`): each device's share of a layer's work and bytes, the
+ring that passes keys and values, and the plans it refuses."""
+
+import pytest
+
+from phazec.config.settings import settings_from_config
+from phazec.cost.ops import OpKind
+from phazec.errors import PhazecError
+from phazec.ir.core import LayerKind, Model
+from phazec.passes.memory import megatron_bytes
+from phazec.predict.layer_costs import op_table
+from tests.conftest import compose_config
+from tests.predict.conftest import HIDDEN, TOKENS
+
+
+def _block(model: Model) -> int:
+    return next(layer.cls for layer in model.layers if layer.kind is LayerKind.BLOCK)
+
+
+def test_each_device_does_its_share_of_a_block(tiny: Model) -> None:
+    # cp = 2: each device holds TOKENS / 2 of the sample's tokens. A projection's rows halve (its
+    # weight gradient's reduction, over the tokens, halves instead); flash attention's causal tiles
+    # halve (the ring balances them); every per-sample byte halves; the weights do not.
+    block = tiny.classes[_block(tiny)]
+    assert block.backward is not None
+    whole = op_table(block.graph, 1, False)
+    half = op_table(block.graph, 1, False, context_parallel=2, ring_group=2)
+    gemm = (whole.kind == OpKind.GEMM) & (whole.k == HIDDEN) & (whole.n == HIDDEN)
+    assert gemm.any()
+    assert (half.m[gemm] == whole.m[gemm] / 2).all() and (whole.m[gemm] == TOKENS).all()
+    weight_bytes = 2 * HIDDEN * HIDDEN
+    assert (half.bytes_read[gemm] == (whole.bytes_read[gemm] - weight_bytes) / 2 + weight_bytes).all()
+    flash = whole.kind == OpKind.ATTENTION
+    assert int(flash.sum()) == 1
+    assert half.batch[flash][0] == whole.batch[flash][0] / 2
+    # The ring: one step (cp - 1) of the device's key and value blocks: 2 x TOKENS / 2 x HIDDEN bf16
+    # (four heads, each with its own keys and values), over the tier of 2 devices.
+    assert (half.ring_steps[flash][0], half.ring_bytes[flash][0]) == (1, 2 * TOKENS // 2 * HIDDEN * 2)
+    assert half.group_size[flash][0] == 2
+    back_whole = op_table(block.backward, 1, True)
+    back_half = op_table(block.backward, 1, True, context_parallel=2, ring_group=2)
+    wgrad = (back_whole.kind == OpKind.GEMM) & (back_whole.k == TOKENS)
+    assert wgrad.any() and (back_half.k[wgrad] == TOKENS / 2).all()
+    grad_flash = back_whole.kind == OpKind.ATTENTION
+    assert back_half.ring_bytes[grad_flash][0] == 2 * half.ring_bytes[flash][0]  # keys, values, gradients
+    memory = block.memory
+    assert memory is not None
+    one, two = megatron_bytes(memory, 2, 1), megatron_bytes(memory, 2, 1, 2)
+    assert two.stash_bytes == memory.stash_fixed_bytes + memory.stash_per_sample_bytes  # 2 samples / 2
+    assert one.stash_bytes == memory.stash_fixed_bytes + 2 * memory.stash_per_sample_bytes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("hw=h100", "model.seq_len=4096", "plan.cp=3"),
+            r"plan.cp=3 does not divide the sequence of model.seq_len=4096",
+        ),
+        (
+            ("hw=a100", "hw.device.attention=unfused", "train.cp=[1,2]"),
+            r"train.cp=2 needs a fused attention kernel",
+        ),
+        (("plan.cp=0",), r"plan.cp=0 is not valid: it must be a positive integer"),
+    ],
+)
+def test_a_context_parallel_width_that_cannot_run_is_refused(
+    overrides: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(PhazecError, match=message):
+        settings_from_config(compose_config(*overrides))
