@@ -34,8 +34,8 @@ def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
     if devices % width:
         raise PhazecError(
             f"plan.tp * plan.pp * plan.dp * plan.cp = {plan.tp} * {plan.pp} * {plan.dp} * {cp} = {width} "
-            f"does not divide the {devices} devices (system.devices); choose widths whose product divides it, "
-            f"or set system.devices={width}."
+            f"does not divide the {devices} devices (system.devices); choose widths whose product "
+            f"divides it, or set system.devices={width}."
         )
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
