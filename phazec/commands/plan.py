@@ -9,6 +9,7 @@ plan that does not fit in HBM is still timed, with a warning (an error with `pla
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,14 @@ def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
     """The plan against the system: its devices, microbatches and interleaving; raises PhazecError
     naming the bad value (`phazec.config.settings` checked each value on its own)."""
     training = plan.training
-    cp = training.cp
-    width = plan.tp * plan.pp * plan.dp * cp
+    widths = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, **({"cp": training.cp} if training.cp > 1 else {})}
+    width = math.prod(widths.values())
     if devices % width:
+        names = " * ".join(f"plan.{name}" for name in widths)
+        values = " * ".join(str(value) for value in widths.values())
         raise PhazecError(
-            f"plan.tp * plan.pp * plan.dp * plan.cp = {plan.tp} * {plan.pp} * {plan.dp} * {cp} = {width} "
-            f"does not divide the {devices} devices (system.devices); choose widths whose product "
-            f"divides it, or set system.devices={width}."
+            f"{names} = {values} = {width} does not divide the {devices} devices (system.devices); choose "
+            f"widths whose product divides it, or set system.devices={width}."
         )
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
