@@ -26,6 +26,7 @@ from phazec.config.schema import hydra_twin
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
+from phazec.frontend.config_json import model_kwargs, with_config_json
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, hw_space_from_config
@@ -54,7 +55,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     assert isinstance(plain, dict)
     search = typed(SearchConfig, cfg.search, "search")
     check_search(search)
-    model = typed(ModelConfig, cfg.model, "model")
+    model = with_config_json(typed(ModelConfig, cfg.model, "model"))
     model_dims(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
@@ -208,7 +209,7 @@ def model_dims(model: ModelConfig) -> None:
     sequence length)."""
     if model.source != "hf":
         return
-    for key, value in model.hf_config.items():
+    for key, value in model_kwargs(model).items():
         if DIMENSION.search(str(key)) and (
             isinstance(value, bool) or not isinstance(value, int) or value <= 0
         ):

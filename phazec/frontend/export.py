@@ -8,6 +8,7 @@ tensor scales with the microbatch.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 import json
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.frontend.config_json import model_kwargs
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
 from phazec.util.atomic import write_bytes
@@ -42,7 +44,7 @@ def cache_key(cfg: ModelConfig) -> str:
     """A digest of everything that affects the exported file (reads versions without importing torch)."""
     facts = {
         "arch": cfg.arch,
-        "hf_config": dict(sorted(cfg.hf_config.items())),
+        "hf_config": dict(sorted(model_kwargs(cfg).items())),
         "seq_len": cfg.seq_len,
         "dtype": cfg.dtype,
         "batch": BATCH_SENTINEL,
@@ -89,25 +91,32 @@ def hf_model_class(arch: str) -> Any:
         and "labels" in inspect.signature(cls.forward).parameters
     )
     if not trainable:
+        reason = (
+            f"{arch} has no loss head (its forward takes no labels)"
+            if isinstance(cls, type)
+            else f"the installed transformers {transformers.__version__} has no class {arch}"
+        )
         raise PhazecError(
-            f"model.arch={arch!r} is not a Hugging Face language-model class phazec can train; give "
-            "a transformers class with a loss head, such as LlamaForCausalLM, GPT2LMHeadModel, "
+            f"model.arch={arch!r} is not supported: phazec trains Hugging Face language-model classes "
+            f"with a loss head, and {reason}; give one such as LlamaForCausalLM, GPT2LMHeadModel, "
             "OPTForCausalLM or BertForMaskedLM."
         )
     return cls
 
 
 def build_config(cfg: ModelConfig) -> Any:
-    """The architecture's config object from the preset, rejecting keys the config does not have."""
+    """The architecture's config object from the preset (and its config.json), rejecting keys of
+    `model.hf_config` the config does not have (`unknown_keys`)."""
     config_class = hf_model_class(cfg.arch).config_class
-    defaults = config_class()
-    unknown = sorted(k for k in cfg.hf_config if not hasattr(defaults, k))
+    unknown = unknown_keys(config_class, cfg.hf_config)
     if unknown:
+        valid = sorted(k for k in config_class().to_dict() if not k.startswith("_"))
+        named = "; ".join(f"{key!r}{closest(key, valid)}" for key in unknown)
         raise PhazecError(
-            f"model.hf_config has keys {unknown} that {config_class.__name__} does not define; check "
-            f"their spelling against the {cfg.arch} config (e.g. {sorted(defaults.to_dict())[:12]})."
+            f"model.hf_config has keys that {config_class.__name__} ({cfg.arch}) does not define: {named}. "
+            f"Its keys are {', '.join(valid)}."
         )
-    config = config_class(**cfg.hf_config, use_cache=False, attn_implementation="sdpa")
+    config = config_class(**model_kwargs(cfg), use_cache=False, attn_implementation="sdpa")
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_positions is not None and cfg.seq_len > max_positions:
         raise PhazecError(
@@ -115,6 +124,27 @@ def build_config(cfg: ModelConfig) -> Any:
             f"use a sequence length of at most {max_positions} or raise the position count in hf_config."
         )
     return config
+
+
+def closest(key: str, valid: list[str]) -> str:
+    """ " (did you mean 'x'?)" naming the valid key closest to `key` (difflib), or "" if none is close."""
+    close = difflib.get_close_matches(key, valid, 1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_keys(config_class: Any, keys: dict[str, Any]) -> list[str]:
+    """The keys of `keys` that `config_class` neither defines nor takes under another name: a key
+    the installed transformers renamed (`rope_theta`, `rope_parameters` in transformers 5) is read
+    into its new name, while an unknown one stays an attribute of its own."""
+    defaults = config_class()
+    candidates = {k: v for k, v in keys.items() if not hasattr(defaults, k)}
+    if not candidates:
+        return []
+    try:
+        kept = set(config_class(**candidates).to_dict())
+    except Exception:  # a value the config's own checks reject: the keys are named for what they are
+        kept = set(candidates)
+    return sorted(k for k in candidates if k in kept)
 
 
 def build_meta_model(cfg: ModelConfig) -> Any:

@@ -156,9 +156,14 @@ def test_unknown_operators_are_listed(tmp_path: Path) -> None:
         ("seq_len", 0, r"model.seq_len=0 is not valid: give a positive number of tokens"),
         ("seq_len", -5, r"model.seq_len=-5 is not valid: give a positive"),
         ("source", "tf", r"model.source='tf' is not a model source; valid: \['hf', 'onnx'\]"),
-        ("arch", "BertModel", r"model.arch='BertModel' is not a Hugging Face language-model class"),
-        ("arch", "NoSuchModel", r"model.arch='NoSuchModel'"),
-        ("hf_config", {"n_embdd": 8}, r"model.hf_config has keys \['n_embdd'\] that GPT2Config does not"),
+        ("arch", "BertModel", r"model.arch='BertModel' is not supported: .* BertModel has no loss head"),
+        ("arch", "NoSuchModel", r"model.arch='NoSuchModel' is not supported: .* has no class NoSuchModel"),
+        (
+            "hf_config",
+            {"n_embdd": 8},
+            r"model.hf_config has keys that GPT2Config \(GPT2LMHeadModel\) does not define: 'n_embdd' "
+            r"\(did you mean 'n_embd'\?\)\. Its keys are ",
+        ),
         ("seq_len", 4096, r"model.seq_len=4096 exceeds the GPT2LMHeadModel config's 1024 positions"),
     ],
 )
