@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import json
 import logging
+import re
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -66,18 +67,57 @@ def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
         log.warning("the cached export %s is damaged or unchecked; exporting it again", path)
     log.info("exporting %s (%s) to ONNX", cfg.name, cfg.arch)
     try:
-        data = export_proto(build_meta_model(cfg), cfg).SerializeToString()
+        model = build_meta_model(cfg)
     except PhazecError:
         raise
     except Exception as err:  # transformers and torch reject inconsistent dimensions in many ways
         raise PhazecError(
-            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={dict(cfg.hf_config)} "
-            f"and model.seq_len={cfg.seq_len}: {type(err).__name__}: {' '.join(str(err).split())[:300]}; "
-            "fix those values (e.g. hidden_size a multiple of num_attention_heads)."
+            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={model_kwargs(cfg)} and "
+            f"model.seq_len={cfg.seq_len}: {plain_text(f'{type(err).__name__}: {err}')}"
         ) from err
+    try:
+        data = export_proto(model, cfg).SerializeToString()
+    except PhazecError:
+        raise
+    except Exception as err:
+        raise PhazecError(export_failure(cfg, err)) from err
     write_bytes(path, data)
     sealed.write(checksum, path.name, sealed.digest(data))
     return path
+
+
+ANSI_CODE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal's colour or cursor code, as torch's exporter puts in its messages."""
+FAILING_OPERATOR = re.compile(r"torch\.ops\.(\w+)\.(\w+)|\b(aten)(?:::|_)(\w+)")
+"""Where an exporter's message names the operator it failed on: `target=torch.ops.aten.histc.default`
+(the node being translated) or `aten_histc` / `aten::histc`."""
+EXCEPTION_SUMMARY = "## Exception summary"
+"""The heading under which torch's exporter lists the chain of exceptions, innermost first."""
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal codes, its whitespace (newlines included) collapsed: one paragraph."""
+    return " ".join(ANSI_CODE.sub("", text).split())
+
+
+def export_failure(cfg: ModelConfig, error: Exception) -> str:
+    """What to say when torch's exporter fails on a model that was built: the operator it failed on
+    (when its message names one) and the whole cause in plain text (the exporter's chain of exceptions,
+    innermost first, without its advice to PyTorch developers), and that the architecture is not
+    supported as the installed torch exports it."""
+    text = ANSI_CODE.sub("", str(error))
+    cause = text.partition(EXCEPTION_SUMMARY)[2] or text
+    cause = cause.split("(Refer to the full stack trace", 1)[0]
+    links = [" ".join(link.split()) for link in cause.split("⬆️")]
+    chain = " -> ".join(re.sub(r"^<class '(?:[\w.]*\.)?(\w+)'>", r"\1", link) for link in links if link)
+    found = FAILING_OPERATOR.search(text)
+    operator = "" if found is None else "::".join(part for part in found.groups() if part)
+    failed_on = f"fails on the operator {operator}" if operator else "fails"
+    return (
+        f"model {cfg.name!r} ({cfg.arch}) is not supported: torch {metadata.version('torch')}'s ONNX "
+        f"exporter {failed_on} ({type(error).__name__}: {chain or plain_text(text)}). phazec lowers a model "
+        "through that export; an architecture using an operator it cannot export cannot be lowered."
+    )
 
 
 def hf_model_class(arch: str) -> Any:
