@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,21 +88,34 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
     return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
 
 
+TABLE_COLUMNS = 120
+"""The widest line a result table prints (full detail is in result.json)."""
+VS_TPUV4 = (
+    "vs TPUv4: throughput over the TPUv4 design under its own optimal plan (tpuv4 optimal placement); "
+    "devices: those the plan uses (t x p x d) of system.devices."
+)
+"""What the result table's `vs TPUv4` and `devices` columns mean, said under it."""
+
+
 def result_table(result: dict[str, Any]) -> str:
-    """The found design against the TPUv4 design and the fixed Megatron-style plan."""
+    """The found design against the TPUv4 design and the fixed Megatron-style plan: the designs, then
+    each entry's plan, devices used and throughput, then its core utilisation and energy, in tables
+    of at most `TABLE_COLUMNS` characters, and what the columns compare with."""
     found = {"design": result["design"], "plan": result["plan"], **result}
     rows = [("found design, optimal plan", found), *((name, result["baselines"][name]) for name in BASELINES)]
     reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
-    body = [
+    devices = int(result["config"]["system"]["devices"])
+    names = [name.replace("_", " ") for name, _ in rows]
+    plans = [
         [
-            name.replace("_", " "),
-            _design_text(entry["design"]),
+            name,
             "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"]),
+            _devices_text(entry["plan"], devices),
             *_throughput_text(entry["throughput_samples_per_s"], reference),
-            *_usage_text(entry),
         ]
-        for name, entry in rows
+        for name, (_, entry) in zip(names, rows, strict=True)
     ]
+    usage = [[name, *_usage_text(entry)] for name, (_, entry) in zip(names, rows, strict=True)]
     why: dict[str, list[str]] = {}
     for name, entry in rows:
         if "not_applicable" in entry:
@@ -113,9 +127,24 @@ def result_table(result: dict[str, Any]) -> str:
         f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
         f"({search['strategy']}{objective}) in {search['wall_s']:.1f} s"
     )
-    usage = ["TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"]
-    table = render(["", "design", "plan", "samples/s", "vs TPUv4", *usage], body)
-    return "\n".join([header, table, *reasons])
+    tpuv4 = result["baselines"]["tpuv4_optimal_placement"]["design"]
+    designs = [f"found design: {_design_text(result['design'])}", f"tpuv4 design: {_design_text(tpuv4)}"]
+    return "\n".join([
+        header,
+        *designs,
+        "",
+        render(["", "plan", "devices", "samples/s", "vs TPUv4"], plans),
+        "",
+        render(["", "TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"], usage),
+        *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, VS_TPUV4]),
+    ])  # fmt: skip
+
+
+def _devices_text(plan: dict[str, Any] | None, devices: int) -> str:
+    """`994 of 1024`: the devices a plan uses (t x p x d) of the system's; a dash without a plan."""
+    if plan is None:
+        return "-"
+    return f"{plan['tp'] * plan['pp'] * plan['dp']} of {devices}"
 
 
 def _throughput_text(samples_per_s: float, reference: float) -> list[str]:
