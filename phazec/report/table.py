@@ -171,22 +171,25 @@ def _usage_text(entry: dict[str, Any]) -> list[str]:
 
 
 def multi_table(result: dict[str, Any]) -> str:
-    """A multi-model result: per model, the common design against its own best design, with the
-    speedup over the TPUv4 design with optimal placement."""
+    """A multi-model result: the designs, then per model the common design against its own best
+    design (plan, devices used, throughput, fraction of its own best, speedup over the TPUv4 design
+    with its optimal plan), at most `TABLE_COLUMNS` wide."""
+    devices = int(result["config"]["system"]["devices"])
     body = []
+    designs = [f"common design: {_design_text(result['design'])}"]
     for name in result["model"]:
         own = result["baselines"][name]["own_best_design"]
+        designs.append(f"{name}'s own best design: {_design_text(own['design'])}")
         tpu = result["baselines"][name]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
         common = result["throughput_samples_per_s"][name]
-        for label, design, plan, value in (
-            ("common design", result["design"], result["plan"][name], common),
-            ("own best design", own["design"], own["plan"], own["throughput_samples_per_s"]),
+        for label, plan, value in (
+            ("common design", result["plan"][name], common),
+            ("own best design", own["plan"], own["throughput_samples_per_s"]),
         ):
             ratio = value / own["throughput_samples_per_s"] if own["throughput_samples_per_s"] else 0.0
             vs_tpu = f"{value / tpu:.2f}x" if tpu else "-"
-            body.append(
-                [name, label, _design_text(design), _plan_text(plan), f"{value:.4g}", f"{ratio:.2f}", vs_tpu]
-            )
+            throughput = [f"{value:.4g}", f"{ratio:.2f}", vs_tpu]
+            body.append([name, label, _plan_text(plan), _devices_text(plan, devices), *throughput])
     search = result["search"]
     mean = headline_throughput(result)
     header = (
@@ -194,8 +197,9 @@ def multi_table(result: dict[str, Any]) -> str:
         f"chosen among {search['designs_evaluated']} of {search['designs_total']} designs "
         f"({search['strategy']}) in {search['wall_s']:.1f} s"
     )
-    table = render(["model", "", "design", "plan", "samples/s", "of own best", "vs TPUv4"], body)
-    return f"{header}\n{table}"
+    table = render(["model", "", "plan", "devices", "samples/s", "of own best", "vs TPUv4"], body)
+    note = textwrap.fill(VS_TPUV4, TABLE_COLUMNS, subsequent_indent="  ")
+    return "\n".join([header, *designs, "", table, note])
 
 
 def training_table(rows: Sequence[TrainingRow]) -> str:
