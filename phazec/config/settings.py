@@ -176,11 +176,12 @@ def auto_dp(tp: int, pp: int, devices: int) -> int:
         PhazecError: tp x pp does not divide the devices.
     """
     if devices % (tp * pp):
-        divisors = [d for d in range(1, devices + 1) if devices % d == 0]
+        divisors = [d for d in range(1, min(devices, 10**6) + 1) if devices % d == 0]
+        listed = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
         raise PhazecError(
             f"plan.dp=auto fills the {devices} devices (system.devices) with replicas of plan.tp x plan.pp "
             f"= {tp} x {pp} = {tp * pp} devices each, and {tp * pp} does not divide {devices}; choose a tp "
-            f"x pp among the divisors of {devices} ({', '.join(map(str, divisors))}), set "
+            f"x pp among the divisors of {devices} ({listed}), set "
             f"system.devices to a multiple of {tp * pp}, or give plan.dp a number (then the plan uses "
             "tp x pp x dp of the devices)."
         )

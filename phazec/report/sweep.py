@@ -46,6 +46,16 @@ FIGURES = {
 tp x pp x dp; sizes in bytes, in GB in the text table)."""
 
 
+TEXT_HEADERS = {
+    "throughput_samples_per_s": "samples/s",
+    "time_per_batch_s": "s/batch",
+    "speedup_vs_tpuv4": "vs TPUv4",
+    "microbatch": "mb",
+    "forward_flops_per_sample": "fwd FLOPs/sample",
+}
+"""The text table's shorter headers of the CSV's columns, so that it stays narrow."""
+
+
 def columns(kind: str) -> tuple[str, ...]:
     """The comparison table's columns for a sweep of jobs of one kind (a key of `OUTPUTS`)."""
     return ("job", "status", "overrides", *FIGURES[kind], "dir", "error")
@@ -185,8 +195,9 @@ def comparison_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
-    """The rows (of one kind of job, at least one) as an aligned text table without directories, sizes
-    in GB (`memory_gb`, `hbm_gb`), the best job marked with `*`; under it, each failed job's error."""
+    """The rows (of one kind of job, at least one) as an aligned text table without directories, short
+    headers (`TEXT_HEADERS`), sizes in GB (`memory GB`, `hbm GB`), the best job marked with `*`; under
+    it, each failed job's error."""
     shown = [c for c in rows[0] if c not in ("dir", "error")]
 
     def cell(column: str, value: Any) -> str:
@@ -201,7 +212,8 @@ def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
         ]
         for row in rows
     ]
-    header = [c.removesuffix("_bytes") + "_gb" if c.endswith("_bytes") else c for c in shown]
+    in_gb = {c: c.removesuffix("_bytes") + " GB" for c in shown if c.endswith("_bytes")}
+    header = [TEXT_HEADERS.get(c, in_gb.get(c, c)) for c in shown]
     errors = [f"job {row['job']} failed: {row['error']}" for row in rows if row["status"] == "failed"]
     return render(header, body) + "\n" + "".join(f"{line}\n" for line in errors)
 

@@ -710,8 +710,8 @@ def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) 
     assert best["result"]["samples_per_s"] == max(throughputs)
     text = (sweep / "sweep_comparison.txt").read_text().splitlines()
     assert text[0].split() == [
-        "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch",
-        "recompute", "tp", "pp", "dp", "devices", "memory_gb", "hbm_gb",
+        "job", "status", "overrides", "samples/s", "s/batch", "mfu", "mb", "recompute", "tp", "pp", "dp",
+        "devices", "memory", "GB", "hbm", "GB",
     ]  # fmt: skip
     assert text[2].split()[-4:] == ["4", "8", f"{int(rows[0]['memory_bytes']) / 1e9:.1f}", "80.0"]
     reason = "plan.dp=auto fills the 8 devices (system.devices) with replicas of plan.tp x plan.pp = 3 x 2"
