@@ -8,6 +8,8 @@ session ends, a file outside the session's temporary directory (`--basetemp`, wh
 `tmp_path` lies) fails it, naming the test and the file: a test tracked into the user's
 `./phazec.db`, or any store but its own. What the guard checks is what the tests did, not the state
 of the user's files: the user's own `phazec` in the same checkout meanwhile does not concern it.
+For the session's subprocesses this `sitecustomize` stands in for any other on the path (a venv has
+none; Debian's system Python has one, for crash reports).
 """
 
 from __future__ import annotations
