@@ -22,7 +22,7 @@ from phazec.api import composed, lower_config, plan_config, search_config
 from phazec.config import command_line as validate
 from phazec.config.command_line import override_strings
 from phazec.config.presets import conf_dir
-from phazec.config.rundir import make_dir
+from phazec.config.rundir import make_dir, results_line
 from phazec.config.schema import register
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
@@ -88,9 +88,12 @@ class UserErrorExit(Callback):
         _STARTED.append(True)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Exit 2 with the job's message if it failed with a PhazecError; exit 130 or 143 with the
-        interrupt message if a signal stopped it."""
+        """End with a line naming the run directory and its files if the job succeeded; exit 2 with the
+        job's message if it failed with a PhazecError; exit 130 or 143 with the interrupt message if a
+        signal stopped it."""
         job_return = kwargs.get("job_return")
+        if isinstance(job_return, JobReturn) and job_return.status is JobStatus.COMPLETED:
+            print(results_line(config.hydra.runtime.output_dir, config.hydra.runtime.cwd))
         if isinstance(job_return, JobReturn) and job_return.status is JobStatus.FAILED:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)
             if isinstance(error, Interrupted):

@@ -16,6 +16,10 @@ from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
 
+pytest_plugins = ("pytester", "tests.store_guard")
+"""pytester runs a session inside a test; the store guard (tests/store_guard) checks that every MLflow
+store a test opens lies in the session's temporary directory."""
+
 REPO = Path(__file__).resolve().parents[1]
 """The repository's root (tests live in packages that mirror phazec's)."""
 
@@ -34,40 +38,6 @@ PRESETS = (
     "gpt3_175b",
 )
 """Every model preset in conf/model/ that builds a Hugging Face architecture."""
-
-
-USER_STORE = ("phazec.db", "mlartifacts")
-"""What tracking writes to the directory a command starts in: the suite must never touch the user's."""
-STORE_KEY = pytest.StashKey[dict[Path, list[tuple[str, int, int] | None]]]()
-
-
-def store_state(directory: Path) -> list[tuple[str, int, int] | None]:
-    """(name, size, modification time) of each of USER_STORE in `directory`; None if absent."""
-    found: list[tuple[str, int, int] | None] = []
-    for name in USER_STORE:
-        path = directory / name
-        stat = path.stat() if path.exists() else None
-        found.append(None if stat is None else (name, stat.st_size, stat.st_mtime_ns))
-    return found
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Note the state of the MLflow store in the directories a test's command could start in."""
-    places = {session.config.rootpath, Path.cwd()}
-    session.stash[STORE_KEY] = {place: store_state(place) for place in places}
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Fail the session if a test created or changed `phazec.db` or `mlartifacts/` in the repository or
-    the working directory (every test tracks into its own temporary store, or not at all)."""
-    for place, before in session.stash[STORE_KEY].items():
-        if store_state(place) != before:
-            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-            message = f"the test session wrote to the MLflow store in {place} ({', '.join(USER_STORE)})"
-            if reporter is not None:
-                reporter.write("\n")
-                reporter.write_line(f"ERROR: {message}", red=True)
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

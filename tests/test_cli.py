@@ -141,6 +141,18 @@ def test_a_search_shows_phazec_lines_only_one_per_stage_with_its_time(
     # Everything else, third-party lines included, went to the run's log file.
     log = (tmp_path / "run" / "cli.log").read_text()
     assert all(line[11:] in log for line in logged)
+    # The found-design tables fit 120 columns, say the devices each plan uses and what "vs TPUv4" is.
+    lines = done.stdout.splitlines()
+    table = lines[
+        lines.index("found design: 8x TC 128x128, 2x VC 128, GLB 128 MiB, HBM 32 GB, 278.83 mm^2") :
+    ]
+    assert max(len(line) for line in table) <= 120
+    found = r"found design, optimal plan  mb 8, stash, t=1 p=2 d=512  1024 of 1024  [\d.e+]+     1\.00x"
+    assert re.fullmatch(found, table[5])
+    assert "vs TPUv4: throughput over the TPUv4 design under its own optimal plan" in done.stdout
+    # The last line names the run directory and its files.
+    files = "bottleneck_gantt.png, cli.log, explored.csv, pipeline.png, result.json, throughput_vs_area.png"
+    assert lines[-1] == f"results in run/ ({files})"
 
 
 def test_docs_python_example_runs_as_written(tmp_path: Path, cache_dir: Path) -> None:
@@ -158,3 +170,29 @@ def test_docs_python_example_runs_as_written(tmp_path: Path, cache_dir: Path) ->
     design, plan = lines[1].split("; ")
     assert design.startswith("8 tensor cores, ") and plan.startswith("plan p=")
     assert [p.name for p in tmp_path.iterdir()] == ["example.py"]  # nothing left behind, no MLflow store
+
+
+def test_phazec_plan_ends_naming_its_results(tmp_path: Path, cache_dir: Path) -> None:
+    """A single run's last line names its run directory, a sweep's its sweep directory, each with the
+    files there; `phazec-plan` alone times on its default hardware, an A100 design on DGX A100 nodes,
+    and its default `plan.dp=auto` fills the devices."""
+    model = (
+        "model=bert_large",
+        "model.hf_config.num_hidden_layers=2",
+        "tracking=none",
+        f"cache_dir={cache_dir}",
+    )
+    single = command("plan_main", *model, "hydra.run.dir=run", cwd=tmp_path)
+    assert single.returncode == 0, single.stderr
+    lines = single.stdout.splitlines()
+    assert (
+        "bert_large: tp 1 x pp 1 x dp 1024 = 1024 devices, microbatch 1, recompute none; layers per stage [4]"
+        in lines
+    )
+    assert lines[-1] == "results in run/ (cli.log, plan.json)"
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert (plan["config"]["hw"]["name"], plan["config"]["system"]["name"]) == ("a100", "dgx_a100")
+    sweep = command("plan_main", "-m", *model, "plan.tp=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr
+    files = "0/, 1/, multirun.yaml, sweep_best.json, sweep_comparison.csv, sweep_comparison.txt"
+    assert sweep.stdout.splitlines()[-1] == f"results in sweep/ ({files})"

@@ -64,3 +64,12 @@ def register_resolver() -> None:
     """Register `${phazec.unique:...}` (once per process)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, unique_dir, use_cache=True)
+
+
+def results_line(directory: Path | str, cwd: Path | str) -> str:
+    """A command's last line: where its results are (relative to `cwd`, where it started, when inside
+    it) and the files there (hidden ones, Hydra's `.hydra/`, left out)."""
+    path = Path(directory)
+    shown = path.relative_to(cwd) if path.is_relative_to(cwd) else path
+    files = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir() if not p.name.startswith("."))
+    return f"results in {shown}/ ({', '.join(files)})"

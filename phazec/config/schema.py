@@ -78,7 +78,8 @@ def _twin_field(setting: Field[Any], kind: Any) -> Any:
 def hydra_twin(settings: type) -> type:
     """The mutable dataclass Hydra composes for frozen settings `settings`: the same fields, types and
     defaults (nested settings as their twins; `Plan`'s knobs flattened, `Training`'s searched knobs as
-    lists of values). A field without a default is one Hydra reports missing."""
+    lists of values; a field whose metadata has `config`, (type, default), as that type and default:
+    the settings check and resolve it). A field without a default is one Hydra reports missing."""
     if settings is Training:
         return _train_schema()
     hints = get_type_hints(settings)
@@ -86,6 +87,10 @@ def hydra_twin(settings: type) -> type:
     for setting in fields(settings):
         if settings is Plan and setting.name == "training":
             specs += _plan_knobs()
+            continue
+        if "config" in setting.metadata:  # a value the config gives in another form (`plan.dp=auto`)
+            kind, default = setting.metadata["config"]
+            specs.append((setting.name, kind, field(default=default)))
             continue
         specs.append(
             (setting.name, twin_type(hints[setting.name]), _twin_field(setting, hints[setting.name]))

@@ -27,11 +27,12 @@ from phazec.config.schema import hydra_twin
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
+from phazec.frontend.config_json import model_kwargs, with_config_json
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, hw_space_from_config
 from phazec.hw.system import system_from_config
-from phazec.predict.plan_report import Plan
+from phazec.predict.plan_report import AUTO_DP, Plan
 from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
 from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
@@ -55,7 +56,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     assert isinstance(plain, dict)
     search = typed(SearchConfig, cfg.search, "search")
     check_search(search)
-    model = typed(ModelConfig, cfg.model, "model")
+    model = with_config_json(typed(ModelConfig, cfg.model, "model"))
     model_dims(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
@@ -65,7 +66,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     system = system_from_config(system_config)
     hw = hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))
     train = train_knobs(cfg.train, system_config)
-    plan = plan_settings(cfg.plan, cfg.train)
+    plan = plan_settings(cfg.plan, cfg.train, system.devices)
     check_precision(hw, train.tried("precision"), "train.precision")
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
@@ -186,17 +187,24 @@ def train_knobs(train: Any, system: SystemConfig) -> Knobs:
     return Knobs.searching([round(g * 1e9) for g in system.hbm_gb], **checked(Training, train, "train"))
 
 
-def plan_settings(plan: Any, train: Any) -> Plan:
-    """The plan of `plan.*`: positive widths, each knob checked, and the optimizer of `train.optimizer`.
+def plan_settings(plan: Any, train: Any, devices: int) -> Plan:
+    """The plan of `plan.*`: positive widths (`plan.dp=auto`: the replicas that fill the `devices`),
+    each knob checked, and the optimizer of `train.optimizer`.
 
     Raises:
-        PhazecError: a width or knob value is not valid.
+        PhazecError: a width or knob value is not valid, or tp x pp does not divide the devices under
+            `plan.dp=auto`.
     """
     values = checked(Plan, plan, "plan")
     for name in ("tp", "pp", "dp"):
         value = values[name]
+        if name == "dp" and value == AUTO_DP:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PhazecError(f"plan.{name}={value!r} is not valid: it must be a positive integer.")
+            valid = "a positive integer" + (f", or {AUTO_DP!r} (the default)" if name == "dp" else "")
+            raise PhazecError(f"plan.{name}={value!r} is not valid: it must be {valid}.")
+    if values["dp"] == AUTO_DP:
+        values["dp"] = auto_dp(values["tp"], values["pp"], devices)
     knobs = {k.name: check_knob("plan", k.name, values[k.name]) for k in KNOB_FIELDS if spec(k.name).in_plan}
     optimizer = check_knob("train", "optimizer", checked(Training, train, "train")["optimizer"])
     layers = values["layers"]
@@ -208,6 +216,25 @@ def plan_settings(plan: Any, train: Any) -> Plan:
         layers=None if layers is None else tuple(layers),
         require_fit=values["require_fit"],
     )
+
+
+def auto_dp(tp: int, pp: int, devices: int) -> int:
+    """`plan.dp=auto`: the data-parallel width that fills `devices` at `tp` x `pp`.
+
+    Raises:
+        PhazecError: tp x pp does not divide the devices.
+    """
+    if devices % (tp * pp):
+        divisors = [d for d in range(1, min(devices, 10**6) + 1) if devices % d == 0]
+        listed = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+        raise PhazecError(
+            f"plan.dp=auto fills the {devices} devices (system.devices) with replicas of plan.tp x plan.pp "
+            f"= {tp} x {pp} = {tp * pp} devices each, and {tp * pp} does not divide {devices}; choose a tp "
+            f"x pp among the divisors of {devices} ({listed}), set "
+            f"system.devices to a multiple of {tp * pp}, or give plan.dp a number (then the plan uses "
+            "tp x pp x dp of the devices)."
+        )
+    return devices // (tp * pp)
 
 
 DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
@@ -232,7 +259,7 @@ def model_dims(model: ModelConfig) -> None:
     sequence length)."""
     if model.source != "hf":
         return
-    for key, value in model.hf_config.items():
+    for key, value in model_kwargs(model).items():
         if DIMENSION.search(str(key)) and (
             isinstance(value, bool) or not isinstance(value, int) or value <= 0
         ):

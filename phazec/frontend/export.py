@@ -8,10 +8,12 @@ tensor scales with the microbatch.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 import json
 import logging
+import re
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.frontend.config_json import model_kwargs
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
 from phazec.util.atomic import write_bytes
@@ -42,7 +45,7 @@ def cache_key(cfg: ModelConfig) -> str:
     """A digest of everything that affects the exported file (reads versions without importing torch)."""
     facts = {
         "arch": cfg.arch,
-        "hf_config": dict(sorted(cfg.hf_config.items())),
+        "hf_config": dict(sorted(model_kwargs(cfg).items())),
         "seq_len": cfg.seq_len,
         "dtype": cfg.dtype,
         "batch": BATCH_SENTINEL,
@@ -64,18 +67,57 @@ def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
         log.warning("the cached export %s is damaged or unchecked; exporting it again", path)
     log.info("exporting %s (%s) to ONNX", cfg.name, cfg.arch)
     try:
-        data = export_proto(build_meta_model(cfg), cfg).SerializeToString()
+        model = build_meta_model(cfg)
     except PhazecError:
         raise
     except Exception as err:  # transformers and torch reject inconsistent dimensions in many ways
         raise PhazecError(
-            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={dict(cfg.hf_config)} "
-            f"and model.seq_len={cfg.seq_len}: {type(err).__name__}: {' '.join(str(err).split())[:300]}; "
-            "fix those values (e.g. hidden_size a multiple of num_attention_heads)."
+            f"model {cfg.name!r} ({cfg.arch}) cannot be built from model.hf_config={model_kwargs(cfg)} and "
+            f"model.seq_len={cfg.seq_len}: {plain_text(f'{type(err).__name__}: {err}')}"
         ) from err
+    try:
+        data = export_proto(model, cfg).SerializeToString()
+    except PhazecError:
+        raise
+    except Exception as err:
+        raise PhazecError(export_failure(cfg, err)) from err
     write_bytes(path, data)
     sealed.write(checksum, path.name, sealed.digest(data))
     return path
+
+
+ANSI_CODE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal's colour or cursor code, as torch's exporter puts in its messages."""
+FAILING_OPERATOR = re.compile(r"torch\.ops\.(\w+)\.(\w+)|\b(aten)(?:::|_)(\w+)")
+"""Where an exporter's message names the operator it failed on: `target=torch.ops.aten.histc.default`
+(the node being translated) or `aten_histc` / `aten::histc`."""
+EXCEPTION_SUMMARY = "## Exception summary"
+"""The heading under which torch's exporter lists the chain of exceptions, innermost first."""
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal codes, its whitespace (newlines included) collapsed: one paragraph."""
+    return " ".join(ANSI_CODE.sub("", text).split())
+
+
+def export_failure(cfg: ModelConfig, error: Exception) -> str:
+    """What to say when torch's exporter fails on a model that was built: the operator it failed on
+    (when its message names one) and the whole cause in plain text (the exporter's chain of exceptions,
+    innermost first, without its advice to PyTorch developers), and that the architecture is not
+    supported as the installed torch exports it."""
+    text = ANSI_CODE.sub("", str(error))
+    cause = text.partition(EXCEPTION_SUMMARY)[2] or text
+    cause = cause.split("(Refer to the full stack trace", 1)[0]
+    links = [" ".join(link.split()) for link in cause.split("⬆️")]
+    chain = " -> ".join(re.sub(r"^<class '(?:[\w.]*\.)?(\w+)'>", r"\1", link) for link in links if link)
+    found = FAILING_OPERATOR.search(text)
+    operator = "" if found is None else "::".join(part for part in found.groups() if part)
+    failed_on = f"fails on the operator {operator}" if operator else "fails"
+    return (
+        f"model {cfg.name!r} ({cfg.arch}) is not supported: torch {metadata.version('torch')}'s ONNX "
+        f"exporter {failed_on} ({type(error).__name__}: {chain or plain_text(text)}). phazec lowers a model "
+        "through that export; an architecture using an operator it cannot export cannot be lowered."
+    )
 
 
 def hf_model_class(arch: str) -> Any:
@@ -89,25 +131,32 @@ def hf_model_class(arch: str) -> Any:
         and "labels" in inspect.signature(cls.forward).parameters
     )
     if not trainable:
+        reason = (
+            f"{arch} has no loss head (its forward takes no labels)"
+            if isinstance(cls, type)
+            else f"the installed transformers {transformers.__version__} has no class {arch}"
+        )
         raise PhazecError(
-            f"model.arch={arch!r} is not a Hugging Face language-model class phazec can train; give "
-            "a transformers class with a loss head, such as LlamaForCausalLM, GPT2LMHeadModel, "
+            f"model.arch={arch!r} is not supported: phazec trains Hugging Face language-model classes "
+            f"with a loss head, and {reason}; give one such as LlamaForCausalLM, GPT2LMHeadModel, "
             "OPTForCausalLM or BertForMaskedLM."
         )
     return cls
 
 
 def build_config(cfg: ModelConfig) -> Any:
-    """The architecture's config object from the preset, rejecting keys the config does not have."""
+    """The architecture's config object from the preset (and its config.json), rejecting keys of
+    `model.hf_config` the config does not have (`unknown_keys`)."""
     config_class = hf_model_class(cfg.arch).config_class
-    defaults = config_class()
-    unknown = sorted(k for k in cfg.hf_config if not hasattr(defaults, k))
+    unknown = unknown_keys(config_class, cfg.hf_config)
     if unknown:
+        valid = sorted(k for k in config_class().to_dict() if not k.startswith("_"))
+        named = "; ".join(f"{key!r}{closest(key, valid)}" for key in unknown)
         raise PhazecError(
-            f"model.hf_config has keys {unknown} that {config_class.__name__} does not define; check "
-            f"their spelling against the {cfg.arch} config (e.g. {sorted(defaults.to_dict())[:12]})."
+            f"model.hf_config has keys that {config_class.__name__} ({cfg.arch}) does not define: {named}. "
+            f"Its keys are {', '.join(valid)}."
         )
-    config = config_class(**cfg.hf_config, use_cache=False, attn_implementation="sdpa")
+    config = config_class(**model_kwargs(cfg), use_cache=False, attn_implementation="sdpa")
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_positions is not None and cfg.seq_len > max_positions:
         raise PhazecError(
@@ -115,6 +164,27 @@ def build_config(cfg: ModelConfig) -> Any:
             f"use a sequence length of at most {max_positions} or raise the position count in hf_config."
         )
     return config
+
+
+def closest(key: str, valid: list[str]) -> str:
+    """ " (did you mean 'x'?)" naming the valid key closest to `key` (difflib), or "" if none is close."""
+    close = difflib.get_close_matches(key, valid, 1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_keys(config_class: Any, keys: dict[str, Any]) -> list[str]:
+    """The keys of `keys` that `config_class` neither defines nor takes under another name: a key
+    the installed transformers renamed (`rope_theta`, `rope_parameters` in transformers 5) is read
+    into its new name, while an unknown one stays an attribute of its own."""
+    defaults = config_class()
+    candidates = {k: v for k, v in keys.items() if not hasattr(defaults, k)}
+    if not candidates:
+        return []
+    try:
+        kept = set(config_class(**candidates).to_dict())
+    except Exception:  # a value the config's own checks reject: the keys are named for what they are
+        kept = set(candidates)
+    return sorted(k for k in candidates if k in kept)
 
 
 def build_meta_model(cfg: ModelConfig) -> Any:

@@ -27,7 +27,12 @@ class ModelConfig:
     arch: str = ""
     """Hugging Face model class, e.g. `LlamaForCausalLM` (source=hf)."""
     hf_config: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the architecture's config class (source=hf)."""
+    """Keyword arguments of the architecture's config class (source=hf); with `config_json`, they
+    override the file's."""
+    config_json: str = ""
+    """A Hugging Face config.json (or its directory) to build the model from, as it is (source=hf):
+    `arch` from its `architectures`, the config's keys from the file, `seq_len` (when 0) its position
+    count; no download (`phazec.frontend.config_json`)."""
     seq_len: int = 0
     """Sequence length in tokens (source=hf; source=onnx: 0 reads it from the attention scores)."""
     dtype: str = "bfloat16"

@@ -28,6 +28,10 @@ from phazec.solvers.placement.problem import Stages, Variant
 
 log = logging.getLogger(__name__)
 
+AUTO_DP = "auto"
+"""`plan.dp=auto`, the default: as many pipeline replicas as fill the devices, system.devices / (tp x
+pp), so that plans of different widths are compared on the same devices."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
@@ -38,8 +42,9 @@ class Plan:
     """Tensor-parallel width (one of `model.tp_widths` is not required)."""
     pp: int = 1
     """Pipeline stages."""
-    dp: int = 1
-    """Data-parallel width (pipeline replicas)."""
+    dp: int = field(default=1, metadata={"config": (Any, AUTO_DP)})
+    """Data-parallel width (pipeline replicas). In the config (`plan.dp`), `auto` (the default) fills
+    the devices: system.devices / (tp x pp), refused when it is not a whole number; a number sets it."""
     training: Training = field(default_factory=Training)
     """The training knobs (`plan.<knob>`; the optimizer is `train.optimizer`)."""
     layers: tuple[int, ...] | None = None

@@ -37,12 +37,23 @@ OUTPUTS = {"search": "result.json", "plan": "plan.json", "ir": "ir.json"}
 """The file each kind of job writes when it succeeds."""
 FIGURES = {
     "search": ("throughput_samples_per_s", "time_per_batch_s", "area_mm2", "speedup_vs_tpuv4", "microbatch",
-               "recompute", "tp", "pp", "dp", "hbm_bytes"),
+               "recompute", "tp", "pp", "dp", "devices", "hbm_bytes"),
     "plan": ("throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch", "recompute", "tp", "pp",
-             "dp", "memory_bytes", "hbm_bytes"),
+             "dp", "devices", "memory_bytes", "hbm_bytes"),
     "ir": ("parameters", "seq_len", "layers", "forward_flops_per_sample"),
 }  # fmt: skip
-"""The figures the comparison table shows for each kind of sweep."""
+"""The figures the comparison table shows for each kind of sweep (`devices`: those the plan uses,
+tp x pp x dp; sizes in bytes, in GB in the text table)."""
+
+
+TEXT_HEADERS = {
+    "throughput_samples_per_s": "samples/s",
+    "time_per_batch_s": "s/batch",
+    "speedup_vs_tpuv4": "vs TPUv4",
+    "microbatch": "mb",
+    "forward_flops_per_sample": "fwd FLOPs/sample",
+}
+"""The text table's shorter headers of the CSV's columns, so that it stays narrow."""
 
 
 def columns(kind: str) -> tuple[str, ...]:
@@ -146,7 +157,7 @@ def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
             mfu=r["mfu"],
             memory_bytes=r["memory"]["total_bytes"],
             hbm_bytes=r["memory"]["hbm_bytes"],
-            **{key: r[key] for key in ("microbatch", "recompute", "tp", "pp", "dp")},
+            **{key: r[key] for key in ("microbatch", "recompute", "tp", "pp", "dp", "devices")},
         )
     elif r is not None and is_multi(r):
         row.update(
@@ -168,6 +179,7 @@ def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
             tp=plan["tp"],
             pp=plan["pp"],
             dp=plan["dp"],
+            devices=plan["tp"] * plan["pp"] * plan["dp"],
             hbm_bytes=r["design"]["hbm_bytes"],
         )
     return row
@@ -183,17 +195,27 @@ def comparison_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
-    """The rows (of one kind of job, at least one) as an aligned text table without directories and
-    errors, the best job marked with `*`."""
+    """The rows (of one kind of job, at least one) as an aligned text table without directories, short
+    headers (`TEXT_HEADERS`), sizes in GB (`memory GB`, `hbm GB`), the best job marked with `*`; under
+    it, each failed job's error."""
     shown = [c for c in rows[0] if c not in ("dir", "error")]
+
+    def cell(column: str, value: Any) -> str:
+        if column.endswith("_bytes") and isinstance(value, int | float) and not isinstance(value, bool):
+            return f"{value / 1e9:.1f}"
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
     body = [
         [
             f"{row['job']}{'*' if best is not None and row['job'] == best.num else ''}",
-            *(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in shown[1:]),
+            *(cell(c, row[c]) for c in shown[1:]),
         ]
         for row in rows
     ]
-    return render(shown, body) + "\n"
+    in_gb = {c: c.removesuffix("_bytes") + " GB" for c in shown if c.endswith("_bytes")}
+    header = [TEXT_HEADERS.get(c, in_gb.get(c, c)) for c in shown]
+    errors = [f"job {row['job']} failed: {row['error']}" for row in rows if row["status"] == "failed"]
+    return render(header, body) + "\n" + "".join(f"{line}\n" for line in errors)
 
 
 def write_summary(sweep_dir: Path) -> Summary:

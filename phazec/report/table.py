@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,21 +88,34 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
     return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
 
 
+TABLE_COLUMNS = 120
+"""The widest line a result table prints (full detail is in result.json)."""
+VS_TPUV4 = (
+    "vs TPUv4: throughput over the TPUv4 design under its own optimal plan (tpuv4 optimal placement); "
+    "devices: those the plan uses (t x p x d) of system.devices."
+)
+"""What the result table's `vs TPUv4` and `devices` columns mean, said under it."""
+
+
 def result_table(result: dict[str, Any]) -> str:
-    """The found design against the TPUv4 design and the fixed Megatron-style plan."""
+    """The found design against the TPUv4 design and the fixed Megatron-style plan: the designs, then
+    each entry's plan, devices used and throughput, then its core utilisation and energy, in tables
+    of at most `TABLE_COLUMNS` characters, and what the columns compare with."""
     found = {"design": result["design"], "plan": result["plan"], **result}
     rows = [("found design, optimal plan", found), *((name, result["baselines"][name]) for name in BASELINES)]
     reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
-    body = [
+    devices = int(result["config"]["system"]["devices"])
+    names = [name.replace("_", " ") for name, _ in rows]
+    plans = [
         [
-            name.replace("_", " "),
-            _design_text(entry["design"]),
+            name,
             "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"]),
+            _devices_text(entry["plan"], devices),
             *_throughput_text(entry["throughput_samples_per_s"], reference),
-            *_usage_text(entry),
         ]
-        for name, entry in rows
+        for name, (_, entry) in zip(names, rows, strict=True)
     ]
+    usage = [[name, *_usage_text(entry)] for name, (_, entry) in zip(names, rows, strict=True)]
     why: dict[str, list[str]] = {}
     for name, entry in rows:
         if "not_applicable" in entry:
@@ -113,9 +127,24 @@ def result_table(result: dict[str, Any]) -> str:
         f"{result['model']}: {search['designs_evaluated']} of {search['designs_total']} designs evaluated "
         f"({search['strategy']}{objective}) in {search['wall_s']:.1f} s"
     )
-    usage = ["TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"]
-    table = render(["", "design", "plan", "samples/s", "vs TPUv4", *usage], body)
-    return "\n".join([header, table, *reasons])
+    tpuv4 = result["baselines"]["tpuv4_optimal_placement"]["design"]
+    designs = [f"found design: {_design_text(result['design'])}", f"tpuv4 design: {_design_text(tpuv4)}"]
+    return "\n".join([
+        header,
+        *designs,
+        "",
+        render(["", "plan", "devices", "samples/s", "vs TPUv4"], plans),
+        "",
+        render(["", "TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"], usage),
+        *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, VS_TPUV4]),
+    ])  # fmt: skip
+
+
+def _devices_text(plan: dict[str, Any] | None, devices: int) -> str:
+    """`994 of 1024`: the devices a plan uses (t x p x d) of the system's; a dash without a plan."""
+    if plan is None:
+        return "-"
+    return f"{plan['tp'] * plan['pp'] * plan['dp']} of {devices}"
 
 
 def _throughput_text(samples_per_s: float, reference: float) -> list[str]:
@@ -142,22 +171,25 @@ def _usage_text(entry: dict[str, Any]) -> list[str]:
 
 
 def multi_table(result: dict[str, Any]) -> str:
-    """A multi-model result: per model, the common design against its own best design, with the
-    speedup over the TPUv4 design with optimal placement."""
+    """A multi-model result: the designs, then per model the common design against its own best
+    design (plan, devices used, throughput, fraction of its own best, speedup over the TPUv4 design
+    with its optimal plan), at most `TABLE_COLUMNS` wide."""
+    devices = int(result["config"]["system"]["devices"])
     body = []
+    designs = [f"common design: {_design_text(result['design'])}"]
     for name in result["model"]:
         own = result["baselines"][name]["own_best_design"]
+        designs.append(f"{name}'s own best design: {_design_text(own['design'])}")
         tpu = result["baselines"][name]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
         common = result["throughput_samples_per_s"][name]
-        for label, design, plan, value in (
-            ("common design", result["design"], result["plan"][name], common),
-            ("own best design", own["design"], own["plan"], own["throughput_samples_per_s"]),
+        for label, plan, value in (
+            ("common design", result["plan"][name], common),
+            ("own best design", own["plan"], own["throughput_samples_per_s"]),
         ):
             ratio = value / own["throughput_samples_per_s"] if own["throughput_samples_per_s"] else 0.0
             vs_tpu = f"{value / tpu:.2f}x" if tpu else "-"
-            body.append(
-                [name, label, _design_text(design), _plan_text(plan), f"{value:.4g}", f"{ratio:.2f}", vs_tpu]
-            )
+            throughput = [f"{value:.4g}", f"{ratio:.2f}", vs_tpu]
+            body.append([name, label, _plan_text(plan), _devices_text(plan, devices), *throughput])
     search = result["search"]
     mean = headline_throughput(result)
     header = (
@@ -165,8 +197,9 @@ def multi_table(result: dict[str, Any]) -> str:
         f"chosen among {search['designs_evaluated']} of {search['designs_total']} designs "
         f"({search['strategy']}) in {search['wall_s']:.1f} s"
     )
-    table = render(["model", "", "design", "plan", "samples/s", "of own best", "vs TPUv4"], body)
-    return f"{header}\n{table}"
+    table = render(["model", "", "plan", "devices", "samples/s", "of own best", "vs TPUv4"], body)
+    note = textwrap.fill(VS_TPUV4, TABLE_COLUMNS, subsequent_indent="  ")
+    return "\n".join([header, *designs, "", table, note])
 
 
 def training_table(rows: Sequence[TrainingRow]) -> str:

@@ -1,6 +1,8 @@
 """MLflow runs from Hydra's callbacks; the search itself knows nothing of MLflow.
 
-A single run is one MLflow run. A multirun is a parent run with a nested run per job; the parent gets
+A single run is one MLflow run, named by its overrides and, once it ends, its headline (throughput,
+and a search's speedup over TPUv4 or a plan's MFU), which MLflow's run list shows without choosing
+columns. A multirun is a parent run with a nested run per job; the parent gets
 the sweep summary (`phazec.report.sweep`) and the list of jobs that ran (`sweep_jobs.json`). A job's
 run gets every config value as a param, the found design and plan as params too (`found.design.*`,
 `found.plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
@@ -158,6 +160,21 @@ def plan_metrics(plan: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
+def result_headline(result: dict[str, Any]) -> str:
+    """A search's headline, added to its run's name so that MLflow's run list shows it: throughput (for
+    several models, their mean) and, for one model, the speedup over TPUv4 with its optimal plan."""
+    throughput = f"{headline_throughput(result):.4g} samples/s"
+    if is_multi(result):
+        return f"{throughput} (mean)"
+    return f"{throughput}, {result['speedup_vs_tpuv4']:.2f}x TPUv4"
+
+
+def plan_headline(plan: dict[str, Any]) -> str:
+    """A timed plan's headline, added to its run's name: throughput, MFU and whether it fits."""
+    fits = "fits" if plan["fits"] else "over HBM"
+    return f"{plan['samples_per_s']:.4g} samples/s, MFU {plan['mfu']:.1%}, {fits}"
+
+
 def model_metrics(result: dict[str, Any], model: str | None) -> dict[str, float | None]:
     """One model's time per batch and speedups over its baselines (`model`: its key in a
     several-model result; None for a one-model result)."""
@@ -190,6 +207,7 @@ class MlflowCallback(SweepCallback):
         self._shared_keys: list[str] = []
         """Keys the sweep's command line sets to one value for every job."""
         self._run_id: str | None = None
+        self._run_name = ""
         self._broken = False
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -292,7 +310,8 @@ class MlflowCallback(SweepCallback):
 
         client = self._open(config)
         tags = {} if self._parent_id is None else {MLFLOW_PARENT_RUN_ID: self._parent_id}
-        run = client.create_run(self._experiment_id, run_name=self._job_name(config), tags=tags)
+        self._run_name = self._job_name(config)
+        run = client.create_run(self._experiment_id, run_name=self._run_name, tags=tags)
         self._run_id = run.info.run_id
         self._log_params(self._run_id, job_params(config))
 
@@ -322,10 +341,13 @@ class MlflowCallback(SweepCallback):
             for path in [*files, *sorted(out_dir.glob("*.png"))]:
                 client.log_artifact(self._run_id, str(path))
             if (out_dir / "result.json").is_file():  # a search (phazec-ir writes ir.json alone)
-                self._log_result(self._run_id, out_dir, json.loads((out_dir / "result.json").read_text()))
+                result = json.loads((out_dir / "result.json").read_text())
+                self._log_result(self._run_id, out_dir, result)
+                client.update_run(self._run_id, name=f"{self._run_name}: {result_headline(result)}")
             elif (out_dir / "plan.json").is_file():  # a phazec-plan job
                 plan = json.loads((out_dir / "plan.json").read_text())
                 self._log_metrics(self._run_id, plan_metrics(plan))
+                client.update_run(self._run_id, name=f"{self._run_name}: {plan_headline(plan)}")
             status = "FINISHED"
         else:
             error = job_return._return_value  # the exception the job raised (JobReturn's own field)

@@ -21,6 +21,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from phazec.config.rundir import results_line
 from phazec.errors import PhazecError
 from phazec.report.sweep import ERROR_TXT, Summary, failure_message, write_summary
 from phazec.util import atomic
@@ -75,12 +76,15 @@ class SweepCallback(Callback):
         log.warning("job %s failed: %s", config.hydra.job.num, error_message(error))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Summarise the multirun; if a job failed, end the command naming the failed jobs, exit 1."""
+        """Summarise the multirun; if a job failed, end the command naming the failed jobs, exit 1;
+        else end with a line naming the sweep directory and its files."""
         atexit.unregister(self._end_sweep)
         message = failure_message(self._end_sweep(failed=False))
         if message is not None:
             print(f"phazec: error: {message}", file=sys.stderr)
             sys.exit(1)
+        assert self._sweep_dir is not None
+        print(results_line(self._sweep_dir, config.hydra.runtime.cwd))
 
     def _end_sweep(self, failed: bool) -> Summary:
         assert self._sweep_dir is not None

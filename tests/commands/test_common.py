@@ -194,6 +194,10 @@ def test_command_line(tmp_path: Path, cache_dir: Path) -> None:
     assert result["model"] == MODELS
     assert "common design with mean throughput" in done.stdout
     assert "own best design" in done.stdout
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "common design with mean throughput" in line)
+    table = [line for line in lines[start + 1 :] if not line.startswith(("[", "results in "))]
+    assert table[0].startswith("common design: ") and max(len(line) for line in table) <= 120
 
     bad = phazec(tmp_path / "bad", cache_dir, "model=[bert_large,nope]", "hw=tpuv4")
     assert bad.returncode == 2

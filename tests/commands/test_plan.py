@@ -574,6 +574,12 @@ BAD_PLANS = [
     ("plan.tp=3", r"3 \* 2 \* 2 = 12 does not divide the 8 devices"),
     ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
     ("plan.dp=8", r"2 \* 2 \* 8 = 32 does not divide"),
+    (
+        "plan.dp=auto plan.tp=3",
+        r"plan.dp=auto fills the 8 devices \(system.devices\) with replicas of plan.tp x plan.pp = 3 x 2 = 6 "
+        r"devices each, and 6 does not divide 8; choose a tp x pp among the divisors of 8 \(1, 2, 4, 8\)",
+    ),
+    ("plan.dp=0", r"plan.dp=0 is not valid: it must be a positive integer, or 'auto' \(the default\)\."),
     ("plan.interleave=0", r"plan.interleave=0 is not valid: it must be a positive integer"),
     (
         "plan.pp=1 plan.interleave=2",
@@ -695,10 +701,11 @@ def test_a_plan_that_does_not_fit_warns_or_fails(cache_dir: Path) -> None:
         ("plan.recompute=some", "phazec: error: plan.recompute='some' is not valid: it must be one of"),
         # Hydra's words for a value its typed config cannot hold, as one paragraph.
         (
-            "plan.dp=nan",
-            "phazec: error: Error merging override plan.dp=nan. Value 'nan' of type 'float' could not be "
+            "plan.tp=nan",
+            "phazec: error: Error merging override plan.tp=nan. Value 'nan' of type 'float' could not be "
             "converted to Integer.\n",
         ),
+        ("plan.dp=nan", "phazec: error: plan.dp=nan is not valid: it must be a positive integer, or 'auto'"),
     ],
 )
 def test_the_command_answers_bad_input_with_one_paragraph(
@@ -743,31 +750,45 @@ def test_explored_csv_names_each_plans_knobs(cache_dir: Path, tmp_path: Path) ->
 
 def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) -> None:
     """`phazec-plan -m`: only the command line's sweeps run (not the search knobs tpuv4's sweep file
-    declares), every job is read from its plan.json, and the best is the fastest plan that fits."""
+    declares), every job is read from its plan.json, and the best is the fastest plan that fits. With
+    `plan.dp=auto` every plan fills the 8 devices (tp 1: dp 4; tp 2: dp 2, at pp 2); tp 3 x pp 2
+    divides no 8 devices, and the text table says why under it, sizes in GB."""
     sweep = tmp_path / "sweep"
     done = subprocess.run(
         [sys.executable, "-c", "from phazec.cli import plan_main; plan_main()", "-m", *PLAN,
-         "plan.microbatch=1,2", "system.hbm_gb=[80],[0.0001]", f"cache_dir={cache_dir}", "tracking=none",
-         f"hydra.sweep.dir={sweep}"],
+         "plan.dp=auto", "plan.tp=1,2,3", "system.hbm_gb=[80],[0.0001]", f"cache_dir={cache_dir}",
+         "tracking=none", f"hydra.sweep.dir={sweep}"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the tp 3 jobs failed
     with (sweep / "sweep_comparison.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [(r["overrides"], r["status"]) for r in rows] == [
-        ("plan.microbatch=1 system.hbm_gb=[80]", "ok"),
-        ("plan.microbatch=1 system.hbm_gb=[0.0001]", "over HBM"),
-        ("plan.microbatch=2 system.hbm_gb=[80]", "ok"),
-        ("plan.microbatch=2 system.hbm_gb=[0.0001]", "over HBM"),
+    assert [(r["overrides"], r["status"], r["dp"], r["devices"]) for r in rows] == [
+        ("plan.tp=1 system.hbm_gb=[80]", "ok", "4", "8"),
+        ("plan.tp=1 system.hbm_gb=[0.0001]", "over HBM", "4", "8"),
+        ("plan.tp=2 system.hbm_gb=[80]", "ok", "2", "8"),
+        ("plan.tp=2 system.hbm_gb=[0.0001]", "over HBM", "2", "8"),
+        ("plan.tp=3 system.hbm_gb=[80]", "failed", "", ""),
+        ("plan.tp=3 system.hbm_gb=[0.0001]", "failed", "", ""),
     ]
     assert list(rows[0]) == [
         "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch",
-        "recompute", "tp", "pp", "dp", "memory_bytes", "hbm_bytes", "dir", "error",
+        "recompute", "tp", "pp", "dp", "devices", "memory_bytes", "hbm_bytes", "dir", "error",
     ]  # fmt: skip
-    assert [r["hbm_bytes"] for r in rows] == ["80000000000", "100000"] * 2
-    assert all(int(r["memory_bytes"]) > 100_000 for r in rows)
-    throughputs = [float(r["throughput_samples_per_s"]) for r in rows]
+    assert [r["hbm_bytes"] for r in rows[:4]] == ["80000000000", "100000"] * 2
+    assert all(int(r["memory_bytes"]) > 100_000 for r in rows[:4])
+    throughputs = [float(r["throughput_samples_per_s"]) for r in rows[:4]]
     assert throughputs[0] == throughputs[1] and throughputs[2] == throughputs[3]  # memory does not time
     best = json.loads((sweep / "sweep_best.json").read_text())
     assert best["job"] == (0 if throughputs[0] > throughputs[2] else 2)
     assert best["result"]["samples_per_s"] == max(throughputs)
+    text = (sweep / "sweep_comparison.txt").read_text().splitlines()
+    assert text[0].split() == [
+        "job", "status", "overrides", "samples/s", "s/batch", "mfu", "mb", "recompute", "tp", "pp", "dp",
+        "devices", "memory", "GB", "hbm", "GB",
+    ]  # fmt: skip
+    assert text[2].split()[-4:] == ["4", "8", f"{int(rows[0]['memory_bytes']) / 1e9:.1f}", "80.0"]
+    reason = "plan.dp=auto fills the 8 devices (system.devices) with replicas of plan.tp x plan.pp = 3 x 2"
+    assert [line.partition(": ")[0] for line in text[8:]] == ["job 4 failed", "job 5 failed"]
+    assert all(line.partition(": ")[2].startswith(reason) for line in text[8:])
+    assert len(text) == 10

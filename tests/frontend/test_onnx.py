@@ -156,9 +156,14 @@ def test_unknown_operators_are_listed(tmp_path: Path) -> None:
         ("seq_len", 0, r"model.seq_len=0 is not valid: give a positive number of tokens"),
         ("seq_len", -5, r"model.seq_len=-5 is not valid: give a positive"),
         ("source", "tf", r"model.source='tf' is not a model source; valid: \['hf', 'onnx'\]"),
-        ("arch", "BertModel", r"model.arch='BertModel' is not a Hugging Face language-model class"),
-        ("arch", "NoSuchModel", r"model.arch='NoSuchModel'"),
-        ("hf_config", {"n_embdd": 8}, r"model.hf_config has keys \['n_embdd'\] that GPT2Config does not"),
+        ("arch", "BertModel", r"model.arch='BertModel' is not supported: .* BertModel has no loss head"),
+        ("arch", "NoSuchModel", r"model.arch='NoSuchModel' is not supported: .* has no class NoSuchModel"),
+        (
+            "hf_config",
+            {"n_embdd": 8},
+            r"model.hf_config has keys that GPT2Config \(GPT2LMHeadModel\) does not define: 'n_embdd' "
+            r"\(did you mean 'n_embd'\?\)\. Its keys are ",
+        ),
         ("seq_len", 4096, r"model.seq_len=4096 exceeds the GPT2LMHeadModel config's 1024 positions"),
     ],
 )
@@ -166,6 +171,27 @@ def test_bad_model_config(tmp_path: Path, field: str, value: object, message: st
     cfg = ModelConfig(name="bad", arch="GPT2LMHeadModel", seq_len=1024, hf_config={"n_layer": 1})
     with pytest.raises(PhazecError, match=message):
         load_model(dataclasses.replace(cfg, **{field: value}), tmp_path)  # type: ignore[arg-type]
+
+
+def test_an_architecture_the_exporter_fails_on_is_named_unsupported(tmp_path: Path) -> None:
+    """A one-block Mixtral: torch's exporter cannot convert its router's `aten::histc` (on integers).
+    The message names that operator and the whole chain of causes in plain text (the exporter's own
+    carries colour codes), and does not blame the model's dimensions."""
+    cfg = ModelConfig(
+        name="mixtral_tiny", arch="MixtralForCausalLM", seq_len=32,
+        hf_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+                   "num_local_experts": 4, "num_experts_per_tok": 2},
+    )  # fmt: skip
+    with pytest.raises(PhazecError) as raised:
+        load_model(cfg, tmp_path)
+    message = str(raised.value)
+    assert message.startswith("model 'mixtral_tiny' (MixtralForCausalLM) is not supported: torch ")
+    assert "ONNX exporter fails on the operator aten::histc (ConversionError: AssertionError: " in message
+    assert "torch.histc only works on float but self.type.dtype=INT32 -> GraphConstructionError: " in message
+    assert "\x1b" not in message and "\n" not in message
+    assert "hidden_size" not in message
+    assert str(raised.value.__cause__).count("\x1b[") > 0  # what the exporter said, in colour
 
 
 def run_ir_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -98,6 +98,12 @@ def test_multirun_logs_parent_and_nested_runs(tmp_path: Path, cache_dir: Path) -
     assert [r.info.status for r in (parent, *children)] == ["FINISHED"] * 3
     results = [json.loads((d / "result.json").read_text()) for d in job_dirs(tmp_path)]
     for child, result in sorted(zip(children, results, strict=True), key=lambda p: p[0].info.run_name):
+        # The run list shows the headline in the run's name: the job, its own overrides, its figures.
+        microbatch = result["config"]["train"]["microbatch"][0]
+        speedup = result["speedup_vs_tpuv4"]
+        figures = f"{result['throughput_samples_per_s']:.4g} samples/s, {speedup:.2f}x TPUv4"
+        job = f"job {results.index(result)}: train.microbatch=[{microbatch}]"
+        assert child.info.run_name == f"{job}: {figures}"
         assert set(child.data.metrics) == JOB_METRICS
         assert child.data.metrics["throughput_samples_per_s"] == result["throughput_samples_per_s"]
         assert child.data.metrics["energy_per_sample_j.total"] == result["energy_per_sample_j"]["total"]
