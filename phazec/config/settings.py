@@ -203,9 +203,9 @@ def plan_settings(plan: Any, train: Any, devices: int) -> Plan:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             valid = "a positive integer" + (f", or {AUTO_DP!r} (the default)" if name == "dp" else "")
             raise PhazecError(f"plan.{name}={value!r} is not valid: it must be {valid}.")
-    if values["dp"] == AUTO_DP:
-        values["dp"] = auto_dp(values["tp"], values["pp"], devices)
     knobs = {k.name: check_knob("plan", k.name, values[k.name]) for k in KNOB_FIELDS if spec(k.name).in_plan}
+    if values["dp"] == AUTO_DP:
+        values["dp"] = auto_dp(values["tp"], values["pp"], devices, knobs["cp"])
     optimizer = check_knob("train", "optimizer", checked(Training, train, "train")["optimizer"])
     layers = values["layers"]
     return Plan(
@@ -218,23 +218,27 @@ def plan_settings(plan: Any, train: Any, devices: int) -> Plan:
     )
 
 
-def auto_dp(tp: int, pp: int, devices: int) -> int:
-    """`plan.dp=auto`: the data-parallel width that fills `devices` at `tp` x `pp`.
+def auto_dp(tp: int, pp: int, devices: int, cp: int = 1) -> int:
+    """`plan.dp=auto`: the data-parallel width that fills `devices` at `tp` x `pp` (x `cp`).
 
     Raises:
-        PhazecError: tp x pp does not divide the devices.
+        PhazecError: tp x pp (x cp) does not divide the devices.
     """
-    if devices % (tp * pp):
+    width = tp * pp * cp
+    if devices % width:
         divisors = [d for d in range(1, min(devices, 10**6) + 1) if devices % d == 0]
         listed = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+        widths = {"tp": tp, "pp": pp, **({"cp": cp} if cp > 1 else {})}
+        names = " x ".join(widths)
+        keys = " x ".join(f"plan.{name}" for name in widths)
+        values = " x ".join(str(value) for value in widths.values())
         raise PhazecError(
-            f"plan.dp=auto fills the {devices} devices (system.devices) with replicas of plan.tp x plan.pp "
-            f"= {tp} x {pp} = {tp * pp} devices each, and {tp * pp} does not divide {devices}; choose a tp "
-            f"x pp among the divisors of {devices} ({listed}), set "
-            f"system.devices to a multiple of {tp * pp}, or give plan.dp a number (then the plan uses "
-            "tp x pp x dp of the devices)."
+            f"plan.dp=auto fills the {devices} devices (system.devices) with replicas of {keys} "
+            f"= {values} = {width} devices each, and {width} does not divide {devices}; choose a "
+            f"{names} among the divisors of {devices} ({listed}), set system.devices to a multiple of "
+            f"{width}, or give plan.dp a number (then the plan uses {names} x dp of the devices)."
         )
-    return devices // (tp * pp)
+    return devices // width
 
 
 DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
