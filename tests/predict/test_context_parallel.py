@@ -54,7 +54,7 @@ def test_each_device_does_its_share_of_a_block(tiny: Model) -> None:
     ("overrides", "message"),
     [
         (
-            ("hw=h100", "model.seq_len=4096", "plan.cp=3"),
+            ("hw=h100", "model.seq_len=4096", "plan.dp=1", "plan.cp=3"),
             r"plan.cp=3 does not divide the sequence of model.seq_len=4096",
         ),
         (
