@@ -23,7 +23,7 @@ TINY = ("model=bert_large", "model.hf_config.num_hidden_layers=2", "model.baseli
         "train.recompute=[false]", "system.hbm_gb=[32]")  # fmt: skip
 """A search of a two-block BERT (its Megatron baseline in 2 stages) on one design with one knob
 setting: seconds, a cold export included."""
-STAGES = ("lowering", "training graphs", "search", "baselines", "bottleneck schedule", "plots")
+STAGES = ("export", "lowering", "training graphs", "search", "baselines", "bottleneck schedule", "plots")
 
 
 def command(

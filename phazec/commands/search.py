@@ -171,12 +171,10 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     check_microbatches(settings)
     baseline_plan(settings.model, settings.system.devices)
     job = setup(settings)
-    searched = time.perf_counter()
     state = search_state(settings)
-    found = search(job.evaluator, job.designs, settings.search, state, str(settings.config["cache_dir"]))
-    log.info(
-        "search: %.1f s, %s", time.perf_counter() - searched, search_summary(found, job.evaluator.timings)
-    )
+    with stage("search") as searched:
+        found = search(job.evaluator, job.designs, settings.search, state, str(settings.config["cache_dir"]))
+        searched.note = search_summary(found, job.evaluator.timings)
     if found.best is None:
         raise no_plan_error(found.candidates, job.evaluator.knobs.hbm_bytes)
     usage = Usage(job.evaluator, job.designs)

@@ -11,6 +11,7 @@ from phazec.frontend.export import DTYPES, exported_onnx
 from phazec.frontend.lower import lower_onnx, scores_length
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
+from phazec.util.progress import stage
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,9 @@ def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:
         model = lower_onnx(Path(cfg.path).expanduser(), cfg.name, cfg.seq_len)
         say_seq_len(model, cfg.seq_len)
         return model
-    return lower_onnx(exported_onnx(cfg, cache_dir), cfg.name, cfg.seq_len)
+    with stage("export"):
+        path = exported_onnx(cfg, cache_dir)
+    return lower_onnx(path, cfg.name, cfg.seq_len)
 
 
 def say_seq_len(model: Model, given: int) -> None:

@@ -5,10 +5,12 @@ otherwise)."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
@@ -18,12 +20,34 @@ COUNTER_FORMAT = "{desc}: {n_fmt} {unit}s done [{elapsed}, {rate_fmt}{postfix}]"
 """A progress line without a total: what is done, the time so far and the rate; no ETA."""
 
 
+@dataclass
+class Elapsed:
+    """What a stage took: wall seconds, and CPU seconds of this process and of the worker processes
+    that ended during it (`os.times`: a pool's workers count once they have exited)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    note: str = ""
+    """Said after the time on the stage's line."""
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its ended children so far."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 @contextmanager
-def stage(name: str) -> Iterator[None]:
-    """Log `<name>: <seconds> s` when the stage ends (nothing if it raises)."""
-    start = time.perf_counter()
-    yield
-    log.info("%s: %.1f s", name, time.perf_counter() - start)
+def stage(name: str) -> Iterator[Elapsed]:
+    """Log `<name>: <seconds> s[, <note>]` when the stage ends (nothing if it raises); the record
+    carries `stage`, `wall_s` and `cpu_s` for a script that times the stages (bench/bench_default.py)."""
+    elapsed = Elapsed()
+    start_wall_s, start_cpu_s = time.perf_counter(), cpu_s()
+    yield elapsed
+    elapsed.wall_s, elapsed.cpu_s = time.perf_counter() - start_wall_s, cpu_s() - start_cpu_s
+    note = f", {elapsed.note}" if elapsed.note else ""
+    extra = {"stage": name, "wall_s": elapsed.wall_s, "cpu_s": elapsed.cpu_s}
+    log.info("%s: %.1f s%s", name, elapsed.wall_s, note, extra=extra)
 
 
 def progress(desc: str, total: int | None, unit: str) -> tqdm:

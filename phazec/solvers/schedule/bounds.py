@@ -6,7 +6,8 @@ arrays over the designs, exactly the bound `bounds(problem, [problem.modes(i) ..
 each design (the same floating-point operations in the same order, so the same bits): each op's
 fastest duration and its least core-time per core on each resource under the modes
 `ScheduleProblem.modes` allows (its HBM traffic time on the HBM), then heads (release times) in
-topological order, tails in reverse, and the largest head + duration + tail or resource-energy bound.
+topological order, tails in reverse (each also at least a predecessor's head or a successor's tail
+plus its fastest duration), and the largest head + duration + tail or resource-energy bound.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def lower_bounds_s(
     on_chip = [op.kind is not OpKind.COLLECTIVE for op in structure.ops]
     work[HBM] = np.where(np.array(on_chip)[:, None], hbm_s, np.nan)
     preds: list[list[int]] = [[] for _ in range(n)]
-    for a, c in set(structure.deps):
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for a, c in sorted(set(structure.deps)):
         preds[c].append(a)
+        succs[a].append(c)
     order = topological_order(n, structure.deps)
     reach = descendants(structure)
     head = np.zeros((n, count))
@@ -51,6 +54,8 @@ def lower_bounds_s(
             head[j] = np.maximum(head[j], head[a] + fastest[a])
     for j in reversed(order):
         tail[j] = _energy([i for i in range(n) if (reach[j] >> i) & 1], tail, work)
+        for c in succs[j]:
+            tail[j] = np.maximum(tail[j], tail[c] + fastest[c])
     lower = np.max(head + fastest + tail, axis=0, initial=0.0)
     everything = list(range(n))
     out: F64 = np.maximum(np.maximum(lower, _energy(everything, head, work)), _energy(everything, tail, work))

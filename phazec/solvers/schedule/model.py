@@ -103,7 +103,8 @@ def bounds(problem: ScheduleProblem, modes: list[tuple[bool, ...]]) -> Bounds:
     An op cannot start before any of its ancestors ends, nor before a set of its ancestors sharing
     a resource has had the core-time it needs: for the ancestors on resource r with head >= h, the
     head is at least h + their least core-time / cores. Every on-chip op is also on the HBM, with its
-    traffic time as its HBM-time. Tails mirror this with descendants.
+    traffic time as its HBM-time. Tails mirror this with descendants: the longest tail + fastest
+    latency of a successor, and the core-time of the descendants.
     """
     n = len(problem.ops)
     fastest = [min(problem.duration_s(i, m) for m in modes[i]) for i in range(n)]
@@ -117,8 +118,10 @@ def bounds(problem: ScheduleProblem, modes: list[tuple[bool, ...]]) -> Bounds:
         for i in range(n)
     ]
     preds: list[list[int]] = [[] for _ in range(n)]
-    for a, c in set(problem.deps):
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for a, c in sorted(set(problem.deps)):
         preds[c].append(a)
+        succs[a].append(c)
     order = topological_order(n, problem.deps)
     reach = descendants(problem)
     head = [0.0] * n
@@ -128,7 +131,7 @@ def bounds(problem: ScheduleProblem, modes: list[tuple[bool, ...]]) -> Bounds:
         head[j] = max([head[a] + fastest[a] for a in preds[j]] + [_energy(ancestors, head, work)])
     for j in reversed(order):
         below = [i for i in range(n) if (reach[j] >> i) & 1]
-        tail[j] = _energy(below, tail, work)
+        tail[j] = max([tail[s] + fastest[s] for s in succs[j]] + [_energy(below, tail, work)])
     lower = max((head[i] + fastest[i] + tail[i] for i in range(n)), default=0.0)
     lower = max(lower, _energy(list(range(n)), head, work), _energy(list(range(n)), tail, work))
     return Bounds(lower_s=lower, head_s=tuple(head), tail_s=tuple(tail))

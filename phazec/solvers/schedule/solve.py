@@ -23,6 +23,7 @@ from pathlib import Path
 from phazec.errors import PhazecError
 from phazec.solvers.schedule.backends import MipResult, check_config, solve
 from phazec.solvers.schedule.exact import search
+from phazec.solvers.schedule.exclusive import exclusive_bound_s
 from phazec.solvers.schedule.heuristic import list_schedule, list_schedule_in_order
 from phazec.solvers.schedule.model import Formulation, Incumbent, bounds, build, extract, modelled_modes
 from phazec.solvers.schedule.problem import HBM, ScheduleProblem, canonical_key
@@ -37,6 +38,9 @@ SEARCH = "search"
 
 SCHEDULE_FORMAT = "schedule-1"
 """The layout of a cached schedule; changing it makes older entries count as derived from other inputs."""
+
+EXCLUSIVE_NODE_SHARE = 2
+"""The exclusive-op bound searches what is left with 1/EXCLUSIVE_NODE_SHARE of `solver.search_node_limit`."""
 
 REPLAY_RTOL = 1e-6
 """Replay tolerance on the makespan, relative to the horizon (solver tolerances are absolute)."""
@@ -182,6 +186,8 @@ def schedule(
         return hit
     best = _incumbent(problem)
     lower_s = modelled_modes(problem, best)[1].lower_s
+    if not _meets(best, lower_s, config):
+        lower_s = max(lower_s, _exclusive_s(problem, config, best))
     if _meets(best, lower_s, config):
         found = _schedule(problem, best, lower_s, "optimal", ())
     else:
@@ -205,6 +211,7 @@ def optimize(
         lower_s: a known lower bound on the makespan.
     """
     best = best or _incumbent(problem)
+    first_s = best.makespan_s
     prefix = f"schedule_{canonical_key(problem, config)[:12]}"
     proven = False
     core_resources: frozenset[str] = frozenset()
@@ -237,6 +244,9 @@ def optimize(
             raise PhazecError(_replay_failure(f"over-subscribes {sorted(cores_over)}", records[-1]))
         core_resources |= cores_over
         logger.debug("schedule over-subscribes %s; adding core capacity", sorted(cores_over))
+    if not proven and best.makespan_s < first_s:  # a shorter horizon leaves fewer modes
+        lower_s = max(lower_s, _exclusive_s(problem, config, best))
+        proven = _meets(best, lower_s, config)
     limits = (r.status for r in reversed(records) if r.status != "optimal")
     status = "optimal" if proven else next(limits, "hbm_repaired")
     return _schedule(problem, best, lower_s, status, tuple(records))
@@ -277,6 +287,19 @@ def _search(
     )
     logger.debug("exact search: %d nodes, %s", out.nodes, record.status)
     return best, lower_s, record
+
+
+def _exclusive_s(problem: ScheduleProblem, config: SolverConfig, best: Incumbent) -> float:
+    """The bound of `exclusive_bound_s` on schedules no longer than `best`, with half the exact
+    search's nodes."""
+    modes = modelled_modes(problem, best)[0]
+    return exclusive_bound_s(
+        problem,
+        modes,
+        best.makespan_s,
+        rel_gap=config.mip_gap,
+        node_limit=config.search_node_limit // EXCLUSIVE_NODE_SHARE,
+    )
 
 
 def _meets(best: Incumbent, lower_s: float, config: SolverConfig) -> bool:
