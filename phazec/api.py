@@ -41,7 +41,7 @@ from phazec.config import command_line as validate
 from phazec.config.command_line import model_config, model_list
 from phazec.config.presets import conf_dir
 from phazec.config.schema import register
-from phazec.config.settings import settings_from_config, tpuv4_space
+from phazec.config.settings import path_name, settings_from_config, tpuv4_space
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
 from phazec.report.plots import write_plots
@@ -124,13 +124,16 @@ def models_settings(
     `model.<key>=<value>` overrides, checked.
 
     Raises:
-        PhazecError: the names are not distinct presets, or a model's settings are not valid.
+        PhazecError: the names are not distinct presets or not plain names (each names a result
+            directory, `phazec.config.settings.path_name`), or a model's settings are not valid.
     """
     if not names or len(set(names)) != len(names):
         raise PhazecError(
             f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
         )
-    return {name: settings_from_config(model_config(cfg, name, overrides)) for name in names}
+    return {
+        path_name("model", name): settings_from_config(model_config(cfg, name, overrides)) for name in names
+    }
 
 
 def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:

@@ -1,12 +1,12 @@
 """A composed config, checked once and typed: what every command reads.
 
 `settings_from_config(cfg)` runs, before anything is lowered or evaluated, every check a group's values
-need on their own (non-finite numbers anywhere, missing or ill-typed keys, the model's dimensions, the cache
-directory, the space, system, cost model, solver, search, training knobs and plan) and returns frozen
-`Settings`: nothing below the commands sees the composed config. The checks one command alone needs
-stay with it (`phazec.commands.search`: microbatches dividing the global batch, the baseline plan;
-`phazec.commands.plan`: the plan's widths against the system). Each check raises a PhazecError naming
-the bad value and what would be valid.
+need on their own (non-finite numbers anywhere, missing or ill-typed keys, names that become paths, the
+model's dimensions, the cache directory, the space and its size, system, cost model, solver, search,
+training knobs and plan) and returns frozen `Settings`: nothing below the commands sees the composed
+config. The checks one command alone needs stay with it (`phazec.commands.search`: microbatches
+dividing the global batch, the baseline plan; `phazec.commands.plan`: the plan's widths against the
+system). Each check raises a PhazecError naming the bad value and what would be valid.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
-from phazec.hw.space import HwSpace, hw_space_from_config
+from phazec.hw.space import HwSpace, check_size, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.predict.plan_report import Plan
 from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
@@ -55,6 +55,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     search = typed(SearchConfig, cfg.search, "search")
     check_search(search)
     model = typed(ModelConfig, cfg.model, "model")
+    for key in ("model.name", "hw.name", "system.name"):
+        path_name(key, OmegaConf.select(cfg, key))
     model_dims(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
@@ -62,9 +64,11 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_config(solver)
     system_config = typed(SystemConfig, cfg.system, "system")
     system = system_from_config(system_config)
+    hw = hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))
+    check_size(hw, search.max_designs)
     typed_settings = Settings(
         model=model,
-        hw=hw_space_from_config(typed(HwConfig, cfg.hw, "hw")),
+        hw=hw,
         system=system,
         cost=latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
         train=train_knobs(cfg.train, system_config),
@@ -159,6 +163,23 @@ def plan_settings(plan: Any, train: Any) -> Plan:
         layers=None if layers is None else tuple(layers),
         require_fit=values["require_fit"],
     )
+
+
+def path_name(key: str, name: Any) -> str:
+    """`name`, which becomes part of a file or directory name (`model.name` names the exported ONNX file
+    under `cache_dir`, a model of `model=[a,b]` its result directory): one plain name, so that nothing
+    is written outside the directory meant.
+
+    Raises:
+        PhazecError: `name` is empty, `.` or `..`, or holds a path separator, `..` or a NUL byte.
+    """
+    text = str(name)
+    if not text or text in (".", "..") or any(bad in text for bad in ("/", "\\", "..", "\0")):
+        raise PhazecError(
+            f"{key}={text!r} is not valid: it becomes part of a file name, so it must be one plain name "
+            "(letters, digits, _, -, .) with no /, \\, .. or NUL byte, e.g. my_model."
+        )
+    return text
 
 
 DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")
