@@ -4,7 +4,12 @@ ranges, and baselines Megatron-LM cannot run reported "not applicable"."""
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from phazec import api
+from phazec.cli import check_command_line
 from phazec.commands.search import search_size
 from phazec.config.settings import settings_from_config, typed
 from phazec.errors import PhazecError
@@ -19,7 +25,7 @@ from phazec.hw import space as hw_space
 from phazec.hw.schema import HwConfig
 from phazec.hw.space import design_count, enumerate_designs, hw_space_from_config
 from tests.conftest import compose_config
-from tests.test_robust import run
+from tests.test_robust import TINY, run
 
 # --- Names that become paths ----------------------------------------------------------------------
 
@@ -133,3 +139,107 @@ def test_enumeration_a_chunk_at_a_time_is_enumeration_at_once(monkeypatch: pytes
     ):
         assert np.array_equal(getattr(chunked, name), getattr(whole, name))
     assert len(whole) == 29360
+
+
+# --- A bad user preset: one paragraph naming its file and line ------------------------------------
+
+
+BAD_PRESETS = {
+    "not YAML": (
+        "hw",
+        "defaults:\n  - tpuv4\n  - _self_\nname: mine\nnum_tc: [8\n",
+        "{file}, line 6, column 1, is not valid YAML: expected ',' or ']', but got '<stream end>' (while "
+        "parsing a flow sequence from line 5, column 9). Fix the file: close every [ and {{, quote a value "
+        "holding ': ', and indent nested keys by the same amount.",
+    ),
+    "no devices": (
+        "system",
+        "name: mine\nglobal_batch: 1024\ntiers: []\n",
+        "{file} (system=mine) does not set system.devices, which has no default: set it in the file or on "
+        "the command line (the shipped presets of conf/system/ show each key).",
+    ),
+    "wrong type": (
+        "hw",
+        "defaults:\n  - tpuv4\n  - _self_\nname: mine\ndevice:\n  attention: flash\n  gemm_utilisation: x\n",
+        "{file}, line 7: hw.device.gemm_utilisation is not valid: Value 'x' of type 'str' could not be "
+        "converted to Float; give a value of the type its schema has.",
+    ),
+}
+"""A user preset `mine` that Hydra reported with a traceback (YAML), without its file (a wrong type) or
+not at all until read (a mandatory key): its group, text and the message after `The preset `."""
+
+
+@pytest.mark.parametrize("case", list(BAD_PRESETS))
+def test_a_bad_user_preset_is_one_paragraph_naming_its_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    group, text, message = BAD_PRESETS[case]
+    root = (tmp_path / "presets").resolve()
+    (root / group).mkdir(parents=True)
+    (root / group / "mine.yaml").write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        check_command_line("config", ["--config-dir", str(root), f"{group}=mine"])
+    assert exit_.value.code == 2
+    expected = message.format(file=root / group / "mine.yaml")
+    assert capsys.readouterr().err == f"phazec: error: The preset {expected}\n"
+
+
+# --- Interrupts from the first import, and a failed write after result.json -----------------------
+
+LAUNCH = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); from phazec.launch import main; main()"
+"""What the console script `phazec` runs (pyproject's [project.scripts]), as a terminal's foreground job
+(whose Ctrl-C is not ignored, as a background job's is)."""
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGTERM (Python's own start-up installs none)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+    return bool(caught & 1 << (signal.SIGTERM - 1))
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_signal_at_start_up_is_one_line_and_130_or_143(tmp_path: Path, signum: int, after_s: float) -> None:
+    """From the moment `phazec.launch` runs (the interpreter's own start-up before it is Python's), while
+    the commands are imported (matplotlib, MLflow, Hydra), the command line is checked or the run
+    starts: a Ctrl-C was a KeyboardInterrupt traceback, a SIGTERM an exit without a word."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            LAUNCH,
+            "model=bert_large",
+            "hw=tpuv4",
+            "tracking=none",
+            f"cache_dir={tmp_path}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    while not catches_sigterm(process.pid):
+        time.sleep(0.001)
+    time.sleep(after_s)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, stderr
+    assert stderr.rstrip().endswith("phazec: interrupted; rerun the same command to resume")
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+@pytest.mark.parametrize("blocked", ["explored.csv", "throughput_vs_area.png"])
+def test_a_write_failing_after_result_json_names_what_was_saved(
+    tmp_path: Path, cache_dir: Path, blocked: str
+) -> None:
+    out = tmp_path / "run"
+    (out / blocked).mkdir(parents=True)  # a directory in the way: the write fails as on a full disk
+    with pytest.raises(PhazecError) as error:
+        api.search(*TINY, f"cache_dir={cache_dir}", out_dir=out)
+    assert str(error.value) == (
+        f"{out / 'result.json'} was saved, with the whole result, but writing {out / blocked} failed (Is a "
+        "directory); make room (or move what is in the way) and rerun the same command: it resumes from its "
+        "cache and writes every file."
+    )
+    assert json.loads((out / "result.json").read_text())["throughput_samples_per_s"] > 0

@@ -207,7 +207,8 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     with stage("bottleneck schedule"):
         write_bottleneck_gantt(bottleneck_block(job.evaluator, job.designs, found.best), out_dir)
     atomic.write_json(out_dir / "result.json", result)
-    atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
+    with atomic.after(out_dir / "result.json"):
+        atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
     return job, found, result
 
 
