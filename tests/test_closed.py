@@ -11,19 +11,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from phazec import api
-from phazec.cli import check_command_line
+from phazec.cli import check_command_line, conf_dir
 from phazec.commands.search import search_size
 from phazec.config.settings import settings_from_config, typed
 from phazec.errors import PhazecError
 from phazec.hw import space as hw_space
-from phazec.hw.schema import HwConfig
+from phazec.hw.ranges import RANGES
+from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import design_count, enumerate_designs, hw_space_from_config
+from phazec.hw.system import system_from_config
 from tests.conftest import compose_config
 from tests.test_robust import TINY, run
 
@@ -243,3 +246,76 @@ def test_a_write_failing_after_result_json_names_what_was_saved(
         "cache and writes every file."
     )
     assert json.loads((out / "result.json").read_text())["throughput_samples_per_s"] > 0
+
+
+# --- Physical ranges ------------------------------------------------------------------------------
+
+LISTS = ("hw.num_tc", "hw.num_vc", "system.hbm_gb")
+"""Ranged values given as lists (a tier's are set in the first tier)."""
+COUNTS = ("hw.num_tc", "hw.num_vc", "system.devices", "system.global_batch")
+"""Ranged values that are integers."""
+
+
+def with_value(key: str, value: float, *overrides: str) -> Any:
+    """The config of BERT-large on tpuv4 and phaze_1024 with the ranged value `key` set to `value`."""
+    cfg = compose_config("model=bert_large", "hw=tpuv4", "hw.power_budget_w=500", *overrides)
+    given = int(value) if key in COUNTS else value
+    OmegaConf.update(cfg, key.replace("system.tiers.", "system.tiers.0."), [given] if key in LISTS else given)
+    return cfg
+
+
+@pytest.mark.parametrize("key", list(RANGES))
+def test_a_value_outside_its_physical_range_is_refused(tmp_path: Path, key: str) -> None:
+    bounds = RANGES[key]
+    shown = {
+        "hw.num_tc": "hw.num_tc (largest)",
+        "hw.num_vc": "hw.num_vc (largest)",
+        "system.hbm_gb": "system.hbm_gb[0]",
+    }
+    name = shown.get(key, key.replace("system.tiers.", "system.tiers[0]."))
+    value = bounds.hi * 10
+    with pytest.raises(PhazecError) as error:
+        settings_from_config(with_value(key, value, f"cache_dir={tmp_path}"))
+    assert str(error.value) == (
+        f"{name}={value:g} {bounds.unit} is outside the physical range {bounds.lo:g} to {bounds.hi:g} "
+        f"{bounds.unit} ({bounds.source}); give a value within it."
+    )
+
+
+def test_an_hbm_bandwidth_of_1e300_is_refused(tmp_path: Path) -> None:
+    """The audit's case: it ran to the end and reported a peak power of 3.1e289 W."""
+    cfg = compose_config(
+        "model=bert_large", "hw=tpuv4", "hw.hbm_bytes_per_s=1.0e300", f"cache_dir={tmp_path}"
+    )
+    with pytest.raises(
+        PhazecError,
+        match=r"^hw.hbm_bytes_per_s=1e\+300 bytes/s is outside the physical range 1e\+08 to 1e\+15 bytes/s",
+    ):
+        settings_from_config(cfg)
+
+
+def test_a_value_beyond_todays_hardware_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = compose_config("model=bert_large", "hw=tpuv4", "hw.clock_hz=8e9", f"cache_dir={tmp_path}")
+    with caplog.at_level(logging.WARNING, logger="phazec.hw.ranges"):
+        assert settings_from_config(cfg).hw.clock_hz == 8e9
+    assert [record.getMessage() for record in caplog.records] == [
+        "hw.clock_hz=8e+09 Hz is outside what hardware has today, 1e+08 to 5e+09 Hz (TPUv4 1.05 GHz, A100 "
+        "1.41 GHz, H100 SXM 1.98 GHz boost (vendor data sheets)); using it as given"
+    ]
+
+
+def test_every_range_is_documented() -> None:
+    page = (Path(conf_dir()).parent / "docs" / "devices.md").read_text()
+    for key, bounds in RANGES.items():
+        assert f"| `{key}` | {bounds.lo:g} to {bounds.hi:g} {bounds.unit} | {bounds.usual_lo:g} to " in page
+
+
+def test_every_shipped_preset_is_within_todays_ranges(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="phazec.hw.ranges"):
+        for hw in sorted(p.stem for p in (Path(conf_dir()) / "hw").glob("*.yaml")):
+            hw_space_from_config(typed(HwConfig, compose_config(f"hw={hw}").hw, "hw"))
+        for system in sorted(p.stem for p in (Path(conf_dir()) / "system").glob("*.yaml")):
+            system_from_config(typed(SystemConfig, compose_config(f"system={system}").system, "system"))
+    assert caplog.records == []

@@ -22,6 +22,7 @@ from phazec.hw.area import (
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.device import DeviceModel, device_from_config
 from phazec.hw.energy import peak_power_w
+from phazec.hw.ranges import physical
 from phazec.hw.schema import HwConfig
 
 logger = logging.getLogger(__name__)
@@ -160,12 +161,13 @@ def interpolated_sizes(space: HwSpace) -> dict[str, list[int]]:
 
 
 def hw_space_from_config(config: HwConfig) -> HwSpace:
-    """The validated search space of an `hw` preset.
+    """The validated search space of an `hw` preset (its physical ranges: `phazec.hw.ranges`).
 
     Raises:
         PhazecError: a value is out of range.
     """
     power = config.power_budget_w
+    area = validate_area_budget(config.area_budget_mm2)
     space = HwSpace(
         name=config.name,
         num_tc=validate_knob("num_tc", config.num_tc),
@@ -174,15 +176,21 @@ def hw_space_from_config(config: HwConfig) -> HwSpace:
         num_vc=validate_knob("num_vc", config.num_vc),
         vc_width=None if config.vc_width == TIED else validate_knob("vc_width", config.vc_width),
         glb_bytes=validate_knob("glb_bytes", config.glb_bytes),
-        area_budget_mm2=validate_area_budget(config.area_budget_mm2),
+        area_budget_mm2=None if area is None else physical("hw.area_budget_mm2", area),
         area_floor=validate_fraction("hw.area_floor", config.area_floor),
         floor_exempt_single_core=config.floor_exempt_single_core,
-        power_budget_w=None if power is None else validate_positive("hw.power_budget_w", power),
-        hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s),
-        clock_hz=validate_positive("hw.clock_hz", config.clock_hz),
+        power_budget_w=None
+        if power is None
+        else physical("hw.power_budget_w", validate_positive("hw.power_budget_w", power)),
+        hbm_bytes_per_s=physical(
+            "hw.hbm_bytes_per_s", validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s)
+        ),
+        clock_hz=physical("hw.clock_hz", validate_positive("hw.clock_hz", config.clock_hz)),
         sram_interpolation=config.sram_interpolation,
         device=device_from_config(config.device),
     )
+    for knob in ("num_tc", "num_vc"):
+        physical(f"hw.{knob}", max(getattr(space, knob)), f"hw.{knob} (largest)")
     interpolated_sizes(space)  # raises for a buffer size off the area tables
     return space
 
