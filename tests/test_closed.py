@@ -27,6 +27,7 @@ from phazec.hw.ranges import RANGES
 from phazec.hw.schema import HwConfig, SystemConfig
 from phazec.hw.space import design_count, enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
+from phazec.util import sealed
 from tests.conftest import compose_config
 from tests.test_robust import TINY, run
 
@@ -319,3 +320,38 @@ def test_every_shipped_preset_is_within_todays_ranges(caplog: pytest.LogCaptureF
         for system in sorted(p.stem for p in (Path(conf_dir()) / "system").glob("*.yaml")):
             system_from_config(typed(SystemConfig, compose_config(f"system={system}").system, "system"))
     assert caplog.records == []
+
+
+# --- What a cache's checksum promises -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "warned"), [(0o755, False), (0o775, True), (0o777, True)])
+def test_a_cache_others_can_write_is_named_as_trusted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, warned: bool
+) -> None:
+    """A checksum catches damage, not an edit by someone who can write the cache (an entry edited with
+    its SHA-256 recomputed is believed): a cache_dir others can write is said to be trusted."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="phazec.util.sealed"):
+        settings_from_config(compose_config("model=bert_large", "hw=tpuv4", f"cache_dir={cache}"))
+    expected = (
+        f"cache_dir {cache} can be written by other users (mode {mode:o}): a cache entry's checksum catches "
+        "damage, not an edit by someone who can write the cache, so phazec believes what they write there; "
+        "use a directory only you can write (chmod go-w) unless you trust them"
+    )
+    assert [record.getMessage() for record in caplog.records] == ([expected] if warned else [])
+
+
+def test_an_entry_edited_with_its_checksum_recomputed_is_believed(tmp_path: Path) -> None:
+    """The limit the docs state (docs/guide/search.md, Resume): the checksum has no key."""
+    path = tmp_path / "entry.json"
+    sealed.write(path, "inputs", {"time_s": 1.0})
+    header, _, _ = path.read_bytes().partition(b"\n")
+    forged = b'{"time_s":0.01}'
+    edited = json.loads(header) | {"sha256": sealed.digest(forged)}
+    path.write_bytes(json.dumps(edited).encode() + b"\n" + forged)
+    assert sealed.read(path, "inputs") == {"time_s": 0.01}
+    page = (Path(conf_dir()).parent / "docs" / "guide" / "search.md").read_text()
+    assert "The checksum catches damage, not a deliberate edit" in " ".join(page.split())

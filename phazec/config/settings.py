@@ -36,6 +36,7 @@ from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schedule.backends import check_config
 from phazec.solvers.schema import SolverConfig
+from phazec.util import sealed
 from phazec.util.atomic import writable_dir
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     model_dims(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
+    sealed.shared_warning(cache_dir, "cache_dir")
     solver = typed(SolverConfig, cfg.solver, "solver")
     check_config(solver)
     system_config = typed(SystemConfig, cfg.system, "system")
