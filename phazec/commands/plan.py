@@ -18,6 +18,7 @@ from phazec.commands.setup import setup
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
 from phazec.hw.space import HwSpace
+from phazec.predict.megatron import check_runs
 from phazec.predict.plan_report import Plan, PlanReport, time_plan
 from phazec.predict.training import Knobs
 from phazec.util import atomic
@@ -26,35 +27,19 @@ log = logging.getLogger(__name__)
 
 
 def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
-    """The plan against the system: its devices, microbatches and interleaving; raises PhazecError
-    naming the bad value (`phazec.config.settings` checked each value on its own)."""
+    """The plan against the system: what Megatron-LM runs (`phazec.predict.megatron.check_runs`) and its
+    interleaving; raises PhazecError naming the bad value (`phazec.config.settings` checked each value
+    on its own)."""
     training = plan.training
-    width = plan.tp * plan.pp * plan.dp
-    if devices % width:
-        raise PhazecError(
-            f"plan.tp * plan.pp * plan.dp = {plan.tp} * {plan.pp} * {plan.dp} = {width} does not divide the "
-            f"{devices} devices (system.devices); choose widths whose product divides it, or set "
-            f"system.devices={width}."
-        )
+    check_runs(
+        "plan", (plan.tp, plan.pp, plan.dp), training.microbatch, devices=devices, global_batch=global_batch,
+        microbatch_key="plan.microbatch",
+    )  # fmt: skip
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
             f"plan.interleave={training.interleave} needs plan.pp > 1: it splits each pipeline stage into "
             "model chunks, and at pp 1 there is no pipeline (Megatron-LM refuses it too); set "
             "plan.interleave=1 or plan.pp > 1."
-        )
-    microbatch = training.microbatch
-    if global_batch % microbatch:
-        raise PhazecError(
-            f"plan.microbatch={microbatch} does not divide the global batch {global_batch} "
-            "(system.global_batch); choose a divisor of it."
-        )
-    microbatches = global_batch // microbatch
-    if microbatches % plan.dp:
-        raise PhazecError(
-            f"plan.dp={plan.dp} does not divide the {microbatches} microbatches of a batch (global batch "
-            f"{global_batch} / microbatch {microbatch}): Megatron-LM gives every replica the same "
-            f"number; choose a dp that divides {microbatches}, or a global batch divisible by microbatch "
-            f"x dp = {microbatch * plan.dp}."
         )
 
 

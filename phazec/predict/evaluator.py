@@ -26,6 +26,7 @@ from phazec.ir.core import Graph, Model
 from phazec.passes.attention import core_ops
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
 from phazec.predict.layer_costs import class_costs, sequence_split_width
+from phazec.predict.megatron import check_runs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.predict.training import CORE, SEARCHED, Knobs, Training, core_settings
 from phazec.solvers.placement.dp import solve_placements
@@ -363,7 +364,8 @@ class Evaluator:
 
     def evaluate_fixed(self, designs: Designs, pp: int, dp: int, tp: int) -> list[Candidate]:
         """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting; the
-        microbatches it cannot run at are skipped.
+        microbatches it cannot run at, or that Megatron-LM would not run it at
+        (`phazec.predict.megatron.check_runs`, the rule `phazec-plan` applies), are skipped.
 
         Raises:
             PhazecError: the plan cannot run at any microbatch (the message says why).
@@ -377,6 +379,14 @@ class Evaluator:
         reasons = []
         outers = self.outer()
         for microbatch in self.knobs.tried("microbatch"):
+            try:
+                check_runs(
+                    "model.baseline", (tp, pp, dp), microbatch, devices=self.system.devices,
+                    global_batch=self.system.global_batch, microbatch_key="train.microbatch",
+                )  # fmt: skip
+            except PhazecError as err:
+                reasons.append(f"microbatch {microbatch}: {err}")
+                continue
             mine = [outer for outer in outers if outer.microbatch == microbatch]
             latencies = [self.layer_latencies_s(designs, microbatch, o.sequence_parallel) for o in mine]
             for j in range(len(designs)):
