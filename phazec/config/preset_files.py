@@ -92,9 +92,12 @@ def missing_values(cfg: DictConfig, dirs: Sequence[Path]) -> None:
         PhazecError: a group's preset does not set one; the message names the preset's file.
     """
     choices = cfg.hydra.runtime.choices
-    for key, node in cfg.items():
+    for key in cfg:
         group = str(key)
-        if group == "hydra" or not isinstance(node, DictConfig):
+        if group == "hydra" or OmegaConf.is_missing(cfg, group):  # model=[] leaves `model` missing
+            continue
+        node = cfg[group]
+        if not isinstance(node, DictConfig):
             continue
         missing = sorted(OmegaConf.missing_keys(node))  # full keys (`system.devices`)
         if missing:

@@ -196,7 +196,7 @@ def hw_space_from_config(config: HwConfig) -> HwSpace:
 
 
 CHUNK = 1 << 20
-"""Grid points enumerated at once: enumeration holds one chunk of the grid (a few tens of MB) and the
+"""Grid points enumerated at once: enumeration holds one chunk of the grid (about 100 MB of arrays) and the
 designs kept, never the whole grid."""
 
 
