@@ -73,10 +73,11 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
         raise PhazecError(yaml_message(err)) from err
     except ValueError as err:  # Hydra's for a group given null (`model=null`)
         raise PhazecError(f"{str(err).rstrip('.')}; the command line was: {' '.join(overrides)}.") from err
-    missing_values(cfg, dirs)
+    choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]  # composed only to name the preset files; its run directory is Hydra's to make
     validate.command_line(cfg, overrides)
+    missing_values(cfg, choices, dirs)
     return cfg
 
 

@@ -8,8 +8,9 @@ directory of the search path a command line adds (`--config-dir`, `hydra.searchp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -84,17 +85,16 @@ def yaml_message(err: yaml.YAMLError) -> str:
     )
 
 
-def missing_values(cfg: DictConfig, dirs: Sequence[Path]) -> None:
-    """Every group of a config composed with its Hydra node (`return_hydra_config=True`) sets the keys
-    its schema leaves without a default.
+def missing_values(cfg: DictConfig, choices: Mapping[str, Any], dirs: Sequence[Path]) -> None:
+    """Every group of a composed, resolved config sets the keys its schema leaves without a default;
+    `choices` are the presets chosen (Hydra's `hydra.runtime.choices`).
 
     Raises:
         PhazecError: a group's preset does not set one; the message names the preset's file.
     """
-    choices = cfg.hydra.runtime.choices
     for key in cfg:
         group = str(key)
-        if group == "hydra" or OmegaConf.is_missing(cfg, group):  # model=[] leaves `model` missing
+        if OmegaConf.is_missing(cfg, group):  # model=[] leaves `model` missing
             continue
         node = cfg[group]
         if not isinstance(node, DictConfig):
