@@ -28,9 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from phazec.commands.common import run_multi
 from phazec.commands.lower import lower as lower_model
@@ -39,12 +40,14 @@ from phazec.commands.search import run_search
 from phazec.commands.settings import Settings
 from phazec.config import command_line as validate
 from phazec.config.command_line import model_config, model_list
+from phazec.config.preset_files import missing_values, search_dirs, yaml_message
 from phazec.config.presets import conf_dir
 from phazec.config.schema import register
-from phazec.config.settings import settings_from_config, tpuv4_space
+from phazec.config.settings import path_name, settings_from_config, tpuv4_space
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
 from phazec.report.plots import write_plots
+from phazec.util import atomic
 from phazec.util.progress import stage
 
 
@@ -54,19 +57,27 @@ def composed(command: str, overrides: tuple[str, ...] | list[str]) -> DictConfig
 
     Raises:
         PhazecError: Hydra cannot compose them (an unknown preset or key, a value of the wrong type: the
-            paragraph of `phazec.config.command_line.hydra_message`), or one fails
-            `phazec.config.command_line.command_line` (a key appended that the schema does not have, a
-            switch given other than true or false).
+            paragraph of `phazec.config.command_line.hydra_message`, naming a preset's file and line),
+            a preset is not valid YAML or leaves a mandatory key unset (`phazec.config.preset_files`), or
+            one fails `phazec.config.command_line.command_line` (a key appended that the schema does not
+            have, a switch given other than true or false).
     """
     register()
+    dirs = search_dirs(overrides)
     try:
         with initialize_config_dir(config_dir=conf_dir(), version_base=None):
-            cfg = compose(command, overrides=list(overrides))
+            cfg = compose(command, overrides=list(overrides), return_hydra_config=True)
     except HydraException as err:
-        raise PhazecError(validate.hydra_message(err)) from err
+        raise PhazecError(validate.hydra_message(err, dirs)) from err
+    except yaml.YAMLError as err:  # a preset file that does not parse
+        raise PhazecError(yaml_message(err)) from err
     except ValueError as err:  # Hydra's for a group given null (`model=null`)
         raise PhazecError(f"{str(err).rstrip('.')}; the command line was: {' '.join(overrides)}.") from err
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]  # composed only to name the preset files; its run directory is Hydra's to make
     validate.command_line(cfg, overrides)
+    missing_values(cfg, choices, dirs)
     return cfg
 
 
@@ -105,7 +116,8 @@ def search_config(cfg: DictConfig, overrides: tuple[str, ...] | list[str], out_d
         dirs = [out_dir]
     with stage("plots"):
         for directory in dirs:
-            write_plots(json.loads((directory / "result.json").read_text()), directory)
+            with atomic.after(directory / "result.json"):
+                write_plots(json.loads((directory / "result.json").read_text()), directory)
     return result
 
 
@@ -124,13 +136,16 @@ def models_settings(
     `model.<key>=<value>` overrides, checked.
 
     Raises:
-        PhazecError: the names are not distinct presets, or a model's settings are not valid.
+        PhazecError: the names are not distinct presets or not plain names (each names a result
+            directory, `phazec.config.settings.path_name`), or a model's settings are not valid.
     """
     if not names or len(set(names)) != len(names):
         raise PhazecError(
             f"model={list(names)}: give a list of distinct model presets, e.g. model=[bert_large,opt_350m]."
         )
-    return {name: settings_from_config(model_config(cfg, name, overrides)) for name in names}
+    return {
+        path_name("model", name): settings_from_config(model_config(cfg, name, overrides)) for name in names
+    }
 
 
 def lower_config(cfg: DictConfig, out_dir: Path) -> tuple[dict[str, Any], str]:

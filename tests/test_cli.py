@@ -74,8 +74,14 @@ def test_docs_config_dir_chip_is_a_preset(tmp_path: Path) -> None:
     (tmp_path / "chips" / "hw" / "typo.yaml").write_text(misspelled)
     typo = command("plan_main", "--config-dir", "chips", "hw=typo", "model=bert_large", cwd=tmp_path)
     assert typo.returncode == 2
+    typo_file = (tmp_path / "chips" / "hw" / "typo.yaml").resolve()
+    line = (
+        misspelled.splitlines().index(next(x for x in misspelled.splitlines() if x.startswith("clock_hzz:")))
+        + 1
+    )
     assert typo.stderr.startswith(
-        "phazec: error: The preset hw/typo.yaml: hw.clock_hzz is not a key of hw; valid keys: name, num_tc,"
+        f"phazec: error: The preset {typo_file}, line {line}: hw.clock_hzz is not a key of hw; valid keys: "
+        "name, num_tc,"
     )
     # A multirun is checked before its first job with the user's presets beside the shipped ones: a
     # glob picks them, and a bad one among the swept presets is the same paragraph.

@@ -16,6 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from phazec.api import composed
+from phazec.cli import config_dir_searchpath
+from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
 from tests.test_robust import answer, run, write_onnx
@@ -44,6 +47,12 @@ KEYS = (
     "hw.area_floor",
     "solver.mip_gap",
     "solver.time_limit_s",
+    "hw.hbm_bytes_per_s",
+    "hw.clock_hz",
+    "hw.power_budget_w",
+    "model.name",
+    "system.name",
+    "search.max_designs",
 ) + (
     ("model.seq_len", "model.hf_config.hidden_size", "model.hf_config.num_attention_heads")
     if EXAMPLES > 6
@@ -52,7 +61,7 @@ KEYS = (
 """Keys to override; with more examples than CI's, also model dimensions (a valid one costs an export)."""
 VALUES = st.sampled_from(
     ["nan", "inf", "-inf", "-1", "0", "1", "3", "1e300", "1000000000", "[]", "[0]", "[-1]", "[nan]",
-     "abc", "true", "null", "[1,2]", "0.5"]
+     "abc", "true", "null", "[1,2]", "0.5", "../../trav", "/abs/path", "a\\\\b", "..", "2e9"]
 )  # fmt: skip
 
 
@@ -130,3 +139,27 @@ def test_random_cache_damage(
         path.write_bytes(raw[:cut] + junk + raw[cut + len(junk) :])
     got = answer(run(tmp_path_factory.mktemp("out"), cache))
     assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
+USER_PRESET = (Path(__file__).parent.parent / "conf" / "hw" / "tpu_small.yaml").read_text()
+"""A preset to damage: the text of `hw=tpu_small`, given as the user's `hw=mine`."""
+
+
+@FUZZ
+@given(data=st.data())
+def test_random_user_preset_damage(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """A user preset cut, spliced with junk or given other values ends in settings or one paragraph
+    (naming the file where the file is at fault), never in a traceback."""
+    root = tmp_path_factory.mktemp("presets")
+    (root / "hw").mkdir()
+    cut = data.draw(st.integers(0, len(USER_PRESET)))
+    junk = data.draw(
+        st.one_of(st.text(max_size=12), st.sampled_from(["[", ": :", "\n  - ", "\t", "clock_hz: 1e300\n"]))
+    )
+    (root / "hw" / "mine.yaml").write_text(USER_PRESET[:cut] + junk + USER_PRESET[cut + len(junk) :])
+    try:
+        settings_from_config(
+            composed("config", [*config_dir_searchpath(str(root)), "hw=mine", "model=bert_large"])
+        )
+    except PhazecError as error:
+        one_paragraph(error)

@@ -321,19 +321,32 @@ def test_an_empty_onnx_file(tmp_path: Path, cache_dir: Path) -> None:
     ("overrides", "why"),
     [
         (("model.baseline.pp=1000",), "pp=1000 dp=128 tp=1 cannot run at any microbatch"),
-        (("system.devices=512",), "pp=8 dp=128 tp=1 cannot run at any microbatch (microbatch 8: d = 128 is"),
+        (
+            ("system.devices=512",),
+            "pp=8 dp=128 tp=1 cannot run at any microbatch (microbatch 8: model.baseline.tp * "
+            "model.baseline.pp * model.baseline.dp = 1 * 8 * 128 = 1024 does not divide the 512 devices",
+        ),
         (
             ("system.global_batch=1000",),
-            "pp=8 dp=128 tp=1 cannot run at any microbatch (microbatch 8: d = 128",
+            "pp=8 dp=128 tp=1 cannot run at any microbatch (microbatch 8: model.baseline.dp=128 does not "
+            "divide the 125 microbatches of a batch (global batch 1000 / microbatch 8)",
+        ),
+        (
+            ("system.global_batch=1000", "train.microbatch=[1]"),
+            "pp=8 dp=128 tp=1 cannot run at any microbatch (microbatch 1: model.baseline.dp=128 does not "
+            "divide the 1000 microbatches of a batch (global batch 1000 / microbatch 1): Megatron-LM gives "
+            "every replica the same number",
         ),
     ],
-    ids=["pp=1000", "devices=512", "global_batch=1000"],
+    ids=["pp=1000", "devices=512", "global_batch=1000", "uneven microbatches"],
 )
 def test_a_baseline_that_cannot_run_is_not_applicable(
     tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture, overrides: tuple[str, ...], why: str
 ) -> None:
     """The audit's cases: the preset's Megatron plan (dp=128) on 512 devices, or with 1000 samples a
-    batch (125 microbatches of 8 for 128 replicas), or with 1000 pipeline stages. The search's answer
+    batch (125 microbatches of 8 for 128 replicas; 1000 microbatches of 1, which 128 replicas cannot
+    share evenly: timed before, though `phazec-plan` refuses it, as Megatron-LM does), or with 1000
+    pipeline stages. The rule is `phazec-plan`'s (`phazec.predict.megatron.check_runs`). The search's answer
     is kept; the baseline is "not applicable" with the reason (warned before the search where the
     plan needs more devices than the system has)."""
     with caplog.at_level(logging.WARNING, logger="phazec.commands.search"):

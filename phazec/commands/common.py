@@ -174,5 +174,6 @@ def run_multi(settings: Mapping[str, Settings], out_dir: Path, tpuv4: HwSpace) -
         "config": config,
     }
     atomic.write_json(out_dir / "result.json", result)
-    atomic.write_bytes(out_dir / "common.csv", common_csv(designs, chips, per_model).encode())
+    with atomic.after(out_dir / "result.json"):
+        atomic.write_bytes(out_dir / "common.csv", common_csv(designs, chips, per_model).encode())
     return result

@@ -9,7 +9,6 @@ plan that does not fit in HBM is still timed, with a warning (an error with `pla
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from phazec.commands.setup import setup
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
 from phazec.hw.space import HwSpace
+from phazec.predict.megatron import check_runs
 from phazec.predict.plan_report import Plan, PlanReport, time_plan
 from phazec.predict.training import Knobs
 from phazec.util import atomic
@@ -27,37 +27,19 @@ log = logging.getLogger(__name__)
 
 
 def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
-    """The plan against the system: its devices, microbatches and interleaving; raises PhazecError
-    naming the bad value (`phazec.config.settings` checked each value on its own)."""
+    """The plan against the system: what Megatron-LM runs (`phazec.predict.megatron.check_runs`) and its
+    interleaving; raises PhazecError naming the bad value (`phazec.config.settings` checked each value
+    on its own)."""
     training = plan.training
-    widths = {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, **({"cp": training.cp} if training.cp > 1 else {})}
-    width = math.prod(widths.values())
-    if devices % width:
-        names = " * ".join(f"plan.{name}" for name in widths)
-        values = " * ".join(str(value) for value in widths.values())
-        raise PhazecError(
-            f"{names} = {values} = {width} does not divide the {devices} devices (system.devices); choose "
-            f"widths whose product divides it, or set system.devices={width}."
-        )
+    check_runs(
+        "plan", (plan.tp, plan.pp, plan.dp), training.microbatch, devices=devices, global_batch=global_batch,
+        microbatch_key="plan.microbatch", cp=training.cp,
+    )  # fmt: skip
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
             f"plan.interleave={training.interleave} needs plan.pp > 1: it splits each pipeline stage into "
             "model chunks, and at pp 1 there is no pipeline (Megatron-LM refuses it too); set "
             "plan.interleave=1 or plan.pp > 1."
-        )
-    microbatch = training.microbatch
-    if global_batch % microbatch:
-        raise PhazecError(
-            f"plan.microbatch={microbatch} does not divide the global batch {global_batch} "
-            "(system.global_batch); choose a divisor of it."
-        )
-    microbatches = global_batch // microbatch
-    if microbatches % plan.dp:
-        raise PhazecError(
-            f"plan.dp={plan.dp} does not divide the {microbatches} microbatches of a batch (global batch "
-            f"{global_batch} / microbatch {microbatch}): Megatron-LM gives every replica the same "
-            f"number; choose a dp that divides {microbatches}, or a global batch divisible by microbatch "
-            f"x dp = {microbatch * plan.dp}."
         )
 
 

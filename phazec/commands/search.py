@@ -22,7 +22,7 @@ from phazec.errors import PhazecError
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel, is_template
-from phazec.hw.space import HwSpace, enumerate_designs
+from phazec.hw.space import HwSpace, design_count, enumerate_designs, size_statement
 from phazec.predict.bottleneck import bottleneck_block
 from phazec.predict.evaluator import Candidate, Timings, best, least_memory
 from phazec.predict.usage import USAGE_KEYS, Usage
@@ -129,6 +129,16 @@ def search_summary(found: Found, timings: Timings) -> str:
     )
 
 
+def search_size(settings: Settings) -> str:
+    """What a search will evaluate at most, stated before any work (computed, not enumerated)."""
+    sizes = len(settings.train.hbm_bytes)
+    return (
+        f"{size_statement(settings.hw)} before the area and power budgets, each tried with {sizes} HBM "
+        f"sizes (system.hbm_gb): at most {design_count(settings.hw) * sizes:,} design and memory pairs to "
+        "evaluate"
+    )
+
+
 def check_microbatches(settings: Settings) -> None:
     """Every searched microbatch size divides the global batch."""
     global_batch = settings.system.global_batch
@@ -170,6 +180,7 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     writable_dir(out_dir, "the run directory")
     check_microbatches(settings)
     baseline_plan(settings.model, settings.system.devices)
+    log.info("%s", search_size(settings))
     job = setup(settings)
     state = search_state(settings)
     with stage("search") as searched:
@@ -206,7 +217,8 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     with stage("bottleneck schedule"):
         write_bottleneck_gantt(bottleneck_block(job.evaluator, job.designs, found.best), out_dir)
     atomic.write_json(out_dir / "result.json", result)
-    atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
+    with atomic.after(out_dir / "result.json"):
+        atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
     return job, found, result
 
 

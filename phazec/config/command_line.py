@@ -17,9 +17,11 @@ import copy
 import dataclasses
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -34,6 +36,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from phazec.config.preset_files import where, yaml_message
 from phazec.config.presets import conf_dir, group_presets
 from phazec.errors import PhazecError
 
@@ -46,20 +49,27 @@ NOT_A_LIST = "is not a ListConfig, list or tuple"
 """OmegaConf's message for a scalar merged into a list field."""
 
 
-def hydra_message(err: HydraException) -> str:
+def hydra_message(err: HydraException, dirs: Sequence[Path] = ()) -> str:
     """Hydra's error for a command line it cannot compose, as one paragraph: its lines and OmegaConf's
     cause as sentences, a list of available options comma-separated, without the config search path
     and OmegaConf's class details; an override Hydra cannot parse is named first, a key the schema
     does not have (on the command line or in a preset file) is listed with the keys it has, a list given
     for a mapping (or the reverse) says which form to give, and one value given for a list says to
-    bracket it."""
+    bracket it. A bad key or value of a preset file names the file and line, found in `dirs` (the
+    shipped tree and the user's, `phazec.config.preset_files.search_dirs`)."""
     cause = err.__cause__ or err.__context__  # a preset's bad key: Hydra raises without `from`
+    preset = re.match(r"In '([^']*)': ", str(err))  # a key of a preset file, not of the command line
+    located = ""
+    if preset and isinstance(cause, OmegaConfBaseException) and cause.full_key:
+        located = f"{where(preset[1], str(cause.full_key), dirs or [Path(conf_dir())])}: "
     if (
         isinstance(cause, ConfigAttributeError | ConfigKeyError)
         and (fields := schema_fields(cause.object_type)) is not None
     ):
-        preset = re.match(r"In '([^']*)': ", str(err))  # a key of a preset file, not of the command line
-        return (f"The preset {preset[1]}.yaml: " if preset else "") + unknown_key(str(cause.full_key), fields)
+        return located + unknown_key(str(cause.full_key), fields)
+    if preset and isinstance(cause, ValidationError) and cause.full_key:
+        reason = str(cause).splitlines()[0].rstrip(".")
+        return f"{located}{cause.full_key} is not valid: {reason}; give a value of the type its schema has."
     override = str(err).splitlines()[0].removeprefix("Error merging override ")
     if isinstance(cause, ConfigTypeError) and str(cause).startswith("Cannot merge") and cause.full_key:
         return form_mismatch(override, cause.full_key)
@@ -308,6 +318,8 @@ def preset(group: str, name: str, overrides: tuple[str, ...] = ()) -> DictConfig
                 composed = compose("config", overrides=choice)
     except HydraException as err:
         raise PhazecError(hydra_message(err)) from err
+    except yaml.YAMLError as err:
+        raise PhazecError(yaml_message(err)) from err
     node: Any = composed[group]
     assert isinstance(node, DictConfig)
     return node

@@ -1,12 +1,12 @@
 """A composed config, checked once and typed: what every command reads.
 
 `settings_from_config(cfg)` runs, before anything is lowered or evaluated, every check a group's values
-need on their own (non-finite numbers anywhere, missing or ill-typed keys, the model's dimensions, the cache
-directory, the space, system, cost model, solver, search, training knobs and plan) and returns frozen
-`Settings`: nothing below the commands sees the composed config. The checks one command alone needs
-stay with it (`phazec.commands.search`: microbatches dividing the global batch, the baseline plan;
-`phazec.commands.plan`: the plan's widths against the system). Each check raises a PhazecError naming
-the bad value and what would be valid.
+need on their own (non-finite numbers anywhere, missing or ill-typed keys, names that become paths, the
+model's dimensions, the cache directory, the space and its size, system, cost model, solver, search,
+training knobs and plan) and returns frozen `Settings`: nothing below the commands sees the composed
+config. The checks one command alone needs stay with it (`phazec.commands.search`: microbatches
+dividing the global batch, the baseline plan; `phazec.commands.plan`: the plan's widths against the
+system). Each check raises a PhazecError naming the bad value and what would be valid.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from phazec.frontend import default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
-from phazec.hw.space import HwSpace, hw_space_from_config
+from phazec.hw.space import HwSpace, check_size, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.predict.plan_report import AUTO_DP, Plan
 from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
@@ -38,6 +38,7 @@ from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schedule.backends import check_config
 from phazec.solvers.schema import SolverConfig
+from phazec.util import sealed
 from phazec.util.atomic import writable_dir
 
 T = TypeVar("T")
@@ -57,14 +58,18 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     search = typed(SearchConfig, cfg.search, "search")
     check_search(search)
     model = with_config_json(typed(ModelConfig, cfg.model, "model"))
+    for key in ("model.name", "hw.name", "system.name"):
+        path_name(key, OmegaConf.select(cfg, key))
     model_dims(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
+    sealed.shared_warning(cache_dir, "cache_dir")
     solver = typed(SolverConfig, cfg.solver, "solver")
     check_config(solver)
     system_config = typed(SystemConfig, cfg.system, "system")
     system = system_from_config(system_config)
     hw = hw_space_from_config(typed(HwConfig, cfg.hw, "hw"))
+    check_size(hw, search.max_designs)
     train = train_knobs(cfg.train, system_config)
     plan = plan_settings(cfg.plan, cfg.train, system.devices)
     check_precision(hw, train.tried("precision"), "train.precision")
@@ -239,6 +244,23 @@ def auto_dp(tp: int, pp: int, devices: int, cp: int = 1) -> int:
             f"{width}, or give plan.dp a number (then the plan uses {names} x dp of the devices)."
         )
     return devices // width
+
+
+def path_name(key: str, name: Any) -> str:
+    """`name`, which becomes part of a file or directory name (`model.name` names the exported ONNX file
+    under `cache_dir`, a model of `model=[a,b]` its result directory): one plain name, so that nothing
+    is written outside the directory meant.
+
+    Raises:
+        PhazecError: `name` is empty, `.` or `..`, or holds a path separator, `..` or a NUL byte.
+    """
+    text = str(name)
+    if not text or text in (".", "..") or any(bad in text for bad in ("/", "\\", "..", "\0")):
+        raise PhazecError(
+            f"{key}={text!r} is not valid: it becomes part of a file name, so it must be one plain name "
+            "(letters, digits, _, -, .) with no /, \\, .. or NUL byte, e.g. my_model."
+        )
+    return text
 
 
 DIMENSION = re.compile(r"(^|_)(size|layers|heads|dim|embd|positions|position_embeddings|layer|head|ctx)$")

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.hw.ranges import physical
 from phazec.hw.schema import DeviceConfig
 
 ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
@@ -171,12 +172,15 @@ def device_from_config(config: DeviceConfig) -> DeviceModel:
         shared_cores=config.shared_cores,
         gemm_tiles=_tiles(config.gemm_tiles),
         gemm_utilisation=_share("gemm_utilisation", config.gemm_utilisation),
-        gemm_tile_overhead_cycles=_non_negative(
-            "gemm_tile_overhead_cycles", config.gemm_tile_overhead_cycles
+        gemm_tile_overhead_cycles=physical(
+            "hw.device.gemm_tile_overhead_cycles",
+            _non_negative("gemm_tile_overhead_cycles", config.gemm_tile_overhead_cycles),
         ),
         attention_utilisation=_share("attention_utilisation", config.attention_utilisation),
         memory_utilisation=_share("memory_utilisation", config.memory_utilisation),
-        kernel_latency_s=_non_negative("kernel_latency_s", config.kernel_latency_s),
+        kernel_latency_s=physical(
+            "hw.device.kernel_latency_s", _non_negative("kernel_latency_s", config.kernel_latency_s)
+        ),
         attention=check_kernel(config.attention),
         tp_comm_overlap=config.tp_comm_overlap,
         collectives_hold_cores=config.collectives_hold_cores,

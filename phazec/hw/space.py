@@ -22,6 +22,7 @@ from phazec.hw.area import (
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.device import DeviceModel, device_from_config
 from phazec.hw.energy import peak_power_w
+from phazec.hw.ranges import physical
 from phazec.hw.schema import HwConfig
 
 logger = logging.getLogger(__name__)
@@ -160,12 +161,13 @@ def interpolated_sizes(space: HwSpace) -> dict[str, list[int]]:
 
 
 def hw_space_from_config(config: HwConfig) -> HwSpace:
-    """The validated search space of an `hw` preset.
+    """The validated search space of an `hw` preset (its physical ranges: `phazec.hw.ranges`).
 
     Raises:
         PhazecError: a value is out of range.
     """
     power = config.power_budget_w
+    area = validate_area_budget(config.area_budget_mm2)
     space = HwSpace(
         name=config.name,
         num_tc=validate_knob("num_tc", config.num_tc),
@@ -174,24 +176,76 @@ def hw_space_from_config(config: HwConfig) -> HwSpace:
         num_vc=validate_knob("num_vc", config.num_vc),
         vc_width=None if config.vc_width == TIED else validate_knob("vc_width", config.vc_width),
         glb_bytes=validate_knob("glb_bytes", config.glb_bytes),
-        area_budget_mm2=validate_area_budget(config.area_budget_mm2),
+        area_budget_mm2=None if area is None else physical("hw.area_budget_mm2", area),
         area_floor=validate_fraction("hw.area_floor", config.area_floor),
         floor_exempt_single_core=config.floor_exempt_single_core,
-        power_budget_w=None if power is None else validate_positive("hw.power_budget_w", power),
-        hbm_bytes_per_s=validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s),
-        clock_hz=validate_positive("hw.clock_hz", config.clock_hz),
+        power_budget_w=None
+        if power is None
+        else physical("hw.power_budget_w", validate_positive("hw.power_budget_w", power)),
+        hbm_bytes_per_s=physical(
+            "hw.hbm_bytes_per_s", validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s)
+        ),
+        clock_hz=physical("hw.clock_hz", validate_positive("hw.clock_hz", config.clock_hz)),
         sram_interpolation=config.sram_interpolation,
         device=device_from_config(config.device),
     )
+    for knob in ("num_tc", "num_vc"):
+        physical(f"hw.{knob}", max(getattr(space, knob)), f"hw.{knob} (largest)")
     interpolated_sizes(space)  # raises for a buffer size off the area tables
     return space
 
 
-def _grid(space: HwSpace) -> dict[str, np.ndarray]:
-    """Every combination of the knobs, flattened (vc_width tied to tc_width when the space says so)."""
-    axes = {name: getattr(space, name) for name in KNOBS if getattr(space, name) is not None}
-    mesh = np.meshgrid(*(np.array(v, dtype=np.int64) for v in axes.values()), indexing="ij")
-    grid = {name: m.ravel() for name, m in zip(axes, mesh, strict=True)}
+CHUNK = 1 << 20
+"""Grid points enumerated at once: enumeration holds one chunk of the grid (about 100 MB of arrays) and the
+designs kept, never the whole grid."""
+
+
+def knob_values(space: HwSpace) -> dict[str, tuple[int, ...]]:
+    """The candidate values of each knob that varies on its own (vc_width is left out when tied)."""
+    return {name: getattr(space, name) for name in KNOBS if getattr(space, name) is not None}
+
+
+def design_count(space: HwSpace) -> int:
+    """The number of candidate designs, before the area and power budgets: the product of the knobs'
+    value counts, computed, not enumerated."""
+    return math.prod(len(values) for values in knob_values(space).values())
+
+
+def size_statement(space: HwSpace) -> str:
+    """The space's size, stated before any work: `hw space 'x' has N candidate designs (hw.num_tc 13 x
+    ... values)`, the knobs with more than one value, most values first."""
+    factors = sorted(
+        ((name, len(v)) for name, v in knob_values(space).items() if len(v) > 1), key=lambda f: -f[1]
+    )
+    product = " x ".join(f"hw.{name} {n}" for name, n in factors)
+    return f"hw space {space.name!r} has {design_count(space):,} candidate designs " + (
+        f"({product} values)" if factors else "(every knob fixed)"
+    )
+
+
+def check_size(space: HwSpace, max_designs: int) -> None:
+    """The space has at most `max_designs` candidate designs (`search.max_designs`).
+
+    Raises:
+        PhazecError: it has more; the message names the knobs that multiply the count.
+    """
+    count = design_count(space)
+    if count <= max_designs:
+        return
+    raise PhazecError(
+        f"{size_statement(space)}, more than search.max_designs={max_designs:,}: enumerating and searching "
+        "it would take hours and many GB. Give the knobs with the most values fewer (a shorter list, or a "
+        f"narrower {{pow2: [lo, hi]}}), or raise search.max_designs to at least {count} to search it anyway "
+        "(enumeration then keeps only the designs within the budgets in memory)."
+    )
+
+
+def _grid(space: HwSpace, start: int, stop: int) -> dict[str, np.ndarray]:
+    """Grid points `start` to `stop` (not included) of every combination of the knobs, in row-major
+    order (vc_width tied to tc_width when the space says so)."""
+    axes = knob_values(space)
+    index = np.unravel_index(np.arange(start, stop, dtype=np.int64), tuple(len(v) for v in axes.values()))
+    grid = {name: np.array(v, dtype=np.int64)[i] for (name, v), i in zip(axes.items(), index, strict=True)}
     grid.setdefault("vc_width", grid["tc_width"])
     return grid
 
@@ -202,7 +256,8 @@ def enumerate_designs(space: HwSpace) -> Designs:
     A design is kept iff floor * budget <= area <= budget, where the floor is waived for designs with one
     tensor core or one vector core when `floor_exempt_single_core` is set (phaze-facts section 2), and
     its peak power is within the power budget if there is one. Equal areas are ordered by num_tc,
-    tc_width, tc_depth, num_vc, vc_width, glb_bytes ascending.
+    tc_width, tc_depth, num_vc, vc_width, glb_bytes ascending. The grid is enumerated `CHUNK` points at
+    a time, so memory holds the designs kept, never the whole grid (`check_size` bounds the grid first).
 
     Raises:
         PhazecError: no design is within the budgets.
@@ -213,36 +268,43 @@ def enumerate_designs(space: HwSpace) -> Designs:
                 "hw space %s: %s sizes %s bytes are between area-table entries: area interpolated linearly",
                 space.name, what, sizes,
             )  # fmt: skip
-    grid = _grid(space)
-    areas = area_mm2(**grid, interpolate=space.sram_interpolation)
-    cores = {name: grid[name] for name in KNOBS if name != "glb_bytes"}
-    power = peak_power_w(**cores, clock_hz=space.clock_hz, hbm_bytes_per_s=space.hbm_bytes_per_s)
-    keep = np.ones(areas.shape, dtype=bool)
-    if space.area_budget_mm2 is not None:
-        exempt = ((grid["num_tc"] == 1) | (grid["num_vc"] == 1)) & space.floor_exempt_single_core
-        keep &= (areas <= space.area_budget_mm2) & (
-            (areas >= space.area_floor * space.area_budget_mm2) | exempt
-        )
-    if space.power_budget_w is not None:
-        keep &= power <= space.power_budget_w
-    if not keep.any():
+    total = design_count(space)
+    kept: list[dict[str, np.ndarray]] = []
+    least_area_mm2 = least_power_w = math.inf
+    for start in range(0, total, CHUNK):
+        grid = _grid(space, start, min(start + CHUNK, total))
+        areas = area_mm2(**grid, interpolate=space.sram_interpolation)
+        cores = {name: grid[name] for name in KNOBS if name != "glb_bytes"}
+        power = peak_power_w(**cores, clock_hz=space.clock_hz, hbm_bytes_per_s=space.hbm_bytes_per_s)
+        least_area_mm2 = min(least_area_mm2, float(areas.min()))
+        least_power_w = min(least_power_w, float(power.min()))
+        keep = np.ones(areas.shape, dtype=bool)
+        if space.area_budget_mm2 is not None:
+            exempt = ((grid["num_tc"] == 1) | (grid["num_vc"] == 1)) & space.floor_exempt_single_core
+            keep &= (areas <= space.area_budget_mm2) & (
+                (areas >= space.area_floor * space.area_budget_mm2) | exempt
+            )
+        if space.power_budget_w is not None:
+            keep &= power <= space.power_budget_w
+        kept.append({**{name: grid[name][keep] for name in KNOBS}, "area": areas[keep], "power": power[keep]})
+    found = {key: np.concatenate([chunk[key] for chunk in kept]) for key in kept[0]}
+    if not found["area"].size:
         area = "none" if space.area_budget_mm2 is None else f"{space.area_budget_mm2:.3f} mm^2"
         power_w = "none" if space.power_budget_w is None else f"{space.power_budget_w:g} W"
         raise PhazecError(
             f"No design of hw space {space.name!r} fits its budgets (area {area} with floor "
-            f"{space.area_floor:g}, power {power_w}); the smallest design has {areas.min():.3f} mm^2 and "
-            f"{power.min():.1f} W: raise the budgets or widen the knobs."
+            f"{space.area_floor:g}, power {power_w}); the smallest design has {least_area_mm2:.3f} mm^2 and "
+            f"{least_power_w:.1f} W: raise the budgets or widen the knobs."
         )
-    order = np.lexsort((*(grid[name][keep] for name in reversed(KNOBS)), -areas[keep]))
-    picked = np.flatnonzero(keep)[order]
-    count = picked.size
+    order = np.lexsort((*(found[name] for name in reversed(KNOBS)), -found["area"]))
+    count = order.size
     designs = Designs(
-        **{name: grid[name][picked] for name in KNOBS},
-        area_mm2=areas[picked],
-        peak_power_w=power[picked],
+        **{name: found[name][order] for name in KNOBS},
+        area_mm2=found["area"][order],
+        peak_power_w=found["power"][order],
         clock_hz=np.full(count, space.clock_hz),
         hbm_bytes_per_s=np.full(count, space.hbm_bytes_per_s),
         device=space.device,
     )
-    logger.info("hw space %s: %d of %d designs within budget", space.name, count, areas.size)
+    logger.info("hw space %s: %d of %d designs within budget", space.name, count, total)
     return designs

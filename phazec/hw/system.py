@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.hw.ranges import physical
 from phazec.hw.schema import SystemConfig, TierConfig
 from phazec.hw.space import validate_positive
 
@@ -87,13 +88,25 @@ def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier
                 f"system.tiers[{i}].efficiency = {efficiency!r} is not valid: it must be a share of the "
                 f"nominal bandwidth in (0, 1]."
             )
-        nominal = validate_positive(f"system.tiers[{i}].bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
+        where = f"system.tiers[{i}]"
+        nominal = validate_positive(f"{where}.bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
         tiers.append(
             NetworkTier(
-                group_size=_positive_int(f"system.tiers[{i}].group_size", tier.group_size),
-                bandwidth_bytes_per_s=nominal * float(efficiency),
-                latency_s=_non_negative(f"system.tiers[{i}].latency_s", tier.latency_s),
-                call_latency_s=_non_negative(f"system.tiers[{i}].call_latency_s", tier.call_latency_s),
+                group_size=_positive_int(f"{where}.group_size", tier.group_size),
+                bandwidth_bytes_per_s=physical(
+                    "system.tiers.bandwidth_bytes_per_s", nominal, f"{where}.bandwidth_bytes_per_s"
+                )
+                * float(efficiency),
+                latency_s=physical(
+                    "system.tiers.latency_s",
+                    _non_negative(f"{where}.latency_s", tier.latency_s),
+                    f"{where}.latency_s",
+                ),
+                call_latency_s=physical(
+                    "system.tiers.call_latency_s",
+                    _non_negative(f"{where}.call_latency_s", tier.call_latency_s),
+                    f"{where}.call_latency_s",
+                ),
             )
         )
     sizes = [tier.group_size for tier in tiers]
@@ -106,21 +119,25 @@ def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier
 
 
 def system_from_config(config: SystemConfig) -> System:
-    """The validated system of a `system` preset.
+    """The validated system of a `system` preset (its physical ranges: `phazec.hw.ranges`).
 
     Raises:
         PhazecError: a value is out of range.
     """
-    devices = _positive_int("system.devices", config.devices)
+    devices = int(physical("system.devices", _positive_int("system.devices", config.devices)))
     hbm_gb = config.hbm_gb
     if not hbm_gb:
         raise PhazecError("system.hbm_gb is empty: give at least one HBM capacity in GB, e.g. [32, 64, 80].")
+    gbs = [
+        physical("system.hbm_gb", validate_positive(f"system.hbm_gb[{i}]", gb), f"system.hbm_gb[{i}]")
+        for i, gb in enumerate(hbm_gb)
+    ]
     return System(
         name=config.name,
         devices=devices,
-        global_batch=_positive_int("system.global_batch", config.global_batch),
-        hbm_bytes=tuple(
-            sorted(validate_positive(f"system.hbm_gb[{i}]", gb) * BYTES_PER_GB for i, gb in enumerate(hbm_gb))
+        global_batch=int(
+            physical("system.global_batch", _positive_int("system.global_batch", config.global_batch))
         ),
+        hbm_bytes=tuple(sorted(gb * BYTES_PER_GB for gb in gbs)),
         tiers=validate_tiers(config.tiers, devices),
     )

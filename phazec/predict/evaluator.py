@@ -26,6 +26,7 @@ from phazec.ir.core import Graph, Model
 from phazec.passes.attention import core_ops
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
+from phazec.predict.megatron import check_runs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.predict.training import SEARCHED, Knobs, Training, core_settings, spec
 from phazec.solvers.placement.dp import solve_placements
@@ -364,7 +365,8 @@ class Evaluator:
 
     def evaluate_fixed(self, designs: Designs, pp: int, dp: int, tp: int) -> list[Candidate]:
         """A fixed Megatron-style plan (layers split evenly) on each design, every knob setting; the
-        microbatches it cannot run at are skipped.
+        microbatches it cannot run at, or that Megatron-LM would not run it at
+        (`phazec.predict.megatron.check_runs`, the rule `phazec-plan` applies), are skipped.
 
         Raises:
             PhazecError: the plan cannot run at any microbatch (the message says why).
@@ -378,6 +380,14 @@ class Evaluator:
         reasons = []
         outers = self.outer()
         for microbatch in self.knobs.tried("microbatch"):
+            try:
+                check_runs(
+                    "model.baseline", (tp, pp, dp), microbatch, devices=self.system.devices,
+                    global_batch=self.system.global_batch, microbatch_key="train.microbatch",
+                )  # fmt: skip
+            except PhazecError as err:
+                reasons.append(f"microbatch {microbatch}: {err}")
+                continue
             mine = [outer for outer in outers if outer.microbatch == microbatch]
             latencies = [self.layer_latencies_s(designs, o) for o in mine]
             for j in range(len(designs)):

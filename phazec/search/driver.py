@@ -122,7 +122,7 @@ def check_search(search: SearchConfig) -> None:
             f"search.objective={search.objective!r} is not an objective; valid: {list(OBJECTIVES)} "
             "(samples/s, or samples/s per watt of the design's peak power)."
         )
-    for name in ("bin_mm2", "patience", "batch_designs", "trials", "top_k"):
+    for name in ("bin_mm2", "patience", "batch_designs", "trials", "top_k", "max_designs"):
         if getattr(search, name) <= 0:
             raise PhazecError(f"search.{name}={getattr(search, name)} is not valid: it must be positive.")
     if search.workers is not None and search.workers < 1:

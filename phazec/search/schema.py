@@ -47,6 +47,10 @@ class SearchConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     resume: bool = True
     """Continue from the state a killed run with the same config saved; false starts afresh."""
+    max_designs: int = 1_000_000
+    """Most candidate designs a hardware space may have (the product of its knobs' value counts, before
+    the budgets); a larger space is refused before any work, naming the knobs that multiply it. PHAZE's
+    space (`hw=tpu_area`) has 75,712."""
     trials: int = 100
     """Trials of the bo strategy's sampler."""
     seed: int = 0

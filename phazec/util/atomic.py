@@ -7,10 +7,12 @@ any new file of the user gets (0666 less the umask), not mkstemp's 0600.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,9 +40,16 @@ def umask() -> int:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to a fsynced temporary file beside `path`, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `data` to a fsynced temporary file beside `path`, then rename it into place.
+
+    Raises:
+        OSError: the write failed (a full disk, a directory in the way); its `filename` is `path`.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(path)) from err
     try:
         os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
@@ -48,10 +57,26 @@ def write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         Path(tmp).replace(path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(err.errno, err.strerror, str(path)) from err
         raise
     fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def after(saved: Path) -> Iterator[None]:
+    """Writes that follow `saved`, which already holds the whole result: a write failing in the block (a
+    full disk, a directory in the way) ends as one paragraph naming what was saved and what was not."""
+    try:
+        yield
+    except OSError as err:
+        raise PhazecError(
+            f"{saved} was saved, with the whole result, but writing {err.filename or 'a later file'} failed "
+            f"({err.strerror or err}); make room (or move what is in the way) and rerun the same command: it "
+            "resumes from its cache and writes every file."
+        ) from err
 
 
 def fsync_dir(directory: Path) -> None:

@@ -43,6 +43,23 @@ def _raise(signum: int, frame: FrameType | None) -> NoReturn:
     raise Interrupted(signum)
 
 
+def _exit(signum: int, frame: FrameType | None) -> NoReturn:
+    print(f"phazec: {MESSAGE}", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+def outside_jobs() -> None:
+    """From now on, SIGINT and SIGTERM outside `interruptible` (while the commands are imported, the
+    command line is checked and composed, Hydra starts or ends a job) print the one line and exit 130
+    or 143. A `SystemExit`, which neither Hydra nor a library's `except Exception` takes for an error
+    to report; no worker process runs outside a job. A signal the process was started ignoring (a
+    shell's background job ignores SIGINT) stays ignored. Called by the console scripts
+    (`phazec.launch`) before anything else is imported."""
+    for s in SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, _exit)
+
+
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back after."""

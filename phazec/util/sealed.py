@@ -3,8 +3,14 @@
 An entry is one file of two lines: a JSON header with the envelope's format version, a text naming
 the inputs the payload was derived from (a cache key, a config hash and batch) and the SHA-256 of the
 second line, the payload as compact JSON. Reading checks all three: an entry that is unreadable,
-truncated, edited, of another format or derived from other inputs is logged once, deleted, and
-reported missing, so the caller recomputes it. Entries are written atomically (`phazec.util.atomic`).
+truncated, changed without its checksum, of another format or derived from other inputs is logged
+once, deleted, and reported missing, so the caller recomputes it. Entries are written atomically
+(`phazec.util.atomic`).
+
+What this promises: a checksum catches damage (a torn or partial write, a bit flip, a hand edit that
+leaves the checksum), not a deliberate edit by someone who can write the cache and recomputes the
+SHA-256 (anyone can: it has no key). A cache directory is trusted like the code: `shared_warning`
+says so when others can write one.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +65,24 @@ def read(path: Path, inputs: str) -> Any | None:
             if fields[0] != FORMAT
             else "it was derived from other inputs"
             if fields[1] != inputs
-            else "its checksum does not match (truncated or edited)"
+            else "its checksum does not match (truncated or changed)"
         )
         _discard(path, reason)
         return None
     return json.loads(body)
+
+
+def shared_warning(directory: Path, what: str) -> None:
+    """Warn when users other than its owner can write the cache `directory` (named `what`): its entries
+    are believed as if the owner wrote them."""
+    mode = directory.stat().st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        log.warning(
+            "%s %s can be written by other users (mode %o): a cache entry's checksum catches damage, not "
+            "an edit by someone who can write the cache, so phazec believes what they write there; use a "
+            "directory only you can write (chmod go-w) unless you trust them",
+            what, directory, stat.S_IMODE(mode),
+        )  # fmt: skip
 
 
 def _discard(path: Path, reason: str) -> None:

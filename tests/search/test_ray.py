@@ -10,6 +10,7 @@ every process of the cluster by its pid, also when a test fails, and checks none
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -242,3 +243,82 @@ def test_an_unreachable_cluster_is_one_paragraph_at_once() -> None:
         PhazecError, match=rf"search.ray.address='{address}': no Ray cluster could be reached"
     ):
         connect(SearchConfig(executor="ray", ray=RayConfig(address=address)))
+
+
+LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+"""Loopback addresses a socket may listen on (the last: an IPv6 socket bound to IPv4's loopback)."""
+
+
+def listeners(pids: list[int]) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of every TCP or UDP socket the processes `pids` listen on."""
+    import psutil  # type: ignore[import-untyped]
+
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            for conn in process.net_connections(kind="inet"):
+                if conn.status in (psutil.CONN_LISTEN, psutil.CONN_NONE) and conn.laddr:
+                    found.add((process.name(), conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def test_a_local_ray_search_listens_on_loopback_only(tmp_path: Path) -> None:
+    """`search.executor=ray` with no address: every socket of every process of the local Ray (GCS,
+    raylet, agents, workers) and of `phazec` listens on loopback, sampled while the search runs; the
+    GCS listened on every interface before."""
+    pytest.importorskip("ray")
+    root = Path(tempfile.mkdtemp(prefix="phazec-ray-"))  # short: Ray's socket paths must fit 107 bytes
+    env = {
+        **os.environ,
+        "PHAZEC_CACHE_DIR": str(tmp_path / "cache"),
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_TMPDIR": str(root),
+    }
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # phazec sets it itself
+    command = [
+        sys.executable, "-c", "from phazec.cli import main; main()", *EXHAUSTIVE, "search.executor=ray",
+        "search.workers=1", f"hydra.run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: set[tuple[str, str, int]] = set()
+    try:
+        while process.poll() is None:
+            seen |= listeners([process.pid, *processes_under(root)])
+            time.sleep(0.1)
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+        left = processes_under(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert "gcs_server" in {name for name, _, _ in seen}, seen
+    assert {(name, ip, port) for name, ip, port in seen if ip not in LOOPBACK} == set()
+    assert left == []
+
+
+def test_a_local_ray_that_fails_to_start_is_one_paragraph_and_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray's start timing out (here its wait for the GCS's port, cut to 0 s): Ray leaves the GCS it
+    started running; phazec stops it and says so in one paragraph."""
+    pytest.importorskip("ray")
+    from phazec.search.executors.ray import LOOPBACK_ONLY, connect
+
+    root = Path(tempfile.mkdtemp(prefix="phazec-ray-"))
+    for key, value in {**LOOPBACK_ONLY, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": str(root)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "0")
+    try:
+        with pytest.raises(PhazecError) as error:
+            connect(SearchConfig(executor="ray", workers=1))
+        left = processes_under(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert str(error.value).startswith(
+        "a local Ray could not be started for search.executor=ray (RuntimeError: Timed out waiting for file "
+    )
+    assert str(error.value).endswith(
+        "every process it had started was stopped. Run again (a busy machine can time out Ray's start), use "
+        "search.executor=local, or give search.ray.address of a running cluster."
+    )
+    assert left == []

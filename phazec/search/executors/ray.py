@@ -6,6 +6,11 @@ That schedule cache is on the task's node: `<cache_dir>/schedules`, `cache_dir` 
 (`phazec.frontend.default_cache_dir`: the configured `cache_dir`, the same path on every node, else
 the node's $PHAZEC_CACHE_DIR as `ray start` saw it, else ~/.cache/phazec there).
 
+A local Ray (`search.ray.address` empty) binds 127.0.0.1 only: its node address stays 127.0.0.1
+(`LOOPBACK_ONLY`), and Ray binds each server of a node at 127.0.0.1, GCS, raylet, agents and workers
+alike, with the dashboard off. A local Ray that fails to start is one paragraph, and every process it
+had started is stopped first.
+
 Tasks are spread over the nodes (Ray's SPREAD strategy). Ray runs a task again when it raised, its
 worker process died or its node died, up to `search.ray.retries` times (`max_retries` with
 `retry_exceptions`); a batch that still fails raises BatchFailedError when the search reads it. Ray
@@ -14,11 +19,16 @@ is imported only here, when the executor is chosen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import socket
+import sys
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from phazec.errors import PhazecError
@@ -60,8 +70,18 @@ def _run_batch(
     return found, ray.get_runtime_context().get_node_id()
 
 
-def _import_ray() -> Any:
-    """The `ray` module, or the error saying how to install it."""
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Ray's switch, read when Ray is imported (here and in every process it starts), that keeps a local
+node's address 127.0.0.1 instead of the machine's own; Ray binds every server of a node whose address
+is 127.0.0.1 at 127.0.0.1."""
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _import_ray(local: bool = False) -> Any:
+    """The `ray` module, or the error saying how to install it; with `local` (a local Ray is to be
+    started), imported with `LOOPBACK_ONLY` set."""
+    if local and "ray" not in sys.modules:
+        os.environ.update(LOOPBACK_ONLY)
     try:
         import ray
     except ImportError as err:
@@ -74,21 +94,78 @@ def _import_ray() -> Any:
 
 def connect(config: SearchConfig) -> None:
     """Connect this process to the cluster `search.ray.address`, or start a local Ray on 127.0.0.1 with
-    `search.workers` CPUs (None: one per core) and no dashboard when the address is empty."""
-    ray = _import_ray()
+    `search.workers` CPUs (None: one per core) and no dashboard when the address is empty
+    (`start_local`)."""
     address = config.ray.address
+    ray = _import_ray(local=not address)
+    if not address:
+        start_local(ray, config.workers)
+        return
     try:
         _check_reachable(address)
-        if address:
-            ray.init(address=address)
-        else:
-            ray.init(num_cpus=config.workers, include_dashboard=False, _node_ip_address="127.0.0.1")
+        ray.init(address=address)
     except (OSError, RuntimeError, ValueError) as err:
         raise PhazecError(
             f"search.ray.address={address!r}: no Ray cluster could be reached there ({err}). Give `auto` "
             "on a node where `ray start` ran, the head's `host:port` (its --port, 6379 by default), "
             "`ray://host:10001` for Ray client, or leave it empty for a local Ray."
         ) from err
+
+
+def start_local(ray: Any, workers: int | None) -> None:
+    """Start a local Ray whose every server binds 127.0.0.1 (`LOOPBACK_ONLY`).
+
+    Raises:
+        PhazecError: it did not start (every process it had started is stopped first), or Ray was
+            imported before phazec could keep its address on loopback.
+    """
+    before = descendants()
+    try:
+        ray.init(num_cpus=workers, include_dashboard=False, _node_ip_address="127.0.0.1")
+        host = ray.get_runtime_context().gcs_address.rpartition(":")[0].strip("[]")
+    except Exception as err:  # Ray raises Exception itself for a node that timed out during start-up
+        stop_started(ray, before)
+        reason = " ".join(str(err).split())
+        raise PhazecError(
+            f"a local Ray could not be started for search.executor=ray ({type(err).__name__}: {reason}); "
+            "every process it had started was stopped. Run again (a busy machine can time out Ray's "
+            "start), use search.executor=local, or give search.ray.address of a running cluster."
+        ) from err
+    if host not in LOOPBACK:
+        stop_started(ray, before)
+        raise PhazecError(
+            f"a local Ray would have listened on {host}, not 127.0.0.1 only: Ray was imported before "
+            f"phazec could set {', '.join(f'{k}={v}' for k, v in LOOPBACK_ONLY.items())}. Set it in the "
+            "environment before starting, or give search.ray.address of a running cluster."
+        )
+
+
+def descendants() -> set[int]:
+    """The process ids of this process's children, their children and so on (none where /proc is not)."""
+    parents: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()  # "pid (name) state ppid ..."
+                parents.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.update(children)
+        todo.extend(children)
+    return found
+
+
+def stop_started(ray: Any, before: set[int]) -> None:
+    """Stop what a failed start left: Ray's own shutdown, then every process started since `before`
+    (a node that timed out during start-up is not Ray's to shut down; its agents would run on)."""
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    for pid in descendants() - before:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _check_reachable(address: str) -> None:
@@ -116,7 +193,7 @@ class RayWorkers:
     tasks and disconnects from the cluster it connected to."""
 
     def __init__(self, evaluator: Evaluator, config: SearchConfig, cache_dir: str, batches: int) -> None:
-        ray = _import_ray()
+        ray = _import_ray(local=not config.ray.address)
         self.evaluator = evaluator
         self._retries = config.ray.retries
         self._connected = not ray.is_initialized()
