@@ -36,6 +36,12 @@ def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
             f"{devices} devices (system.devices); choose widths whose product divides it, or set "
             f"system.devices={width}."
         )
+    if (plan.tp * plan.dp) % training.ep:
+        raise PhazecError(
+            f"plan.ep={training.ep} does not divide the {plan.tp * plan.dp} devices of a pipeline stage "
+            f"(plan.tp * plan.dp = {plan.tp} * {plan.dp}): the expert-parallel groups tile each stage's "
+            "devices; choose an ep that divides tp * dp, or a dp that ep divides."
+        )
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
             f"plan.interleave={training.interleave} needs plan.pp > 1: it splits each pipeline stage into "

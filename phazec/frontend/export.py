@@ -12,15 +12,18 @@ import hashlib
 import inspect
 import json
 import logging
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.frontend.moe import routing_of, static_experts, static_latent_attention
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
 from phazec.util.atomic import write_bytes
@@ -30,7 +33,7 @@ log = logging.getLogger(__name__)
 BATCH_SENTINEL = 1009
 """The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
 
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 """Bumped whenever the export changes, so older cache entries are not reused."""
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -45,6 +48,7 @@ def cache_key(cfg: ModelConfig) -> str:
         "hf_config": dict(sorted(cfg.hf_config.items())),
         "seq_len": cfg.seq_len,
         "dtype": cfg.dtype,
+        "moe": [cfg.moe.imbalance, cfg.moe.capacity_factor],
         "batch": BATCH_SENTINEL,
         "format": EXPORT_FORMAT,
         "versions": [metadata.version(p) for p in ("torch", "transformers", "onnx", "onnxscript")],
@@ -98,10 +102,12 @@ def hf_model_class(arch: str) -> Any:
 
 
 def build_config(cfg: ModelConfig) -> Any:
-    """The architecture's config object from the preset, rejecting keys the config does not have."""
+    """The architecture's config object from the preset, rejecting keys neither the config nor the
+    model's code (which reads some, such as Qwen3-MoE's `head_dim`, with `getattr`) knows."""
     config_class = hf_model_class(cfg.arch).config_class
     defaults = config_class()
-    unknown = sorted(k for k in cfg.hf_config if not hasattr(defaults, k))
+    source = inspect.getsource(sys.modules[hf_model_class(cfg.arch).__module__])
+    unknown = sorted(k for k in cfg.hf_config if not hasattr(defaults, k) and f'"{k}"' not in source)
     if unknown:
         raise PhazecError(
             f"model.hf_config has keys {unknown} that {config_class.__name__} does not define; check "
@@ -171,6 +177,10 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     import onnx
     import torch
 
+    static_latent_attention(model)
+    routing = routing_of(model, cfg)
+    if routing is not None:
+        static_experts(model, routing, cfg.seq_len)
     wrapper = loss_of(model)
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
@@ -195,6 +205,7 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
             "phazec.parameters": json.dumps(parameters),
             "phazec.data_inputs": json.dumps(["input_ids", "labels"]),
             "phazec.batch_sentinel": str(BATCH_SENTINEL),
+            **({"phazec.routing": json.dumps(asdict(routing))} if routing is not None else {}),
         },
     )
     return proto

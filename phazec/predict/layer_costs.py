@@ -72,11 +72,15 @@ def _fused_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork
     )
 
 
+COLLECTIVE_KINDS = {"AllReduce": CostKind.ALL_REDUCE, "AllToAll": CostKind.ALL_TO_ALL}
+"""The cost kind of each IR collective type."""
+
+
 def _collective_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
     group = op.attrs["group"]
     assert isinstance(group, int)
     return OpWork(
-        CostKind.ALL_REDUCE,
+        COLLECTIVE_KINDS[op.op_type],
         backward=backward,
         collective_bytes=collective_bytes(op, graph, microbatch),
         group_size=group,
@@ -170,7 +174,7 @@ def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
     """
     single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
     for i, op in enumerate(graph.ops):
-        if op.kind is not OpKind.COLLECTIVE:
+        if op.op_type != "AllReduce":
             continue
         group = op.attrs["group"]
         assert isinstance(group, int)

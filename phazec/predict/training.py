@@ -124,6 +124,10 @@ class Training:
     """Time the optimizer step at HBM bandwidth: the replica's shard of the weights, gradients and state
     read and written once (all of them without a distributed optimizer), every gradient zeroed; the
     search leaves it out by default, as PHAZE does."""
+    ep: int = knob(1, core=True, recorded=True, minimum=1)
+    """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
+    devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
+    experts / ep experts per device. It must divide the experts and every stage's devices (tp x dp)."""
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

@@ -13,8 +13,9 @@ def plan_table(report: PlanReport) -> str:
     sp = ", sequence parallel" if training.sequence_parallel else ""
     interleave = f", interleave {training.interleave}" if training.interleave > 1 else ""
     distributed = ", distributed" if training.distributed_optimizer else ""
+    experts = f" (ep {training.ep})" if training.ep > 1 else ""
     header = (
-        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp} = {report.devices} devices, "
+        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp} = {report.devices} devices{experts}, "
         f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}; layers per "
         f"stage {list(report.layers_per_stage)}"
     )
@@ -28,6 +29,7 @@ def plan_table(report: PlanReport) -> str:
         ("backward", b.backward_s),
         ("recompute", b.recompute_s),
         ("TP communication", b.tp_communication_s),
+        ("EP all-to-all", b.ep_communication_s),
         ("pipeline p2p", b.pipeline_p2p_s),
         ("bubble", b.bubble_s),
         (f"DP gradient sync (stage {b.dp_sync_stage})", b.dp_sync_s),
