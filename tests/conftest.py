@@ -89,12 +89,12 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose("config", overrides=list(overrides))
 
 
-MOE_PRESETS = ("qwen3_30b_a3b", "qwen3_235b_a22b", "mixtral_8x7b", "deepseek_v3")
+MOE_PRESETS = ("qwen3_30b_a3b", "qwen3_235b_a22b", "mixtral_8x7b", "gpt_oss_120b", "deepseek_v3")
 """Every Mixture-of-Experts model preset in conf/model/ (lowered shallow: `SHALLOW`)."""
 
 SHALLOW = {
     **dict.fromkeys(("megatron_gpt2_2_5b", "megatron_gpt2_8_3b"), "model.hf_config.n_layer=4"),
-    **dict.fromkeys(MOE_PRESETS[:3], "model.hf_config.num_hidden_layers=2"),
+    **dict.fromkeys(MOE_PRESETS[:4], "model.hf_config.num_hidden_layers=2"),
     "deepseek_v3": "model.hf_config.num_hidden_layers=4",
 }
 """Presets the suite lowers with 4 blocks instead of their 54 and 72: GPT-2's architecture is

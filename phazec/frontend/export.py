@@ -113,7 +113,8 @@ def build_config(cfg: ModelConfig) -> Any:
             f"model.hf_config has keys {unknown} that {config_class.__name__} does not define; check "
             f"their spelling against the {cfg.arch} config (e.g. {sorted(defaults.to_dict())[:12]})."
         )
-    config = config_class(**cfg.hf_config, use_cache=False, attn_implementation="sdpa")
+    attention = "sdpa" if hf_model_class(cfg.arch)._supports_sdpa else "eager"
+    config = config_class(**cfg.hf_config, use_cache=False, attn_implementation=attention)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_positions is not None and cfg.seq_len > max_positions:
         raise PhazecError(

@@ -100,27 +100,41 @@ def deepseek_v3_counts(hf: dict[str, Any]) -> tuple[int, int]:
     return total, total - (layers - dense) * 3 * h * f * (e - k)
 
 
+def gpt_oss_counts(hf: dict[str, Any]) -> tuple[int, int]:
+    """(total, active) of GPT-OSS by hand: Q, K, V and O with biases, an attention sink per head, two
+    norms; the router with its bias (E h + E) and E SwiGLU experts with biases (gate and up 2 f (h + 1),
+    down h (f + 1)); embedding, head and final norm."""
+    h, v, layers = hf["hidden_size"], hf["vocab_size"], hf["num_hidden_layers"]
+    heads, kv, d = hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"]
+    e, k, f = hf["num_local_experts"], hf["num_experts_per_tok"], hf["intermediate_size"]
+    attention = (h + 1) * heads * d + 2 * (h + 1) * kv * d + heads * d * h + h + heads
+    expert = 2 * f * (h + 1) + h * (f + 1)
+    total = 2 * v * h + h + layers * (attention + 2 * h + e * h + e + e * expert)
+    return total, total - layers * (e - k) * expert
+
+
 FULL_DEPTH: dict[str, tuple[int, int]] = {
     "qwen3_30b_a3b": (30_532_122_624, 3_353_032_704),
     "qwen3_235b_a22b": (235_093_634_560, 22_190_763_520),
     "mixtral_8x7b": (46_702_792_704, 12_879_925_248),
+    "gpt_oss_120b": (116_829_156_672, 5_711_982_912),
     "deepseek_v3": (671_026_404_352, 37_552_282_624),
 }
-"""(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B and
-671B/37B as published."""
+"""(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
+116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out) and 671B/37B as published."""
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
     full = typed_full_depth(name)
     hf = full.hf_config
-    by_hand = (
-        deepseek_v3_counts(hf)
-        if name == "deepseek_v3"
-        else qwen3_moe_counts(
-            hf, "num_local_experts" if name == "mixtral_8x7b" else "num_experts", name != "mixtral_8x7b"
-        )
-    )
+    if name == "deepseek_v3":
+        by_hand = deepseek_v3_counts(hf)
+    elif name == "gpt_oss_120b":
+        by_hand = gpt_oss_counts(hf)
+    else:
+        mixtral = name == "mixtral_8x7b"
+        by_hand = qwen3_moe_counts(hf, "num_local_experts" if mixtral else "num_experts", not mixtral)
     assert by_hand == FULL_DEPTH[name] == hugging_face_counts(full)
 
 
