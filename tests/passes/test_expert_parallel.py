@@ -174,3 +174,34 @@ def test_a_plans_ep_must_divide_its_stage_devices(tmp_path: Path) -> None:
     with pytest.raises(PhazecError, match=r"^plan.ep=16 does not divide the 8 devices of a pipeline stage"):
         predict_plan(settings_from_config(compose_config(*PLAN, *overrides)))
     assert not (tmp_path / "onnx").exists()
+
+
+MOE_PLAN = (
+    "model=qwen3_30b_a3b", "model.hf_config.num_hidden_layers=2", "model.seq_len=512",
+    "model.baseline={pp: 2, dp: 8, tp: 1}", "hw=tpuv4", "system=dgx_a100", "system.devices=16",
+    "system.global_batch=32", "train.optimizer=adam", "tracking=none", "plan.pp=2", "plan.dp=8",
+    "plan.ep=8", "plan.microbatch=2", "plan.recompute=full",
+)  # fmt: skip
+
+
+@pytest.mark.slow  # a search on the TPUv4 design: about two minutes
+def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
+    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism: the
+    same time to the bit from `phazec-plan` and from the search's fixed plan (the C++ DP's model), and
+    the all-to-alls in its breakdown (two NVLink nodes of 8: each ep group inside one)."""
+    from phazec.commands.plan import predict_plan
+    from phazec.commands.search import run_search
+    from phazec.config.settings import tpuv4_space
+
+    report = predict_plan(settings_from_config(compose_config(*MOE_PLAN, f"cache_dir={cache_dir}")))
+    assert report.fits and report.breakdown.ep_communication_s > 0
+    assert report.breakdown.total_s == pytest.approx(report.time_per_batch_s, rel=1e-12)
+    search = compose_config(
+        *MOE_PLAN, f"cache_dir={cache_dir}", "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
+        "train.last_stage_recomputes=true", "train.optimizer_step=true", "system.hbm_gb=[80]",
+        "search.workers=1",
+    )  # fmt: skip
+    result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
+    fixed = result["baselines"]["found_design_megatron_plan"]
+    assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    assert result["plan"]["dp"] % 8 == 0
