@@ -3,6 +3,7 @@ bytes and time, the per-device weights; bad expert-parallel settings."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,42 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
     assert result["plan"]["dp"] % 8 == 0
+
+
+def test_toy_iteration_by_hand_on_two_devices() -> None:
+    """The toy block on 2 devices with ep 2, 2 microbatches of 2 samples, in the placement model. Its
+    per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
+    path (the previous test's) = 4.5 s; backward 2 s + 2 x 1.75 = 5.5 s; 16 B of weights (one expert
+    of two), 2 x 32 B of stash. ep 2 leaves only d = 2 (one replica per device, one microbatch each):
+    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce of the 16 B over the 2 devices:
+    2 x 1/2 x 16 / 16 + 2 x 1 x 0.5 = 2 s: 12 s per batch. Memory per device: weights and gradients
+    16 + 16, one microbatch's 64 B in flight: 96 B. (Megatron reduces expert gradients over
+    devices / (ep x pp) = 1 device: no sync; phazec reduces every gradient over the d replicas, a
+    simplification docs/model/moe.md lists.)"""
+    from phazec.hw.system import NetworkTier
+    from phazec.solvers.placement.problem import Placement, PlacementProblem
+    from tests.solvers.placement.placement_reference import best_placement, plan_settings
+
+    problem = PlacementProblem(
+        t_values=np.array([1]),
+        forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
+        backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
+        param_bytes=np.array([[16]]),
+        activation_bytes=np.array([[64]]),
+        stash_bytes=np.array([[64]]),
+        input_bytes=np.array([[16]]),
+        tensor_parallel=np.zeros((1, 1), dtype=bool),
+        edges=np.zeros((0, 2), dtype=np.int64),
+        edge_bytes=np.zeros(0, dtype=np.int64),
+        device_count=2,
+        microbatch_count=2,
+        samples_per_microbatch=2,
+        tiers=(NetworkTier(2, 16.0, 0.5),),
+    )
+    placed = best_placement(problem, 10**6, plan_settings(ep=2))
+    assert isinstance(placed, Placement)
+    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 12.0)
+    assert [s.memory_bytes for s in placed.stages] == [96]
+    # On one device no data-parallel width makes an expert-parallel group of 2: no plan.
+    alone = best_placement(replace(problem, device_count=1), 10**6, plan_settings(ep=2))
+    assert not isinstance(alone, Placement)
