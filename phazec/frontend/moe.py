@@ -90,6 +90,14 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     dense model); checks the top-k against the experts and that the tokens split evenly."""
     found = expert_modules(model)
     if not found:
+        named = [k for k in EXPERT_KEYS if (getattr(model.config, k, 0) or 0) > 1]
+        if named:
+            raise PhazecError(
+                f"model {cfg.name!r} ({cfg.arch}) has experts ({named[0]}="
+                f"{getattr(model.config, named[0])}) but no expert module phazec can export as a static "
+                "graph (stacked expert weights behind transformers' experts interface, as Qwen3-MoE, "
+                "Mixtral, GPT-OSS and DeepSeek-V3 have); this architecture's MoE is not supported yet."
+            )
         return None
     config = model.config
     experts = int(found[0][1].num_experts)

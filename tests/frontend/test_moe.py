@@ -201,3 +201,17 @@ def test_bad_routing_is_one_paragraph(moe: MoeConfig, hf: dict[str, int], says: 
     with pytest.raises(PhazecError, match=r"^[^\n]*$") as err:
         load_model(cfg, tmp_path)
     assert says in str(err.value)
+
+
+def test_an_moe_without_a_static_formulation_is_refused(tmp_path: Path) -> None:
+    """Llama 4's experts are another module (every expert sees every token in transformers' code):
+    refused before export rather than priced as E times the work."""
+    hf = {"hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+          "num_experts_per_tok": 1, "vocab_size": 128, "head_dim": 16}  # fmt: skip
+    cfg = ModelConfig(name="tiny_llama4", arch="Llama4ForCausalLM", hf_config=hf, seq_len=64)
+    with pytest.raises(
+        PhazecError, match=r"^model 'tiny_llama4' \(Llama4ForCausalLM\) has experts .* not supported yet\.$"
+    ):
+        load_model(cfg, tmp_path)
+    assert not list((tmp_path / "onnx").glob("*.onnx"))
