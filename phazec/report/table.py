@@ -80,23 +80,26 @@ def _design_text(design: dict[str, Any] | None) -> str:
     )
 
 
-def _plan_text(plan: dict[str, Any] | None) -> str:
+def _plan_text(plan: dict[str, Any] | None, ep: int = 1) -> str:
+    """A plan in a few words; `ep` (the search's `train.ep`) when its experts are spread."""
     if plan is None:
         return "no plan fits"
     recompute = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
-    return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}"
+    experts = f" ep={ep}" if ep > 1 else ""
+    return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}{experts}"
 
 
 def result_table(result: dict[str, Any]) -> str:
     """The found design against the TPUv4 design and the fixed Megatron-style plan."""
     found = {"design": result["design"], "plan": result["plan"], **result}
+    ep = int(result.get("config", {}).get("train", {}).get("ep", 1))
     rows = [("found design, optimal plan", found), *((name, result["baselines"][name]) for name in BASELINES)]
     reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
     body = [
         [
             name.replace("_", " "),
             _design_text(entry["design"]),
-            "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"]),
+            "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"], ep),
             *_throughput_text(entry["throughput_samples_per_s"], reference),
             *_usage_text(entry),
         ]
