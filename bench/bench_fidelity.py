@@ -278,7 +278,7 @@ def prepare(
     plan = settings.plan
     job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
     deep = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
-    options = graph_settings(settings, job.designs.device, plan.training.optimizer)
+    options = graph_settings(settings, job.designs.device, plan.training)
     graphs = training_graphs(deep, [run.tp], options)
     return Prepared(run, plan, replace(job.evaluator, graphs=graphs), job.designs)
 

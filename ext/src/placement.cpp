@@ -619,6 +619,7 @@ PlanResult solve_variant(const VariantModel& model) {
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
+          if ((d * t * cp) % model.plan.settings.ep != 0) continue;  // the expert-parallel groups tile the stage
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
@@ -719,6 +720,7 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       fail("variant width index out of range");
     }
     if (v.settings.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
+    if (v.settings.ep < 1) fail("the expert-parallel width must be positive");
     if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kFull)) {
       fail("unknown recompute mode");
     }

@@ -25,22 +25,29 @@ def lower(settings: Settings, out_dir: Path) -> tuple[dict[str, Any], str]:
         model = load_model(settings.model, settings.cache_dir)
     rows = summarize(model)
     tp = settings.parallel.tp
-    optimizer = settings.train.fixed.optimizer
-    training, _ = training_rows(model, tp, graph_settings(settings, settings.hw.device, optimizer))
+    fixed = settings.train.fixed
+    optimizer = fixed.optimizer
+    training, _ = training_rows(model, tp, graph_settings(settings, settings.hw.device, fixed))
+    active = f" ({model.active_parameter_count:,} active)" if model.routing is not None else ""
+    experts = f", expert-parallel width {fixed.ep}" if model.routing is not None else ""
     text = "\n".join([
         f"{model.name}: {len(model.layers)} layers, {len(model.classes)} classes, "
-        f"{model.parameter_count:,} parameters, sequence {model.seq_len}",
+        f"{model.parameter_count:,} parameters{active}, sequence {model.seq_len}",
         layer_table(rows),
-        f"\nper device at tensor-parallel width {tp} ({optimizer}), per sample:",
+        f"\nper device at tensor-parallel width {tp}{experts} ({optimizer}), per sample:",
         training_table(training),
     ])  # fmt: skip
     report = {
         "model": model.name,
         "seq_len": model.seq_len,
         "parameters": model.parameter_count,
+        "active_parameters": model.active_parameter_count,
+        "routing": None
+        if model.routing is None
+        else {k: v for k, v in dataclasses.asdict(model.routing).items() if k != "expert_parameters"},
         "layers": [dataclasses.asdict(r) for r in rows],
         "edges": [dataclasses.asdict(e) for e in model.edges],
-        "training": {"tp": tp, "layers": [dataclasses.asdict(r) for r in training]},
+        "training": {"tp": tp, "ep": fixed.ep, "layers": [dataclasses.asdict(r) for r in training]},
     }
     atomic.write_json(out_dir / IR_JSON, report)
     return report, text

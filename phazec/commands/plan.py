@@ -35,6 +35,13 @@ def check_plan(plan: Plan, devices: int, global_batch: int) -> None:
         "plan", (plan.tp, plan.pp, plan.dp), training.microbatch, devices=devices, global_batch=global_batch,
         microbatch_key="plan.microbatch", cp=training.cp,
     )  # fmt: skip
+    stage = plan.tp * plan.dp * training.cp
+    if stage % training.ep:
+        raise PhazecError(
+            f"plan.ep={training.ep} does not divide the {stage} devices of a pipeline stage "
+            f"(plan.tp * plan.dp * plan.cp = {plan.tp} * {plan.dp} * {training.cp}): the expert-parallel "
+            "groups tile each stage's devices; choose an ep that divides them, or a dp that ep divides."
+        )
     if training.interleave > 1 and plan.pp == 1:
         raise PhazecError(
             f"plan.interleave={training.interleave} needs plan.pp > 1: it splits each pipeline stage into "

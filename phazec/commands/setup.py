@@ -19,7 +19,7 @@ from phazec.hw.space import enumerate_designs
 from phazec.passes.attention import is_causal
 from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import Evaluator
-from phazec.predict.training import Knobs
+from phazec.predict.training import Knobs, Training
 from phazec.solvers.schedule.solve import ScheduleCache
 from phazec.util.progress import stage
 
@@ -33,11 +33,12 @@ class Job:
     evaluator: Evaluator
 
 
-def graph_settings(settings: Settings, device: DeviceModel, optimizer: str) -> GraphSettings:
+def graph_settings(settings: Settings, device: DeviceModel, training: Training) -> GraphSettings:
     """The training passes' options the settings and the device model ask for: vocabulary parallelism,
-    the device's attention kernel and fusions, the model's causality, the optimizer."""
+    the device's attention kernel and fusions, the model's causality, the optimizer, expert parallelism."""
     return GraphSettings(
-        optimizer=optimizer,
+        optimizer=training.optimizer,
+        expert_parallel=training.ep,
         vocab_parallel=settings.parallel.vocab_parallel,
         attention=device.attention,
         causal=is_causal(settings.model.arch, settings.model.causal),
@@ -61,7 +62,7 @@ def setup(settings: Settings, knobs: Knobs | None = None, widths: Sequence[int] 
         model = load_model(settings.model, settings.cache_dir)
     with stage("training graphs"):
         widths = settings.model.tp_widths if widths is None else widths
-        options = graph_settings(settings, designs.device, knobs.fixed.optimizer)
+        options = graph_settings(settings, designs.device, knobs.fixed)
         graphs = training_graphs(model, widths, options)
     evaluator = Evaluator(
         graphs=graphs,

@@ -28,6 +28,7 @@ from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
+from phazec.frontend.moe import check_expert_parallel
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, check_size, hw_space_from_config
@@ -90,6 +91,9 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         cache_dir=cache_dir,
         config={str(key): value for key, value in plain.items()},
     )
+    devices = system.devices
+    check_expert_parallel(model, "train", typed_settings.train.fixed.ep, devices)
+    check_expert_parallel(model, "plan", typed_settings.plan.training.ep, devices)
     finite_numbers(plain)  # last: a group's own check names a bad value more precisely
     return typed_settings
 

@@ -32,6 +32,9 @@ class OpKind(IntEnum):
     ATTENTION = 6
     """A fused attention kernel (flash attention) on the tensor cores: `batch` products of m x k by k x n
     whose operands and results never leave the chip; it moves only `bytes_read` and `bytes_written`."""
+    ALL_TO_ALL = 7
+    """All-to-all of `collective_bytes` among `group_size` devices: each keeps 1/g of its bytes and sends
+    1/g to each other device (a MoE layer's token dispatch and combine under expert parallelism)."""
 
 
 class VectorClass(IntEnum):
@@ -113,13 +116,15 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
     "Tanh": (OpKind.VECTOR, VectorClass.TANH),
     **dict.fromkeys(("Sigmoid", "Silu", "HardSigmoid"), (OpKind.VECTOR, VectorClass.SIGMOID)),
     **dict.fromkeys(("Pow", "Sqrt", "Exp", "Log"), (OpKind.VECTOR, VectorClass.TRANSCENDENTAL)),
-    **dict.fromkeys(("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"), (OpKind.VECTOR, VectorClass.MEAN)),
+    **dict.fromkeys(
+        ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "TopK"), (OpKind.VECTOR, VectorClass.MEAN)
+    ),
     "Dropout": (OpKind.VECTOR, VectorClass.DROPOUT),
     **dict.fromkeys(("Sin", "Cos"), (OpKind.VECTOR, VectorClass.TRIGONOMETRIC)),
     "Erf": (OpKind.VECTOR, VectorClass.ERF),
 }
 """ONNX op type -> (kind, vector class). Cast, comparisons, masks and the rotary embedding cost as simple
-arithmetic; sums and maxima as means; RMSNorm as LayerNorm."""
+arithmetic; sums, maxima and a router's top-k as means; RMSNorm as LayerNorm."""
 
 
 def op_rule(op_type: str) -> tuple[OpKind, VectorClass]:
@@ -169,9 +174,9 @@ class OpWork:
     bytes_written: float = 0
     """Bytes of every result."""
     collective_bytes: int = 0
-    """Bytes each device contributes to an all-reduce, or sends point to point."""
+    """Bytes each device contributes to an all-reduce or an all-to-all, or sends point to point."""
     group_size: int = 1
-    """Devices taking part in an all-reduce."""
+    """Devices taking part in an all-reduce or an all-to-all."""
     low_precision: bool = False
     """A GEMM in FP8 or MXFP8 (`precision`): at the chip's FP8 rate, its operands one byte each."""
     quantize_bytes: float = 0

@@ -45,6 +45,17 @@ def validate(cfg: ModelConfig) -> None:
         )
     if cfg.dtype not in DTYPES:
         raise PhazecError(f"model.dtype={cfg.dtype!r} is not supported; valid: {list(DTYPES)}.")
+    if cfg.moe.capacity_factor is not None and not cfg.moe.capacity_factor > 0:
+        raise PhazecError(
+            f"model.moe.capacity_factor={cfg.moe.capacity_factor} is not valid: give a positive factor of "
+            "the balanced tokens per expert each expert processes (e.g. 1.0 or 1.25; tokens beyond it are "
+            "dropped), or null for dropless routing."
+        )
+    if not cfg.moe.imbalance >= 1:
+        raise PhazecError(
+            f"model.moe.imbalance={cfg.moe.imbalance} is not valid: give the busiest expert's tokens over "
+            "the balanced share, at least 1 (1: balanced routing, e.g. 1.2 for 20% more)."
+        )
     bad_widths = [t for t in cfg.tp_widths if t <= 0]
     if bad_widths or not cfg.tp_widths:
         raise PhazecError(

@@ -14,16 +14,19 @@ import inspect
 import json
 import logging
 import re
+import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.frontend.config_json import model_kwargs
+from phazec.frontend.moe import routing_of, static_experts, static_latent_attention
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
 from phazec.util.atomic import write_bytes
@@ -33,7 +36,7 @@ log = logging.getLogger(__name__)
 BATCH_SENTINEL = 1009
 """The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
 
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 """Bumped whenever the export changes, so older cache entries are not reused."""
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -48,6 +51,7 @@ def cache_key(cfg: ModelConfig) -> str:
         "hf_config": dict(sorted(model_kwargs(cfg).items())),
         "seq_len": cfg.seq_len,
         "dtype": cfg.dtype,
+        "moe": [cfg.moe.imbalance, cfg.moe.capacity_factor],
         "batch": BATCH_SENTINEL,
         "format": EXPORT_FORMAT,
         "versions": [metadata.version(p) for p in ("torch", "transformers", "onnx", "onnxscript")],
@@ -146,9 +150,11 @@ def hf_model_class(arch: str) -> Any:
 
 def build_config(cfg: ModelConfig) -> Any:
     """The architecture's config object from the preset (and its config.json), rejecting keys of
-    `model.hf_config` the config does not have (`unknown_keys`)."""
+    `model.hf_config` neither the config nor the model's code (which reads some, such as Qwen3-MoE's
+    `head_dim`, with `getattr`) knows (`unknown_keys`)."""
     config_class = hf_model_class(cfg.arch).config_class
-    unknown = unknown_keys(config_class, cfg.hf_config)
+    source = inspect.getsource(sys.modules[hf_model_class(cfg.arch).__module__])
+    unknown = [k for k in unknown_keys(config_class, cfg.hf_config) if f'"{k}"' not in source]
     if unknown:
         valid = sorted(k for k in config_class().to_dict() if not k.startswith("_"))
         named = "; ".join(f"{key!r}{closest(key, valid)}" for key in unknown)
@@ -156,7 +162,8 @@ def build_config(cfg: ModelConfig) -> Any:
             f"model.hf_config has keys that {config_class.__name__} ({cfg.arch}) does not define: {named}. "
             f"Its keys are {', '.join(valid)}."
         )
-    config = config_class(**model_kwargs(cfg), use_cache=False, attn_implementation="sdpa")
+    attention = "sdpa" if hf_model_class(cfg.arch)._supports_sdpa else "eager"
+    config = config_class(**model_kwargs(cfg), use_cache=False, attn_implementation=attention)
     max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     if max_positions is not None and cfg.seq_len > max_positions:
         raise PhazecError(
@@ -241,6 +248,10 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     import onnx
     import torch
 
+    static_latent_attention(model)
+    routing = routing_of(model, cfg)
+    if routing is not None:
+        static_experts(model, routing, cfg.seq_len)
     wrapper = loss_of(model)
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
@@ -265,6 +276,7 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
             "phazec.parameters": json.dumps(parameters),
             "phazec.data_inputs": json.dumps(["input_ids", "labels"]),
             "phazec.batch_sentinel": str(BATCH_SENTINEL),
+            **({"phazec.routing": json.dumps(asdict(routing))} if routing is not None else {}),
         },
     )
     return proto

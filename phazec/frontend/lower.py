@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import Edge, Graph, Layer, LayerClass, LayerKind, Model, Op, Tensor
+from phazec.ir.core import Edge, Graph, Layer, LayerClass, LayerKind, Model, Op, Routing, Tensor
 from phazec.ir.ops import kind_of, known_op_types
 
 ONNX_DTYPES: dict[int, str] = {
@@ -55,6 +55,8 @@ class _Onnx:
     data_inputs: set[str]
     outputs: list[str]
     scopes: list[list[str]] = field(default_factory=list)
+    routing: Routing | None = None
+    """The routing assumption of a Mixture-of-Experts export (`phazec.frontend.moe`)."""
 
 
 def lower_onnx(path: Path, name: str, seq_len: int = 0) -> Model:
@@ -169,7 +171,23 @@ def read_graph(proto: Any, path: Path) -> _Onnx:
         data_inputs=data_inputs,
         outputs=[o.name for o in graph.output],
         scopes=scopes,
+        routing=routing_metadata(path, props),
     )
+
+
+def routing_metadata(path: Path, props: dict[str, str]) -> Routing | None:
+    """The routing assumption an export of phazec's recorded (`phazec.routing`), or None."""
+    text = props.get("phazec.routing")
+    if text is None:
+        return None
+    try:
+        fields = json.loads(text)
+        return Routing(**{**fields, "expert_parameters": tuple(fields["expert_parameters"])})
+    except (ValueError, TypeError, KeyError) as err:
+        raise PhazecError(
+            f"ONNX file {str(path)!r} has malformed metadata phazec.routing ({type(err).__name__}: "
+            f"{err}); re-export the file, or remove that metadata entry."
+        ) from err
 
 
 def constant_tensors(nodes: Any) -> tuple[dict[str, bytes], dict[str, Tensor]]:
@@ -370,7 +388,7 @@ def build_model(graph: _Onnx, layer_of: list[LayerKey], name: str, seq_len: int)
     edges = layer_edges(graph, producer_layer, readers)
     parameter_count = sum(graph.tensors[p].numel() for p in graph.parameters)
     seq_len = seq_len or scores_length([c.graph for c in classes])
-    return Model(name, layers, edges, classes, parameter_count, seq_len)
+    return Model(name, layers, edges, classes, parameter_count, seq_len, routing=graph.routing)
 
 
 def scores_length(graphs: list[Graph]) -> int:

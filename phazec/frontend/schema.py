@@ -17,6 +17,19 @@ class BaselinePlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeConfig:
+    """How a Mixture-of-Experts model's tokens spread over its experts (`phazec.frontend.moe`); a dense
+    model ignores it."""
+
+    imbalance: float = 1.0
+    """The busiest expert's tokens over the balanced share tokens x top_k / experts (1: balanced, as
+    the published benchmarks force it); every expert is priced at the busiest one's tokens."""
+    capacity_factor: float | None = None
+    """Token dropping at this capacity factor: each expert processes exactly capacity_factor x the
+    balanced share (Megatron's pad-to-capacity); null: dropless (then `imbalance` applies)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A model to lower: a Hugging Face architecture built from its config, or a user's ONNX file."""
 
@@ -43,6 +56,8 @@ class ModelConfig:
     """The model's fixed Megatron-style plan, compared against in every result."""
     path: str = ""
     """ONNX file to lower (source=onnx); its shapes must be static."""
+    moe: MoeConfig = field(default_factory=MoeConfig)
+    """The routing assumption of a Mixture-of-Experts model."""
     causal: bool | None = None
     """Whether the attention is causal (a fused kernel masks by position and skips masked tiles);
     None: from `arch` (`phazec.passes.attention.is_causal`), false for an ONNX file."""

@@ -237,6 +237,33 @@ class LayerClass:
         return len(self.members)
 
 
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """How a Mixture-of-Experts model's tokens spread over its experts: a static assumption, since
+    routing depends on the data (`phazec.frontend.moe`)."""
+
+    experts: int
+    """Routed experts per MoE layer."""
+    top_k: int
+    """Experts each token is sent to."""
+    tokens_per_expert: int
+    """Tokens each expert processes per sample of the microbatch: seq_len x top_k / experts x `factor`."""
+    factor: float = 1.0
+    """The busiest expert's tokens over the balanced share (`model.moe.imbalance`), every expert priced
+    at it; or, with `dropping`, the capacity factor: each expert processes exactly that share."""
+    dropping: bool = False
+    """Tokens beyond the capacity are dropped (`model.moe.capacity_factor` set)."""
+    expert_parameters: tuple[str, ...] = ()
+    """The experts' stacked weights ([experts, ...]), every MoE layer's: what expert parallelism splits."""
+    expert_parameter_count: int = 0
+    """Elements of those weights, every MoE layer's."""
+
+    @property
+    def inactive_parameter_count(self) -> int:
+        """Routed-expert parameters one token does not use: (experts - top_k) / experts of them."""
+        return self.expert_parameter_count // self.experts * (self.experts - self.top_k)
+
+
 @dataclass(slots=True)
 class Model:
     """A lowered model: its layer graph and one operator graph per class of identical layers."""
@@ -250,6 +277,14 @@ class Model:
     seq_len: int
     tp_width: int = 1
     """Tensor-parallel width the model's graphs are lowered for (per-device shapes when > 1)."""
+    routing: Routing | None = None
+    """The routing assumption of a Mixture-of-Experts model; None for a dense one."""
+
+    @property
+    def active_parameter_count(self) -> int:
+        """Parameters one token uses: every parameter but the routed experts it is not sent to."""
+        inactive = self.routing.inactive_parameter_count if self.routing is not None else 0
+        return self.parameter_count - inactive
 
     def graph_of(self, layer: int) -> Graph:
         """The operator graph of a layer (its class representative's)."""

@@ -32,6 +32,7 @@ VECTOR_FLOPS: dict[str, int] = {
     "RotaryEmbedding": 3,  # x cos + rotate_half(x) sin: two products and a sum (phazec.passes.norm_rope)
     "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
     "NegativeLogLikelihoodLoss": 1,
+    "TopK": 1,  # one comparison per element (a router's top-k of a few experts: phazec.frontend.moe)
     "SGDUpdate": 2,  # w -= lr * g
     "AdamUpdate": 12,  # two moment updates (7), bias-corrected step (4), write back (1)
 }
@@ -50,8 +51,9 @@ DATA_TYPES = frozenset(
 VIEW_TYPES = frozenset({"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 """Data ops that only relabel their input's elements (a new shape or axis order), no selection."""
 
-COLLECTIVE_TYPES = frozenset({"AllReduce"})
-"""Communication among a tensor-parallel group; attrs `group` (devices) and `bytes` (at microbatch 1)."""
+COLLECTIVE_TYPES = frozenset({"AllReduce", "AllToAll"})
+"""Communication among a group of devices, attr `group` (devices): a tensor-parallel all-reduce, or an
+expert-parallel all-to-all (a MoE layer's token dispatch and combine, `phazec.passes.expert_parallel`)."""
 
 ELEMENTWISE_TYPES = frozenset(
     {

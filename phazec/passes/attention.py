@@ -1,7 +1,9 @@
 """Attention kernels: the attention core as the kernel a run uses (`hw.device.attention`).
 
 The core is the chain from the scores product QK^T to the product with V: every op between them writes
-a tensor of score shape [b, a, s, s] (scale, mask, softmax, its NaN guard, dropout). Lowered, each is
+a tensor of score shape [b, a, s, s] (scale, mask, softmax, its NaN guard, dropout), or, in a core with
+attention sinks (GPT-OSS), rows of [b, a, s, s + 1] with a sink logit concatenated, their maxima and
+the slice that drops the sink's column again (`in_core`). Lowered, each is
 its own operator and every s x s tensor goes through HBM (`unfused`, the template's, unchanged).
 
 - `fused_softmax` (Megatron-LM's scale-mask-softmax kernel): the core's vector ops other than dropout
@@ -96,6 +98,25 @@ def is_score(graph: Graph, name: str, seq_len: int) -> bool:
     return score_shaped(graph.tensors[name].shape, seq_len)
 
 
+SINK_TYPES = frozenset({"Concat", "Slice", "Identity"})
+"""Data ops an attention core with sinks runs between its products (GPT-OSS: one logit per head
+concatenated to each row of scores before the softmax, and sliced off after it)."""
+
+
+def in_core(graph: Graph, op: Op, seq_len: int) -> bool:
+    """Whether an op reading a core's scores belongs to the core: a vector op writing score-shaped
+    tensors, or, for a core with attention sinks, [b, a, seq, seq + 1] rows (a sink concatenated, its
+    data ops included) and their row maxima [b, a, seq, 1]."""
+    if op.kind is not OpKind.VECTOR and op.op_type not in SINK_TYPES:
+        return False
+    for name in op.outputs:
+        shape = graph.tensors[name].shape if name else ()
+        sink_row = len(shape) == 4 and shape[-2] == seq_len > 1 and shape[-1] in (seq_len + 1, 1)
+        if name and not (is_score(graph, name, seq_len) or sink_row):
+            return False
+    return True
+
+
 def core_scores(graph: Graph, seq_len: int) -> set[str]:
     """The s x s tensors of the graph's attention cores: each core's scores, what its vector ops write
     (scale, mask, softmax, dropout and its mask) and the s x s mask they apply (rebuilt by position,
@@ -146,9 +167,7 @@ def find_core(graph: Graph, qk: Op, seq_len: int) -> Core | None:
         for reader in consumers.get(frontier.pop(), []):
             if reader.kind in PRODUCT_KINDS:
                 products.add(reader.name)
-            elif reader.kind is OpKind.VECTOR and all(
-                is_score(graph, o, seq_len) for o in reader.outputs if o
-            ):
+            elif in_core(graph, reader, seq_len):
                 if reader.name not in region:
                     region[reader.name] = reader
                     frontier.extend(o for o in reader.outputs if o)

@@ -69,14 +69,16 @@ GRAD_RULES: dict[str, tuple[GradRule, ...]] = {
     "NegativeLogLikelihoodLoss": (GradRule((0,), ("x1",)),),
     **dict.fromkeys(
         ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "CastLike", "Transpose", "Expand",
-         "Slice", "SequenceAt", "Split", "Gather", "GatherElements", "GatherND", "Pad", "Tile"),
+         "Slice", "SequenceAt", "Split", "Gather", "GatherElements", "GatherND", "Pad", "Tile", "TopK"),
         (PASS,),
     ),
     "Concat": (GradRule(),),
     "AllReduce": (PASS,),
+    "AllToAll": (GradRule((0,)),),
 }  # fmt: skip
 """Backward ops of each differentiable forward op type. Data ops give data ops of their own type (a
-slice's gradient is placed into the input's shape); broadcasts give a ReduceSum."""
+slice's gradient is placed into the input's shape); broadcasts give a ReduceSum; an expert-parallel
+all-to-all gives the all-to-all back."""
 
 IDENTITY_GRAD_TYPES = frozenset({"AllReduce"})
 """Op types whose backward is the identity (no backward op): the all-reduce after a row-parallel GEMM."""
@@ -84,7 +86,7 @@ IDENTITY_GRAD_TYPES = frozenset({"AllReduce"})
 BROADCAST_TYPES = frozenset({"Expand", "Tile"})
 """Data ops that repeat their input: its gradient sums the output gradient (a ReduceSum)."""
 
-SLICING_TYPES = frozenset({"Slice", "SequenceAt", "Split", "Gather", "GatherElements", "GatherND"})
+SLICING_TYPES = frozenset({"Slice", "SequenceAt", "Split", "Gather", "GatherElements", "GatherND", "TopK"})
 """Data ops whose gradients fill disjoint parts of their input: they meet by concatenation, not sums."""
 
 UPDATE_TYPES: dict[str, str] = {"sgd": "SGDUpdate", "adam": "AdamUpdate"}

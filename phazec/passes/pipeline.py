@@ -19,6 +19,7 @@ from phazec.ir.verify import verify
 from phazec.passes.attention import Attention
 from phazec.passes.autodiff import Autodiff
 from phazec.passes.base import Pass
+from phazec.passes.expert_parallel import ExpertParallel
 from phazec.passes.fuse import Fuse
 from phazec.passes.memory import Memory
 from phazec.passes.norm_rope import NormRope
@@ -91,11 +92,14 @@ class GraphSettings:
     """Run each RMSNorm and rotary-embedding chain as one kernel (`phazec.passes.norm_rope`)."""
     update: bool = False
     """Attach each layer's once-per-batch optimizer update graph."""
+    expert_parallel: int = 1
+    """Expert-parallel width ep: each MoE block's routed experts over ep devices (`ExpertParallel`)."""
 
 
 TRAINING_PASSES: tuple[tuple[str, Callable[[GraphSettings, int], Pass]], ...] = (
     ("norm-rope", lambda s, width: NormRope(s.fuse_norm_rope)),
     ("tensor-parallel", lambda s, width: TensorParallel(width, s.vocab_parallel)),
+    ("expert-parallel", lambda s, width: ExpertParallel(s.expert_parallel)),
     ("attention", lambda s, width: Attention(s.attention, s.causal)),
     ("autodiff", lambda s, width: Autodiff(s.optimizer if s.update else None)),
     ("fuse", lambda s, width: Fuse(s.fuse, s.fuse_elementwise)),

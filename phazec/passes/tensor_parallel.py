@@ -72,6 +72,12 @@ class TensorParallel:
             )
         if self.width == 1:
             return PassResult(model, False)
+        if model.routing is not None:
+            raise PhazecError(
+                f"tensor-parallel width {self.width} for model {model.name!r}: tensor parallelism of "
+                "Mixture-of-Experts blocks is not modelled yet; use tp 1 (plan.tp=1, model.tp_widths=[1]) "
+                "and expert parallelism (plan.ep) instead."
+            )
         classes = [self._shard_class(model, c, cls) for c, cls in enumerate(model.classes)]
         return PassResult(replace(model, classes=classes, tp_width=self.width), True)
 

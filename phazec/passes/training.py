@@ -31,7 +31,7 @@ class GraphTotals:
 def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
     """Sum a graph's FLOPs, GEMM FLOPs, all-reduces and kernels."""
     gemms = [op for op in graph.ops if op.kind in (OpKind.GEMM, OpKind.FUSED)]
-    collectives = [op for op in graph.ops if op.kind is OpKind.COLLECTIVE]
+    collectives = [op for op in graph.ops if op.op_type == "AllReduce"]
     return GraphTotals(
         flops=sum(flops(op, graph, microbatch) for op in graph.ops),
         gemm_flops=sum(gemm_dims(op, graph, microbatch).flops for op in gemms),

@@ -8,6 +8,7 @@ frozen records, never written into the IR, so one training graph serves every de
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -79,11 +80,15 @@ def _fused_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork
     )
 
 
+COLLECTIVE_KINDS = {"AllReduce": CostKind.ALL_REDUCE, "AllToAll": CostKind.ALL_TO_ALL}
+"""The cost kind of each IR collective type."""
+
+
 def _collective_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork:
     group = op.attrs["group"]
     assert isinstance(group, int)
     return OpWork(
-        CostKind.ALL_REDUCE,
+        COLLECTIVE_KINDS[op.op_type],
         backward=backward,
         collective_bytes=collective_bytes(op, graph, microbatch),
         group_size=group,
@@ -130,10 +135,20 @@ def low_precision_class(model: Model, cls: int, precision: str) -> bool:
 
 def low_precision_gemm(op: Op, graph: Graph) -> bool:
     """Whether a GEMM of a low-precision layer runs in FP8: a linear layer's product (it reads a weight,
-    or, in the backward pass, makes a weight's gradient); the attention products stay in bf16."""
+    or, in the backward pass, makes a weight's gradient); the attention products and a Mixture-of-Experts
+    router's (`ROUTER_WEIGHT`: Transformer Engine and torchao leave it in bf16) stay in bf16."""
     if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
         return False
-    return op.attrs.get("grad") == "weight" or reads_weight(op, graph)
+    weights = [w for t in op.inputs if t and (w := weight_of(graph, t)) is not None]
+    if any(ROUTER_WEIGHT.search(w) for w in weights) or ROUTER_WEIGHT.search(op.name):
+        return False
+    return op.attrs.get("grad") == "weight" or bool(weights)
+
+
+ROUTER_WEIGHT = re.compile(r"(^|[./_])(gate|router)([./]|$)")
+"""A Mixture-of-Experts router's weight (or a backward op named after it): `mlp.gate.weight`
+(Qwen3-MoE, DeepSeek-V3), `block_sparse_moe.gate` (Mixtral), `router` (GPT-OSS); not a dense MLP's
+`gate_proj`."""
 
 
 def reads_weight(op: Op, graph: Graph) -> bool:
@@ -207,7 +222,7 @@ def context_split(op: Op, work: OpWork, cp: int) -> OpWork:
     if work.kind in (CostKind.GEMM, CostKind.FUSED):
         dim = "k" if op.attrs.get("grad") == "weight" else "m"
         return OpWork(**{**work.__dict__, dim: getattr(work, dim) / cp})
-    if work.kind is CostKind.ALL_REDUCE:
+    if work.kind in (CostKind.ALL_REDUCE, CostKind.ALL_TO_ALL):
         return OpWork(**{**work.__dict__, "collective_bytes": work.collective_bytes / cp})
     return work
 
@@ -278,7 +293,7 @@ def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
     """
     single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
     for i, op in enumerate(graph.ops):
-        if op.kind is not OpKind.COLLECTIVE:
+        if op.op_type != "AllReduce":
             continue
         group = op.attrs["group"]
         assert isinstance(group, int)

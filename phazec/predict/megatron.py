@@ -20,10 +20,10 @@ def check_runs(
     cp: int = 1,
 ) -> None:
     """Megatron-LM can run tensor, pipeline and data-parallel widths `widths` (tp, pp, dp, the keys
-    `<where>.tp` ...) at `microbatch` (the key `microbatch_key`) on `devices` with `global_batch` samples per step: the
-    widths' product (times the context-parallel width `cp`) divides the devices, the microbatch divides
-    the global batch, and the data-parallel width divides the microbatches (every replica gets the same
-    number).
+    `<where>.tp` ...) at `microbatch` (the key `microbatch_key`) on `devices` with `global_batch` samples
+    per step: the widths' product (times the context-parallel width `cp`) divides the devices, the
+    microbatch divides the global batch, and the data-parallel width divides the microbatches (every
+    replica gets the same number).
 
     Raises:
         PhazecError: one of these fails; the message names the value and what would be valid.

@@ -71,6 +71,9 @@ class Breakdown:
     tp_communication_s: float
     """Tensor-parallel all-reduces of the forward and backward passes, exposed on the layers'
     critical paths."""
+    ep_communication_s: float
+    """Expert-parallel all-to-alls (a MoE block's dispatch and combine) of the forward and backward
+    passes, exposed on the layers' critical paths."""
     pipeline_p2p_s: float
     """Sending activations forward and receiving gradients back across the stage's cut."""
     weight_gather_s: float
@@ -92,6 +95,7 @@ class Breakdown:
             + self.backward_s
             + self.recompute_s
             + self.tp_communication_s
+            + self.ep_communication_s
             + self.pipeline_p2p_s
             + self.weight_gather_s
             + self.bubble_s
@@ -245,7 +249,7 @@ def plan_report(
         mfu=model_flops / time_s / devices / peak,
         hfu=(model_flops + recompute_flops) / time_s / devices / peak,
         peak_tflops=peak / 1e12,
-        breakdown=breakdown(figures, stages, [layer.comm_s for layer in layers]),
+        breakdown=breakdown(figures, stages, layers),
         memory=fullest(figures),
         fits=placement.fits_hbm,
         warning=None if placement.fits_hbm else not_fit_warning(fullest(figures), plan),
@@ -258,6 +262,8 @@ class LayerFigures:
 
     comm_s: float
     """Tensor-parallel all-reduces of its forward and backward passes."""
+    all_to_all_s: float
+    """Expert-parallel all-to-alls of its forward and backward passes."""
     forward_flops: int
     backward_flops: int
     core_flops: int
@@ -267,12 +273,12 @@ class LayerFigures:
 def layer_figures(
     evaluator: Evaluator, designs: Designs, model: Model, training: Training
 ) -> list[LayerFigures]:
-    """Per layer: TP all-reduce latency on the design, FLOPs, attention-core FLOPs."""
+    """Per layer: TP all-reduce and EP all-to-all latency on the design, FLOPs, attention-core FLOPs."""
     microbatch = training.microbatch
     per_class = []
     for c, cls in enumerate(model.classes):
         costs = evaluator.class_costs(model, c, designs, training)
-        comm_s = 0.0
+        comm_s = {"AllReduce": 0.0, "AllToAll": 0.0}
         totals = [0, 0]
         for direction, (graph, op_costs) in enumerate(
             ((cls.graph, costs.forward), (cls.backward, costs.backward))
@@ -282,27 +288,31 @@ def layer_figures(
             for i, op in enumerate(graph.ops):
                 totals[direction] += flops(op, graph, microbatch)
                 if op.kind is OpKind.COLLECTIVE:
-                    comm_s += float(op_costs.all_cores_s[i, 0])
+                    comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
         graph = cls.graph
         core = sum(flops(graph.ops[i], graph, microbatch) for i in core_ops(graph, model.seq_len))
-        per_class.append(LayerFigures(comm_s, totals[0], totals[1], core))
+        per_class.append(LayerFigures(comm_s["AllReduce"], comm_s["AllToAll"], totals[0], totals[1], core))
     return [per_class[layer.cls] for layer in model.layers]
 
 
-def breakdown(figures: PlanFigures, stages: Stages, comm_s: list[float]) -> Breakdown:
-    """The iteration's parts, the TP all-reduces of the slowest stage's layers split out of its
-    forward and backward time (at most all of it)."""
+def breakdown(figures: PlanFigures, stages: Stages, layers: list[LayerFigures]) -> Breakdown:
+    """The iteration's parts, the TP all-reduces and EP all-to-alls of the slowest stage's layers
+    split out of its forward and backward time (at most all of it)."""
     it = figures.iteration
     top = it.bottleneck_stage
     compute_s = figures.times[top].forward_s + figures.times[top].backward_s
-    comm = min(sum(comm_s[v] for v in stages[top]), compute_s)
+    reduce_s = sum(layers[v].comm_s for v in stages[top])
+    exchange_s = sum(layers[v].all_to_all_s for v in stages[top])
+    comm = min(reduce_s + exchange_s, compute_s)
     share = 0.0 if compute_s == 0 else comm / compute_s
+    tp_share = 0.0 if comm == 0 else share * reduce_s / (reduce_s + exchange_s)
     return Breakdown(
         bottleneck_stage=top,
         forward_s=it.forward_s * (1.0 - share),
         backward_s=it.backward_s * (1.0 - share),
         recompute_s=it.recompute_s,
-        tp_communication_s=(it.forward_s + it.backward_s) * share,
+        tp_communication_s=(it.forward_s + it.backward_s) * tp_share,
+        ep_communication_s=(it.forward_s + it.backward_s) * (share - tp_share),
         pipeline_p2p_s=it.p2p_s,
         weight_gather_s=it.shard_s,
         bubble_s=it.bubble_s,

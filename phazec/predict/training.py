@@ -150,6 +150,10 @@ class Training:
     computes (Megatron-Core's and torchtitan's ring attention); it must divide `model.seq_len` and
     needs a fused attention kernel (`hw.device.attention=flash`). The gradients are reduced, and a
     sharded optimizer sharded, over the data-parallel and context-parallel devices together."""
+    ep: int = knob(1, core=True, recorded=True, minimum=1)
+    """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
+    devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
+    experts / ep experts per device. It must divide the experts and every stage's devices (tp x dp)."""
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

@@ -15,8 +15,10 @@ def plan_table(report: PlanReport) -> str:
     distributed = f", ZeRO-{training.zero_stage}" if training.zero_stage else ""
     precision = f", {training.precision}" if training.precision != "bf16" else ""
     cp = f" x cp {training.cp}" if training.cp > 1 else ""
+    experts = f" (ep {training.ep})" if training.ep > 1 else ""
     header = (
-        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices, "
+        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices"
+        f"{experts}, "
         f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
         f"{distributed}; layers per stage {list(report.layers_per_stage)}"
     )
@@ -30,6 +32,7 @@ def plan_table(report: PlanReport) -> str:
         ("backward", b.backward_s),
         ("recompute", b.recompute_s),
         ("TP communication", b.tp_communication_s),
+        ("EP all-to-all", b.ep_communication_s),
         ("pipeline p2p", b.pipeline_p2p_s),
         *([("ZeRO-3 weight gathers", b.weight_gather_s)] if training.zero_stage == 3 else []),
         ("bubble", b.bubble_s),

@@ -41,6 +41,25 @@ def _comm(kind: OpKind, size: int, group: int) -> OpWork:
     return OpWork(kind, collective_bytes=size, group_size=group)
 
 
+def test_an_all_to_all_sends_each_peer_its_share_on_each_tier_at_once() -> None:
+    # 1 GB over g devices: each device keeps 1/g and sends 1/g to each of the g - 1 others. Inside a
+    # DGX A100 (g = 8): 7/8 of it over NVLink (0.77 x 300 GB/s), 7 steps of 2 us and a 15 us call.
+    # Over 16 devices (two nodes): 7 peers over NVLink and 8 over InfiniBand (0.9 x 25 GB/s), both at
+    # once; InfiniBand's 8/16 GB is the slower; 15 steps of 5 us and a 30 us call. Over 2: 1/2 GB.
+    ops = OpTable.from_rows([_comm(OpKind.ALL_TO_ALL, 10**9, g) for g in (8, 16, 2, 1)])
+    costs = op_costs(ops, _designs([1]), _system("dgx_a100"), MODELS["tiled"])
+    nvlink, infiniband = 0.77 * 300e9, 0.9 * 25e9
+    expected = [
+        7 / 8 * 1e9 / nvlink + 7 * 2e-6 + 15e-6,
+        max(7 / 16 * 1e9 / nvlink, 8 / 16 * 1e9 / infiniband) + 15 * 5e-6 + 30e-6,
+        1 / 2 * 1e9 / nvlink + 2e-6 + 15e-6,
+        0.0,
+    ]
+    assert costs.all_cores_s[:, 0].tolist() == pytest.approx(expected, rel=1e-14)
+    link_j = np.array([7 / 8 * 1e9, 15 / 16 * 1e9, 1 / 2 * 1e9, 0.0]) * 80 * PJ
+    assert costs.energy_j[:, 0].tolist() == pytest.approx(link_j.tolist(), rel=1e-15)
+
+
 def test_collectives_use_the_tier_that_covers_the_group() -> None:
     ops = OpTable.from_rows(
         [

@@ -187,3 +187,28 @@ def test_phazec_ir_prices_the_presets_kernel(cache_dir: Path, tmp_path: Path) ->
     assert core > 0 == flash_memory["core_per_sample_bytes"]
     assert flash_memory["stash_per_sample_bytes"] == unfused_memory["stash_per_sample_bytes"] - core
     assert flash_memory["stash_fixed_bytes"] == unfused_memory["stash_fixed_bytes"] - 2
+
+
+def test_an_attention_core_with_sinks_runs_as_flash(cache_dir: Path) -> None:
+    """GPT-OSS's attention (exported eagerly): a sink logit per head concatenated to each row of scores
+    ([b, a, s, s + 1]), their row maximum subtracted, the softmax, the sink's column sliced off. Under
+    `flash` the whole chain from QK^T to AV is one FlashAttention op: no s x s or s x (s + 1) tensor
+    is read or written, and the block keeps its sink parameters."""
+    from phazec.frontend import load_model
+    from phazec.frontend.schema import ModelConfig
+
+    s = 64
+    hf = {"hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 128,
+          "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"]}  # fmt: skip
+    model = load_model(
+        ModelConfig(name="tiny_oss", arch="GptOssForCausalLM", hf_config=hf, seq_len=s), cache_dir
+    )
+    block = model.classes[model.layers[1].cls]
+    assert any(t.shape[-2:] == (s, s + 1) for t in block.graph.tensors.values())
+    flashed = Attention("flash", causal=True)(model).model.classes[model.layers[1].cls]
+    graph = flashed.graph
+    assert [op.op_type for op in graph.ops].count("FlashAttention") == 1
+    touched = [graph.tensors[n].shape for op in graph.ops for n in (*op.inputs, *op.outputs) if n]
+    assert not any(len(shape) == 4 and shape[-2] == s and shape[-1] >= s for shape in touched)
+    assert any(w.endswith("self_attn.sinks") for w in graph.weights)

@@ -66,7 +66,8 @@ struct PlacementInput {
   X(int64_t, cp, 1)                  /* context-parallel devices per stage device (`cp`) */          \
   X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
-  X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */
+  X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */ \
+  X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;

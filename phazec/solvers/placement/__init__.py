@@ -8,7 +8,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   stage has p = 1) keeps `p` microbatches in flight (at most the m there are). A stage runs on `t`
   devices when it holds a tensor-parallel layer, else on one device; a pipeline uses `k` devices
   in all, and `d` replicas of it run data-parallel, each on `m = ceil(microbatches / d)`
-  microbatches. A plan needs `d * k <= devices` and `d <= microbatches`.
+  microbatches. A plan needs `d * k <= devices` and `d <= microbatches`, and with expert
+  parallelism `ep` (a MoE model) `d * t` a multiple of ep: the expert-parallel groups tile each
+  stage's devices.
 * Device numbering. Device ids run 0..devices-1; tier `i` links aligned groups of
   `group_size_i` consecutive ids (ids a and b share a group iff a // g == b // g). Replica r
   holds ids r*k .. r*k + k - 1, its stages in pipeline order. A set of devices talks over the first

@@ -35,6 +35,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "last_stage_recomputes": False,
         "overlap_grad_reduce": False,
         "overlap_param_gather": False,
+        "ep": 1,
         **others,
     }
 
@@ -76,12 +77,16 @@ def all_plans(problem: PlacementProblem, interleave: int = 1) -> Iterator[Stages
 
 
 def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
-    """The least time per batch over all plans that fit, or None when none fits."""
+    """The least time per batch over all plans that fit and whose t d devices per stage the
+    expert-parallel width divides, or None when none does."""
     best: float | None = None
+    ep = int(variant.settings.get("ep", 1))
     for stages in all_plans(problem, int(variant.settings.get("interleave", 1))):
         one = plan_figures(problem, variant, stages, 1)
         k = sum(stage.devices for stage in one.placement.stages)
         for d in range(1, min(problem.microbatch_count, problem.device_count // k) + 1):
+            if (d * variant.t) % ep:
+                continue
             placement = (one if d == 1 else plan_figures(problem, variant, stages, d)).placement
             if placement.fits_hbm and (best is None or placement.time_per_batch_s < best):
                 best = placement.time_per_batch_s

@@ -97,6 +97,19 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
     assert evaluate_plan(CHAIN, ROOMY, [[0, 1, 2]], 4).time_per_batch_s == pytest.approx(237.0, rel=1e-15)
 
 
+def test_expert_parallelism_keeps_the_data_parallel_widths_it_tiles() -> None:
+    # The same plans by hand, with the expert-parallel groups tiling each stage's d t devices (t = 1):
+    # ep 2 leaves d = 2 and 4: [012] d=2 54 s, d=4 237 s; [0][12] d=2 127 s; [01][2] d=2 230 s: the
+    # best is [012] at d = 2, 54 s. ep 4 leaves d = 4, which only [012] (k = 1) reaches: 237 s.
+    two = best_placement(CHAIN, 10**6, plan_settings(ep=2))
+    assert isinstance(two, Placement)
+    assert ([s.layers for s in two.stages], two.d, two.time_per_batch_s) == ([(0, 1, 2)], 2, 54.0)
+    four = best_placement(CHAIN, 10**6, plan_settings(ep=4))
+    assert isinstance(four, Placement)
+    assert ([s.layers for s in four.stages], four.d) == ([(0, 1, 2)], 4)
+    assert four.time_per_batch_s == pytest.approx(237.0, rel=1e-15)
+
+
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     # HBM 4000 B: [012] needs 2*3000 + 30 = 6030; [0][12] 4020; [01][2] 2*2000 + 20 + 1*20 = 4040;
     # [0][1][2] needs 2030, 2020, 2010: only it fits -> 96 s.

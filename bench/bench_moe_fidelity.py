@@ -1,0 +1,180 @@
+"""Fidelity on Mixture-of-Experts runs: phazec-plan's iteration time and fit in HBM against the MoE rows of
+`../shared/validation/modern-runs.csv` (issue 39).
+
+    .venv/bin/python bench/bench_moe_fidelity.py
+
+A row is timed as `phazec-plan` times its plan (`phazec.predict.plan_report.time_plan`), its preset's
+model exported with two blocks and repeated to the row's depth (`fidelity_models.deepen`): the row's
+tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and system presets, as
+Megatron-Core runs them (distributed optimizer, overlapped gradient reduction and parameter gather,
+flash attention, selective recompute where the row names one; mixed-precision Adam), balanced
+routing (NVIDIA's MoE benchmarks force it). Measured seconds per iteration: the row's own, else
+global batch x sequence / (tokens/s per GPU x GPUs).
+
+Split, written down before anything is run: nothing is fitted here. The H100's device constants are
+the ones `bench_fidelity.py` fitted on the dense rows of `public-runs.csv` (conf/hw/h100.yaml), so
+every MoE row phazec can express is held out (`CALIBRATION` is empty). Rows phazec cannot express yet
+are listed with the reason: FP8 or MXFP8, ZeRO-3 / FSDP (`zero_stage` 3) and the B200, GB200, GB300
+and H800 chips wait for issue 40; tensor parallelism of MoE blocks is not modelled; some models have
+no preset.
+"""
+
+import csv
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+
+from phazec.cli import conf_dir
+from phazec.commands.setup import graph_settings, setup
+from phazec.config.settings import settings_from_config
+from phazec.frontend import load_model
+from phazec.passes.pipeline import training_graphs
+from phazec.predict.plan_report import PlanReport, time_plan
+from phazec.predict.training import Knobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fidelity_kernels
+import fidelity_models
+
+RUNS = fidelity_kernels.shared_dir() / "validation" / "modern-runs.csv"
+
+CALIBRATION: tuple[str, ...] = ()
+"""Rows fitted on: none (module docstring)."""
+
+PRESETS = {
+    "deepseek-ai/DeepSeek-V3": "deepseek_v3",
+    "Qwen/Qwen3-30B-A3B": "qwen3_30b_a3b",
+    "Qwen/Qwen3-235B-A22B": "qwen3_235b_a22b",
+    "openai/gpt-oss-120b": "gpt_oss_120b",
+}
+"""The row's Hugging Face config -> phazec's preset of it."""
+
+CHIPS = {"H100": ("h100", "dgx_h100")}
+"""GPU named in the row -> (hw preset, system preset); other chips wait for issue 40."""
+
+
+@dataclass(frozen=True)
+class MoeRun:
+    """One MoE row phazec can express."""
+
+    row_id: str
+    preset: str
+    chip: str
+    system: str
+    layers: int
+    seq_len: int
+    global_batch: int
+    microbatch: int
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    interleave: int
+    recompute: str
+    gpus: int
+    measured_s: float
+
+
+def measured_s(row: dict[str, str]) -> float:
+    """The row's seconds per iteration, else global batch x sequence / (tokens/s per GPU x GPUs)."""
+    if row["measured_s_per_iter"]:
+        return float(row["measured_s_per_iter"])
+    tokens = float(row["global_batch"]) * float(row["seq_len"])
+    return tokens / (float(row["measured_tokens_per_s"]) * float(row["gpus"]))
+
+
+def expressible(row: dict[str, str]) -> MoeRun | str:
+    """The run phazec times for a MoE row, or why it cannot yet."""
+    chip = next((CHIPS[name] for name in CHIPS if name in row["gpu"]), None)
+    preset = PRESETS.get(row["hf_config"].split(" ")[0])
+    reasons = (
+        (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset (issue 40)"),
+        (not row["precision"].startswith("bf16"), f"precision {row['precision'].split(' ')[0]} (issue 40)"),
+        (row["zero_stage"].startswith("3"), "ZeRO-3 / FSDP sharding (issue 40)"),
+        (preset is None, f"no preset of {row['hf_config']}"),
+        (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
+        (not row["ep"], "expert-parallel width not stated"),
+    )
+    for hit, reason in reasons:
+        if hit:
+            return reason
+    assert chip is not None and preset is not None
+    return MoeRun(
+        row_id=row["source_id"],
+        preset=preset,
+        chip=chip[0],
+        system=chip[1],
+        layers=int(row["layers"]),
+        seq_len=int(row["seq_len"]),
+        global_batch=int(row["global_batch"]),
+        microbatch=int(row["microbatch"] or 1),
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        ep=int(row["ep"]),
+        interleave=int(row["interleave"] or 1),
+        recompute="selective" if row["recompute"].startswith("selective") else "none",
+        gpus=int(row["gpus"]),
+        measured_s=measured_s(row),
+    )
+
+
+def predict(run: MoeRun) -> PlanReport:
+    """The row's plan timed as `phazec-plan` times it, its model exported with two blocks and deepened."""
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
+        cfg = compose(
+            "config",
+            overrides=[
+                f"model={run.preset}", "model.hf_config.num_hidden_layers=2", f"model.seq_len={run.seq_len}",
+                f"hw={run.chip}", f"system={run.system}", f"system.devices={run.gpus}",
+                f"system.global_batch={run.global_batch}", "tracking=none", "train.optimizer=adam",
+                f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",
+                f"plan.microbatch={run.microbatch}", f"plan.interleave={run.interleave}",
+                f"plan.recompute={run.recompute}", "plan.zero_stage=1",
+                "plan.overlap_grad_reduce=true", "plan.overlap_param_gather=true",
+                "hw.device.attention=flash", "hw.device.collectives_hold_cores=false",
+                "solver.node_limit=200", "solver.search_node_limit=100000",
+            ],
+        )  # fmt: skip
+    settings = settings_from_config(cfg)
+    plan = settings.plan
+    job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
+    model = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
+    graphs = training_graphs(model, [run.tp], graph_settings(settings, job.designs.device, plan.training))
+    return time_plan(plan, replace(job.evaluator, graphs=graphs), job.designs)
+
+
+def main() -> None:
+    """Every MoE row: skipped with its reason, or measured, predicted, error, fit in HBM; then the summary."""
+    start = time.perf_counter()
+    with RUNS.open() as f:
+        rows = [row for row in csv.DictReader(f) if row["experts"] and int(row["experts"]) > 0]
+    errors: dict[str, list[float]] = {}
+    print(f"{'row':34s} {'split':11s} {'measured s':>10s} {'predicted s':>11s} {'error':>7s} "
+          f"{'EP a2a s':>8s} {'bubble s':>8s} {'memory GB':>9s} fits")  # fmt: skip
+    for row in rows:
+        run = expressible(row)
+        if isinstance(run, str):
+            print(f"skip {row['source_id']:34s} {run}")
+            continue
+        report = predict(run)
+        split = "calibration" if run.row_id in CALIBRATION else "held-out"
+        error = report.time_per_batch_s / run.measured_s - 1
+        errors.setdefault(split, []).append(abs(error))
+        b = report.breakdown
+        print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
+              f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
+              f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}",
+              flush=True)  # fmt: skip
+    print("\nmean and max absolute error per split:")
+    for split, values in sorted(errors.items()):
+        print(f"  {split:11s} {len(values):3d} rows: mean {np.mean(values):6.1%}, max {np.max(values):6.1%}")
+    print(f"\ntotal: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Mixture-of-Experts blocks as a static graph: phazec's own routing formulation, swapped in for export.
+
+Hugging Face's expert modules route data-dependently (a loop over the experts a batch hits, `nonzero`,
+`index_add_`), which neither exports to a static ONNX graph nor says what a training step costs. While
+exporting, phazec replaces the forward of every expert module (a module holding the experts' stacked
+weights, `gate_up_proj` or `up_proj` and `down_proj` of shape [experts, ...]) with this formulation of
+Megatron-Core's dropless MoE layer, the router (GEMM, softmax, top-k: the model's own code) left as
+it is:
+
+1. permute: each token copied once per chosen expert and grouped by expert, [experts, C, h], where
+   C = tokens x top_k / experts x factor tokens per expert (`Routing.factor`; 1: balanced);
+2. grouped expert GEMMs: one batched product per projection (gate and up, then down), `experts`
+   products of C x h by h x f (and C x f by f x h);
+3. unpermute and combine: each token's top_k expert outputs weighted by its routing weights and summed.
+
+Shared experts (DeepSeek) are the model's own dense MLP beside it. The token-to-expert assignment is
+the one routing assumption (`phazec.ir.core.Routing`): every expert gets the same number of tokens,
+scaled by `model.moe.imbalance` (the busiest expert's share over the balanced one; every expert is
+priced at it) or, with token dropping, exactly `model.moe.capacity_factor` times the balanced share.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from phazec.errors import PhazecError
+from phazec.frontend.schema import ModelConfig
+from phazec.ir.core import Routing
+
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+"""The `hf_config` keys that count a MoE model's routed experts (Qwen3-MoE, Mixtral and GPT-OSS, DeepSeek)."""
+
+
+def check_expert_parallel(cfg: ModelConfig, group: str, ep: int, devices: int) -> None:
+    """Before any work: expert parallelism `ep` (`<group>.ep`) against the model's routed experts as its
+    `hf_config` names them, the top-k against the experts, and `ep` against the `devices` it must tile.
+
+    Raises:
+        PhazecError: ep > 1 on a model without experts, an ep that does not divide the experts or the
+            devices, or a top-k above the experts.
+    """
+    named = [cfg.hf_config[k] for k in EXPERT_KEYS if k in cfg.hf_config]
+    experts = int(named[0]) if named and cfg.source == "hf" else 0
+    top_k = cfg.hf_config.get("num_experts_per_tok")
+    if experts and isinstance(top_k, int):
+        check_top_k(top_k, experts)
+    if ep == 1:
+        return
+    if not experts:
+        raise PhazecError(
+            f"{group}.ep={ep} (expert parallelism) does not apply to model {cfg.name!r}: it has no "
+            f"Mixture-of-Experts layers (model.hf_config names none of {list(EXPERT_KEYS)}); use "
+            f"{group}.ep=1, or a MoE model such as model=qwen3_30b_a3b."
+        )
+    if experts % ep:
+        valid = [d for d in range(1, experts + 1) if experts % d == 0]
+        raise PhazecError(
+            f"{group}.ep={ep} does not divide the {experts} routed experts of model {cfg.name!r}: each "
+            f"device of an expert-parallel group holds experts/ep of them; valid: {valid}."
+        )
+    if devices % ep:
+        raise PhazecError(
+            f"{group}.ep={ep} does not divide the {devices} devices (system.devices): the expert-parallel "
+            "groups tile the devices; choose an ep that divides them."
+        )
+
+
+def check_top_k(top_k: int, experts: int) -> None:
+    """Each token picks between 1 and all of the experts."""
+    if not 0 < top_k <= experts:
+        raise PhazecError(
+            f"model.hf_config.num_experts_per_tok={top_k} is not valid for {experts} experts: each token "
+            f"picks between 1 and {experts} experts (top-k at most the experts)."
+        )
+
+
+def expert_modules(model: Any) -> list[tuple[str, Any]]:
+    """(name, module) of every expert module of a Hugging Face model: stacked expert weights
+    ([experts, ...]) behind the `use_experts_implementation` interface."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if hasattr(module, "num_experts") and hasattr(module, "down_proj") and hasattr(module, "has_gate")
+    ]
+
+
+def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
+    """The routing assumption of a model whose expert modules `static_experts` will replace (None for a
+    dense model); checks the top-k against the experts and that the tokens split evenly."""
+    found = expert_modules(model)
+    if not found:
+        named = [k for k in EXPERT_KEYS if (getattr(model.config, k, 0) or 0) > 1]
+        if named:
+            raise PhazecError(
+                f"model {cfg.name!r} ({cfg.arch}) has experts ({named[0]}="
+                f"{getattr(model.config, named[0])}) but no expert module phazec can export as a static "
+                "graph (stacked expert weights behind transformers' experts interface, as Qwen3-MoE, "
+                "Mixtral, GPT-OSS and DeepSeek-V3 have); this architecture's MoE is not supported yet."
+            )
+        return None
+    config = model.config
+    experts = int(found[0][1].num_experts)
+    top_k = int(config.num_experts_per_tok)
+    check_top_k(top_k, experts)
+    moe = cfg.moe
+    dropping = moe.capacity_factor is not None
+    factor = float(moe.capacity_factor) if moe.capacity_factor is not None else float(moe.imbalance)
+    per_sample = cfg.seq_len * top_k * factor / experts
+    if per_sample != int(per_sample):
+        raise PhazecError(
+            f"model {cfg.name!r}: {cfg.seq_len} tokens x top-{top_k} x factor {factor} over {experts} "
+            f"experts is {per_sample} tokens per expert and sample, not a whole number; choose "
+            "model.seq_len (or model.moe.imbalance / capacity_factor) so that it is."
+        )
+    stacked = {
+        f"m.{name}.{p}": value.numel()
+        for name, module in found
+        for p, value in module.named_parameters(recurse=False)
+        if value.shape[0] == experts
+    }
+    return Routing(
+        experts=experts,
+        top_k=top_k,
+        tokens_per_expert=int(per_sample),
+        factor=factor,
+        dropping=dropping,
+        expert_parameters=tuple(sorted(stacked)),
+        expert_parameter_count=sum(stacked.values()),
+    )
+
+
+def static_experts(model: Any, routing: Routing, seq_len: int) -> None:
+    """Replace the forward of every expert module by the static formulation (module docstring)."""
+    for _, module in expert_modules(model):
+        module.forward = types.MethodType(_static_forward(routing, seq_len), module)
+
+
+def static_latent_attention(model: Any) -> None:
+    """Give every multi-head latent attention module (DeepSeek's, with `expand_kv`) a key built by one
+    concatenation instead of copies into slices of an empty tensor, which export with shapes the ONNX
+    shape inference cannot resolve; the values and the work are the same."""
+    import torch
+
+    def expand_kv(self: Any, kv_nope: Any, k_rot: Any) -> tuple[Any, Any]:
+        batch, _, seq, _ = kv_nope.shape
+        shape = (batch, seq, -1, self.qk_nope_head_dim + self.v_head_dim)
+        kv = self.kv_b_proj(kv_nope).view(shape).transpose(1, 2)
+        k_nope, value = torch.split(kv, [self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+        return torch.cat((k_nope, k_rot.expand(-1, k_nope.shape[1], -1, -1)), dim=-1), value
+
+    for module in model.modules():
+        if hasattr(module, "expand_kv"):
+            module.expand_kv = types.MethodType(expand_kv, module)
+
+
+def _static_forward(routing: Routing, seq_len: int) -> Any:
+    import torch
+
+    def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+        tokens, hidden = hidden_states.shape
+        top_k, experts = routing.top_k, routing.experts
+        assigned = tokens // seq_len * routing.tokens_per_expert * experts
+        # permute: one copy of each token per chosen expert, grouped by expert
+        copies = hidden_states.repeat_interleave(top_k, dim=0)
+        if assigned > copies.shape[0]:  # the busiest expert's share, every expert
+            copies = torch.cat([copies, copies[: assigned - copies.shape[0]]])
+        dispatched = copies[:assigned].reshape(experts, assigned // experts, hidden)
+        up_weight = self.gate_up_proj if self.has_gate else self.up_proj
+        out = torch.bmm(dispatched, up_weight if self.is_transposed else up_weight.transpose(1, 2))
+        if self.has_bias:
+            bias = self.gate_up_proj_bias if self.has_gate else self.up_proj_bias
+            out = out + bias.unsqueeze(1)
+        if self.has_gate and type(self)._apply_gate.__name__ == "_default_apply_gate":
+            half = out.shape[-1] // 2
+            out = self.act_fn(out[..., :half]) * out[..., half:]
+        else:
+            out = self._apply_gate(out) if self.has_gate else self.act_fn(out)
+        out = torch.bmm(out, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
+        if self.has_bias:
+            out = out + self.down_proj_bias.unsqueeze(1)
+        # unpermute and combine: each token's expert outputs, weighted and summed
+        out = out.reshape(assigned, hidden)
+        if assigned < tokens * top_k:  # dropped copies contribute nothing
+            out = torch.cat([out, out.new_zeros(tokens * top_k - assigned, hidden)])
+        out = out[: tokens * top_k].reshape(tokens, top_k, hidden)
+        return (out * top_k_weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
+
+    return forward

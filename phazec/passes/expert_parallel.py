@@ -1,0 +1,142 @@
+"""Expert parallelism: each MoE block's routed experts spread over `width` devices (Megatron-Core's
+all-to-all token dispatcher, expert tensor parallelism 1).
+
+The static MoE formulation (`phazec.frontend.moe`) permutes each device's tokens into one [E, C, h]
+tensor, grouped by expert, and runs the grouped expert GEMMs on it. With ep devices per expert group,
+each device holds E/ep experts: the permuted tokens go through an all-to-all (the dispatch) that
+leaves each device [E/ep, C ep, h], the tokens of its own experts from every device of the group; the
+expert GEMMs run on those (E/ep products of C ep rows instead of E of C: the same FLOPs under
+balanced routing) and their output goes back through a second all-to-all (the combine) to [E, C, h]
+before the unpermute. The experts' weights on each device are 1/ep of them, and so are their
+gradients and optimizer state (the memory pass counts the per-device graph). The backward pass runs
+the two all-to-alls again, in reverse (the autodiff pass derives them).
+
+The expert region is found from the graph, not from names: the expert GEMMs are the products whose
+weight views one of the experts' stacked weights (`Routing.expert_parameters`); the region is every
+[E, C, x] tensor reached from the first expert GEMM's token input, and every [E, ...] view of an
+expert weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from phazec.errors import PhazecError
+from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind, Routing, Tensor
+from phazec.ir.ops import GEMM_TYPES, VIEW_TYPES
+from phazec.passes.base import PassResult
+from phazec.passes.tensor_parallel import fresh_name, weight_of
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertParallel:
+    """Spread every MoE block's routed experts over `width` devices (all-to-alls inserted)."""
+
+    name: ClassVar[str] = "expert-parallel"
+    width: int
+    """Expert-parallel width ep (1 leaves the model unchanged)."""
+
+    def __call__(self, model: Model) -> PassResult:
+        """Split the experts of every MoE block; raises PhazecError for a width that cannot apply."""
+        if self.width == 1:
+            return PassResult(model, False)
+        routing = model.routing
+        if routing is None:
+            raise PhazecError(
+                f"ep={self.width} (expert parallelism) does not apply to model {model.name!r}: it has no "
+                "Mixture-of-Experts layers; use ep=1, or a MoE model such as model=qwen3_30b_a3b."
+            )
+        check_expert_width(routing, self.width)
+        classes = [split_class(cls, routing, self.width) for cls in model.classes]
+        return PassResult(replace(model, classes=classes), True)
+
+
+def check_expert_width(routing: Routing, width: int) -> None:
+    """Reject an expert-parallel width that does not divide the routed experts."""
+    if width >= 1 and routing.experts % width == 0:
+        return
+    valid = [d for d in range(1, routing.experts + 1) if routing.experts % d == 0]
+    raise PhazecError(
+        f"ep={width} does not divide the model's {routing.experts} routed experts: each device of an "
+        f"expert-parallel group holds experts/ep of them; valid widths: {', '.join(map(str, valid))}."
+    )
+
+
+def split_class(cls: LayerClass, routing: Routing, width: int) -> LayerClass:
+    """A layer class with its experts split `width` ways (unchanged when it has no expert GEMM)."""
+    graph = cls.graph
+    experts = [
+        op
+        for op in graph.ops
+        if op.op_type in GEMM_TYPES and weight_of(graph, op.inputs[1]) in routing.expert_parameters
+    ]
+    if not experts:
+        return cls
+    return replace(cls, graph=split_graph(graph, experts[0].inputs[0], routing, width))
+
+
+def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> Graph:
+    """The graph with its expert region at E/width experts and C width tokens each, between a dispatch
+    and a combine all-to-all (module docstring)."""
+    experts = routing.experts
+    tokens = expert_region(graph, dispatched, experts)
+    tensors = dict(graph.tensors)
+    received = fresh_name(tensors, f"{dispatched}.dispatched")
+    for name, local in [(received, dispatched), *((t, t) for t in tokens)]:
+        t = graph.tensors[local]
+        tensors[name] = replace(t, name=name, shape=(experts // width, t.shape[1] * width, *t.shape[2:]))
+    for name in weight_views(graph, routing):
+        t = graph.tensors[name]
+        tensors[name] = replace(t, shape=(experts // width, *t.shape[1:]))
+    region = {op.name for op in graph.ops if tokens.intersection(op.outputs)}
+    outside = [op for op in graph.ops if op.name not in region]
+    combined = {
+        name: fresh_name(tensors, f"{name}.combined")
+        for name in sorted(tokens)
+        if any(name in op.inputs for op in outside) or name in graph.outputs
+    }
+    for name, out in combined.items():
+        tensors[out] = replace(graph.tensors[name], name=out)
+    group: dict[str, AttrValue] = {"group": width}
+    ops: list[Op] = []
+    for op in graph.ops:
+        if op.name not in region:
+            ops.append(replace(op, inputs=tuple(combined.get(i, i) for i in op.inputs)))
+            continue
+        if dispatched in op.inputs and not any(o.op_type == "AllToAll" for o in ops):
+            ops.append(
+                Op(f"{dispatched}.dispatch", "AllToAll", OpKind.COLLECTIVE, (dispatched,), (received,), group)
+            )
+        ops.append(replace(op, inputs=tuple(received if i == dispatched else i for i in op.inputs)))
+        ops.extend(
+            Op(f"{name}.combine", "AllToAll", OpKind.COLLECTIVE, (name,), (combined[name],), dict(group))
+            for name in op.outputs
+            if name in combined
+        )
+    outputs = [combined.get(o, o) for o in graph.outputs]
+    return replace(graph, tensors=tensors, ops=ops, outputs=outputs)
+
+
+def expert_region(graph: Graph, dispatched: str, experts: int) -> set[str]:
+    """The per-expert token tensors, [E, C, x] with the tokens C on the batch axis, reached from the
+    dispatched tokens (not included) through ops whose outputs keep that layout."""
+    reached = {dispatched}
+    for op in graph.ops:
+        if reached.intersection(op.inputs):
+            reached.update(o for o in op.outputs if o and per_expert_tokens(graph.tensors[o], experts))
+    return reached - {dispatched}
+
+
+def per_expert_tokens(t: Tensor, experts: int) -> bool:
+    """Whether a tensor is laid out [experts, tokens, ...], the tokens on its batch axis."""
+    return len(t.shape) >= 3 and t.shape[0] == experts and t.batch_axis == 1
+
+
+def weight_views(graph: Graph, routing: Routing) -> set[str]:
+    """The experts' stacked weights ([E, ...]) the graph holds, and their views."""
+    stacked = {w for w in graph.weights if w in routing.expert_parameters}
+    for op in graph.ops:
+        if op.op_type in VIEW_TYPES and op.inputs and op.inputs[0] in stacked:
+            stacked.update(o for o in op.outputs if o and graph.tensors[o].shape[:1] == (routing.experts,))
+    return stacked

@@ -1,0 +1,217 @@
+"""Mixture-of-Experts presets lowered through phazec's static MoE formulation: exact total and active
+parameter counts against Hugging Face's model of the same config, and DeepSeek-V3's MoE block's
+forward FLOPs per token derived by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phazec.errors import PhazecError
+from phazec.frontend import load_model
+from phazec.frontend.export import build_meta_model
+from phazec.frontend.schema import ModelConfig, MoeConfig
+from phazec.ir.core import LayerKind, Model, OpKind
+from phazec.ir.ops import flops
+from tests.conftest import MOE_PRESETS, model_config
+
+MODELS: dict[str, Model] = {}
+
+
+@pytest.fixture(scope="module")
+def moe_lowered(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Lower a MoE preset at its shallow depth (`conftest.SHALLOW`), once per module."""
+    cache = tmp_path_factory.mktemp("moe-cache")
+
+    def lower(name: str) -> Model:
+        if name not in MODELS:
+            MODELS[name] = load_model(model_config(name), cache)
+        return MODELS[name]
+
+    return lower
+
+
+def hugging_face_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active) parameters of Hugging Face's model on the meta device: active leaves out
+    (experts - top_k) / experts of the parameters of each `experts` module (its routed experts)."""
+    model = build_meta_model(cfg)
+    total = model.num_parameters()
+    hf = cfg.hf_config
+    experts = int(hf.get("num_experts", hf.get("num_local_experts", hf.get("n_routed_experts", 0))))
+    top_k = int(hf["num_experts_per_tok"])
+    routed = sum(
+        p.numel()
+        for name, module in model.named_modules()
+        if name.endswith("mlp.experts")
+        for p in module.parameters()
+    )
+    return total, total - routed // experts * (experts - top_k)
+
+
+@pytest.mark.parametrize("name", MOE_PRESETS)
+def test_total_and_active_parameters_equal_hugging_face(name: str, moe_lowered: Any) -> None:
+    model = moe_lowered(name)
+    assert model.routing is not None
+    assert (model.parameter_count, model.active_parameter_count) == hugging_face_counts(model_config(name))
+
+
+def qwen3_moe_counts(hf: dict[str, Any], experts_key: str, qk_norm: bool) -> tuple[int, int]:
+    """(total, active) of a Qwen3-MoE or Mixtral config by hand: untied embedding and head (2 V h), the
+    final norm (h); per block Q, K, V, O (h d (2 H + 2 KV)), per-head Q and K norms (2 d, Qwen3), two
+    norms (2 h), the router (E h) and E SwiGLU experts (3 E h f); a token uses k of the E experts."""
+    h, v, layers = hf["hidden_size"], hf["vocab_size"], hf["num_hidden_layers"]
+    heads, kv = hf["num_attention_heads"], hf["num_key_value_heads"]
+    d = hf.get("head_dim", h // heads)
+    e, k = hf[experts_key], hf["num_experts_per_tok"]
+    f = hf.get("moe_intermediate_size", hf["intermediate_size"])
+    block = h * d * (2 * heads + 2 * kv) + (2 * d if qk_norm else 0) + 2 * h + e * h + 3 * e * h * f
+    total = 2 * v * h + h + layers * block
+    return total, total - layers * 3 * h * f * (e - k)
+
+
+def deepseek_v3_counts(hf: dict[str, Any]) -> tuple[int, int]:
+    """(total, active) of DeepSeek-V3 by hand. Per block: MLA (q_a h x 1536 and its norm, q_b 1536 x
+    H (nope + rope), kv_a h x (512 + rope) and its norm, kv_b 512 x H (nope + v), o H v x h), two norms;
+    then a dense SwiGLU MLP (3 h F, the first 3 blocks) or a MoE MLP (router E h, its score-correction
+    bias a buffer; E routed and 1 shared SwiGLU experts of width f); embedding, head and final norm."""
+    h, v, layers, dense = (
+        hf["hidden_size"],
+        hf["vocab_size"],
+        hf["num_hidden_layers"],
+        hf["first_k_dense_replace"],
+    )
+    heads, q_lora, kv_lora = hf["num_attention_heads"], hf["q_lora_rank"], hf["kv_lora_rank"]
+    nope, rope, v_dim = hf["qk_nope_head_dim"], hf["qk_rope_head_dim"], hf["v_head_dim"]
+    e, k, f, shared = (
+        hf["n_routed_experts"],
+        hf["num_experts_per_tok"],
+        hf["moe_intermediate_size"],
+        hf["n_shared_experts"],
+    )
+    attention = (
+        h * q_lora + q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope) + kv_lora
+        + kv_lora * heads * (nope + v_dim) + heads * v_dim * h + 2 * h
+    )  # fmt: skip
+    dense_block = attention + 3 * h * hf["intermediate_size"]
+    moe_block = attention + e * h + 3 * (e + shared) * h * f
+    total = 2 * v * h + h + dense * dense_block + (layers - dense) * moe_block
+    return total, total - (layers - dense) * 3 * h * f * (e - k)
+
+
+def gpt_oss_counts(hf: dict[str, Any]) -> tuple[int, int]:
+    """(total, active) of GPT-OSS by hand: Q, K, V and O with biases, an attention sink per head, two
+    norms; the router with its bias (E h + E) and E SwiGLU experts with biases (gate and up 2 f (h + 1),
+    down h (f + 1)); embedding, head and final norm."""
+    h, v, layers = hf["hidden_size"], hf["vocab_size"], hf["num_hidden_layers"]
+    heads, kv, d = hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"]
+    e, k, f = hf["num_local_experts"], hf["num_experts_per_tok"], hf["intermediate_size"]
+    attention = (h + 1) * heads * d + 2 * (h + 1) * kv * d + heads * d * h + h + heads
+    expert = 2 * f * (h + 1) + h * (f + 1)
+    total = 2 * v * h + h + layers * (attention + 2 * h + e * h + e + e * expert)
+    return total, total - layers * (e - k) * expert
+
+
+FULL_DEPTH: dict[str, tuple[int, int]] = {
+    "qwen3_30b_a3b": (30_532_122_624, 3_353_032_704),
+    "qwen3_235b_a22b": (235_093_634_560, 22_190_763_520),
+    "mixtral_8x7b": (46_702_792_704, 12_879_925_248),
+    "gpt_oss_120b": (116_829_156_672, 5_711_982_912),
+    "deepseek_v3": (671_026_404_352, 37_552_282_624),
+}
+"""(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
+116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out) and 671B/37B as published."""
+
+
+@pytest.mark.parametrize("name", MOE_PRESETS)
+def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
+    full = typed_full_depth(name)
+    hf = full.hf_config
+    if name == "deepseek_v3":
+        by_hand = deepseek_v3_counts(hf)
+    elif name == "gpt_oss_120b":
+        by_hand = gpt_oss_counts(hf)
+    else:
+        mixtral = name == "mixtral_8x7b"
+        by_hand = qwen3_moe_counts(hf, "num_local_experts" if mixtral else "num_experts", not mixtral)
+    assert by_hand == FULL_DEPTH[name] == hugging_face_counts(full)
+
+
+def typed_full_depth(name: str) -> ModelConfig:
+    """The preset at its full depth (no `SHALLOW` override)."""
+    from phazec.config.settings import typed
+    from tests.conftest import compose_config
+
+    cfg = typed(ModelConfig, compose_config(f"model={name}").model, "model")
+    assert isinstance(cfg, ModelConfig)
+    return cfg
+
+
+def test_deepseek_v3_moe_block_forward_flops_per_token(moe_lowered: Any) -> None:
+    """One DeepSeek-V3 MoE block's forward GEMM FLOPs per token (s = 4096, a multiply-add 2 FLOPs):
+    MLA projections 2 (h q_lora + q_lora H (nope + rope) + h (kv_lora + rope) + kv_lora H (nope + v)
+    + H v h); attention scores and context over all s keys 2 H s (nope + rope) + 2 H s v (unfused:
+    the causal mask does not skip work); the router 2 h E; 8 routed and 1 shared SwiGLU experts
+    (8 + 1) x 2 x 3 h f."""
+    model = moe_lowered("deepseek_v3")
+    h, s, heads, e, f = 7168, 4096, 128, 256, 2048
+    projections = 2 * (h * 1536 + 1536 * heads * 192 + h * (512 + 64) + 512 * heads * 256 + heads * 128 * h)
+    scores = 2 * heads * s * 192 + 2 * heads * s * 128
+    experts = (8 + 1) * 2 * 3 * h * f
+    per_token = projections + scores + 2 * h * e + experts
+    assert per_token == 2 * (
+        11_010_048 + 37_748_736 + 4_128_768 + 16_777_216 + 117_440_512 + 100_663_296 + 67_108_864 + 1_835_008
+        + 396_361_728
+    )  # fmt: skip
+    moe_block = model.layers[4]  # embedding, 3 dense blocks, then the first MoE block
+    assert moe_block.kind is LayerKind.BLOCK
+    graph = model.graph_of(moe_block.index)
+    gemm = sum(flops(op, graph) for op in graph.ops if op.kind is OpKind.GEMM)
+    assert gemm == per_token * s
+    assert model.routing is not None and model.routing.tokens_per_expert == s * 8 // e
+
+
+def test_capacity_factor_and_imbalance_scale_the_tokens_per_expert(tmp_path: Path) -> None:
+    """Capacity factor 1.25 (dropping) and imbalance 2 give 1.25 and 2 x the balanced 4096 x 2 / 8 tokens
+    per expert; the expert GEMMs' FLOPs scale with them."""
+    base = model_config("mixtral_8x7b")
+    shares = {}
+    for moe in (MoeConfig(), MoeConfig(capacity_factor=1.25), MoeConfig(imbalance=2.0)):
+        model = load_model(ModelConfig(**{**base.__dict__, "moe": moe}), tmp_path)
+        assert model.routing is not None
+        shares[(moe.imbalance, moe.capacity_factor)] = (
+            model.routing.tokens_per_expert,
+            model.routing.dropping,
+        )
+    assert shares == {(1.0, None): (1024, False), (1.0, 1.25): (1280, True), (2.0, None): (2048, False)}
+
+
+@pytest.mark.parametrize(
+    ("moe", "hf", "says"),
+    [
+        (MoeConfig(capacity_factor=0.0), {}, "model.moe.capacity_factor=0.0"),
+        (MoeConfig(imbalance=0.5), {}, "model.moe.imbalance=0.5"),
+        (MoeConfig(), {"num_experts_per_tok": 9}, "num_experts_per_tok=9"),
+    ],
+)
+def test_bad_routing_is_one_paragraph(moe: MoeConfig, hf: dict[str, int], says: str, tmp_path: Path) -> None:
+    base = model_config("mixtral_8x7b")
+    cfg = ModelConfig(**{**base.__dict__, "moe": moe, "hf_config": {**base.hf_config, **hf}})
+    with pytest.raises(PhazecError, match=r"^[^\n]*$") as err:
+        load_model(cfg, tmp_path)
+    assert says in str(err.value)
+
+
+def test_an_moe_without_a_static_formulation_is_refused(tmp_path: Path) -> None:
+    """Llama 4's experts are another module (every expert sees every token in transformers' code):
+    refused before export rather than priced as E times the work."""
+    hf = {"hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+          "num_experts_per_tok": 1, "vocab_size": 128, "head_dim": 16}  # fmt: skip
+    cfg = ModelConfig(name="tiny_llama4", arch="Llama4ForCausalLM", hf_config=hf, seq_len=64)
+    with pytest.raises(
+        PhazecError, match=r"^model 'tiny_llama4' \(Llama4ForCausalLM\) has experts .* not supported yet\.$"
+    ):
+        load_model(cfg, tmp_path)
+    assert not list((tmp_path / "onnx").glob("*.onnx"))

@@ -1,0 +1,247 @@
+"""Expert parallelism on a toy MoE block built by hand (2 experts, top-1, ep 2): the all-to-alls, their
+bytes and time, the per-device weights; bad expert-parallel settings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phazec.config.settings import settings_from_config, typed
+from phazec.cost.model import MODELS, op_costs
+from phazec.cost.network import sent_bytes
+from phazec.cost.ops import OpKind as CostKind
+from phazec.errors import PhazecError
+from phazec.hw.schema import HwConfig, SystemConfig
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import system_from_config
+from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Routing, Tensor
+from phazec.passes.pipeline import GraphSettings, training_pipeline
+from phazec.predict.layer_costs import op_table
+from tests.conftest import compose_config
+
+# --- The toy: one MoE block, 2 experts, top-1 ------------------------------------------------------
+# Per sample s = 4 tokens of h = 2 (bf16); top-1 over E = 2 experts puts C = 4 x 1 / 2 = 2 tokens on
+# each. x [4, 2] -> permute (a view, balanced) p [E=2, C=2, h=2] -> expert GEMM with w1 [2, 2, 2] ->
+# Relu -> expert GEMM with w2 [2, 2, 2] -> o [2, 2, 2] -> unpermute y [4, 2].
+S, H, E = 4, 2, 2
+
+
+def toy_model() -> Model:
+    def tokens(name: str) -> Tensor:
+        return Tensor(name, (E, S // E, H), "bfloat16", 1)
+
+    tensors = {
+        "x": Tensor("x", (S, H), "bfloat16", 0),
+        "w1": Tensor("w1", (E, H, H), "bfloat16"),
+        "w2": Tensor("w2", (E, H, H), "bfloat16"),
+        "y": Tensor("y", (S, H), "bfloat16", 0),
+        **{n: tokens(n) for n in ("p", "u", "r", "o")},
+    }
+    ops = [
+        Op("permute", "Reshape", OpKind.DATA, ("x",), ("p",)),
+        Op("up", "MatMul", OpKind.GEMM, ("p", "w1"), ("u",)),
+        Op("act", "Relu", OpKind.VECTOR, ("u",), ("r",)),
+        Op("down", "MatMul", OpKind.GEMM, ("r", "w2"), ("o",)),
+        Op("unpermute", "Reshape", OpKind.DATA, ("o",), ("y",)),
+    ]
+    graph = Graph(tensors, ops, ["x"], ["w1", "w2"], [], ["y"])
+    routing = Routing(
+        experts=E,
+        top_k=1,
+        tokens_per_expert=S // E,
+        expert_parameters=("w1", "w2"),
+        expert_parameter_count=16,
+    )
+    layer = Layer(0, "block.0", LayerKind.BLOCK, 0)
+    return Model("toy_moe", [layer], [], [LayerClass(graph, (0,))], 16, S, routing=routing)
+
+
+def test_toy_active_parameters_are_top_k_over_the_experts() -> None:
+    model = toy_model()
+    assert (model.parameter_count, model.active_parameter_count) == (16, 8)
+
+
+def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
+    """ep 2: a dispatch before the first expert GEMM and a combine after the last, forward and (the
+    autodiff pass) backward, each over the 2 devices. At microbatch 2 a device's permuted tokens are
+    2 x 4 x 2 bf16 = 32 B; an all-to-all over 2 devices sends (2 - 1) / 2 of them, 16 B. On a tier of
+    16 B/s (efficiency 1), 0.5 s per step and 0.25 s per call it takes 16 / 16 + 1 x 0.5 + 0.25 =
+    1.75 s. Each device holds 1 of the 2 experts: its expert GEMMs are 1 product of 4 x 2 rows per
+    sample (2 tokens from each device) instead of 2 of 2, and its weights 2 x (1 x 2 x 2) x 2 B = 16 B
+    of the 32, as are its gradients (plain SGD keeps no state)."""
+    split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(toy_model())[0].classes[0]
+    forward = [(op.op_type, op.inputs, op.outputs) for op in split.graph.ops]
+    assert forward == [
+        ("Reshape", ("x",), ("p",)),
+        ("AllToAll", ("p",), ("p.dispatched",)),
+        ("MatMul", ("p.dispatched", "w1"), ("u",)),
+        ("Relu", ("u",), ("r",)),
+        ("MatMul", ("r", "w2"), ("o",)),
+        ("AllToAll", ("o",), ("o.combined",)),
+        ("Reshape", ("o.combined",), ("y",)),
+    ]
+    graph = split.graph
+    assert [graph.tensors[t].shape for t in ("p", "p.dispatched", "u", "o", "o.combined", "w1")] == [
+        (2, 2, 2), (1, 4, 2), (1, 4, 2), (1, 4, 2), (2, 2, 2), (1, 2, 2)
+    ]  # fmt: skip
+    assert split.backward is not None
+    backward = [op for op in split.backward.ops if op.op_type == "AllToAll"]
+    assert [op.attrs["group"] for op in [*graph.ops, *backward] if op.op_type == "AllToAll"] == [2] * 4
+    system = system_from_config(
+        typed(SystemConfig, {"name": "two", "devices": 2, "global_batch": 4, "tiers": [
+            {"group_size": 2, "bandwidth_bytes_per_s": 16.0, "latency_s": 0.5, "call_latency_s": 0.25}]},
+            "system"),
+    )  # fmt: skip
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw")))
+    for g, is_backward in ((graph, False), (split.backward, True)):
+        table = op_table(g, 2, is_backward)
+        exchanges = np.flatnonzero(table.kind == CostKind.ALL_TO_ALL)
+        assert len(exchanges) == 2
+        assert table.collective_bytes[exchanges].tolist() == [32.0, 32.0]
+        assert sent_bytes(table)[exchanges].tolist() == [16.0, 16.0]
+        seconds = op_costs(table, designs, system, MODELS["tiled"]).all_cores_s[exchanges, 0]
+        assert seconds.tolist() == [1.75, 1.75]
+    gemms = [op for op in graph.ops if op.op_type == "MatMul"]
+    assert [graph.tensors[op.outputs[0]].shape_at(2) for op in gemms] == [(1, 8, 2)] * 2
+    memory = split.memory
+    assert memory is not None
+    assert (memory.parameter_count, memory.parameter_bytes, memory.gradient_bytes) == (8, 16, 16)
+    whole = training_pipeline(1).run(toy_model())[0].classes[0].memory
+    assert whole is not None and whole.parameter_bytes == 32
+
+
+def test_expert_parallelism_needs_experts_it_divides() -> None:
+    with pytest.raises(
+        PhazecError,
+        match=r"^ep=3 does not divide the model's 2 routed experts.*valid widths: 1, 2\. "
+        r"\(pass expert-parallel",
+    ):
+        training_pipeline(1, GraphSettings(expert_parallel=3)).run(toy_model())
+
+
+PLAN = ("hw=h100", "system=dgx_h100", "system.devices=16", "system.global_batch=64", "tracking=none")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("model=llama2_7b", "plan.ep=2"),
+            r"^plan.ep=2 \(expert parallelism\) does not apply to model 'llama2_7b': it has no "
+            r"Mixture-of-Experts layers .* use plan.ep=1, or a MoE model such as model=qwen3_30b_a3b\.$",
+        ),
+        (
+            ("model=mixtral_8x7b", "train.ep=3"),
+            r"^train.ep=3 does not divide the 8 routed experts of model 'mixtral_8x7b'.* "
+            r"valid: \[1, 2, 4, 8\]\.$",
+        ),
+        (
+            ("model=qwen3_30b_a3b", "plan.ep=32"),
+            r"^plan.ep=32 does not divide the 16 devices \(system.devices\)",
+        ),
+        (
+            ("model=mixtral_8x7b", "model.hf_config.num_experts_per_tok=9"),
+            r"^model.hf_config.num_experts_per_tok=9 is not valid for 8 experts",
+        ),
+        (
+            ("model=mixtral_8x7b", "model.moe.capacity_factor=0"),
+            r"^model.moe.capacity_factor=0.0 is not valid: give a positive factor",
+        ),
+        (
+            ("model=mixtral_8x7b", "model.moe.capacity_factor=-1.5"),
+            r"^model.moe.capacity_factor=-1.5 is not valid",
+        ),
+    ],
+)
+def test_bad_expert_settings_are_one_paragraph_before_any_work(
+    overrides: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    """Each is refused when the settings are read: nothing is exported into the empty cache."""
+    from phazec.commands.plan import predict_plan
+
+    with pytest.raises(PhazecError, match=message) as err:
+        predict_plan(settings_from_config(compose_config(*PLAN, *overrides, f"cache_dir={tmp_path}")))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_a_plans_ep_must_divide_its_stage_devices(tmp_path: Path) -> None:
+    from phazec.commands.plan import predict_plan
+
+    overrides = ("model=qwen3_30b_a3b", "plan.ep=16", "plan.dp=8", "plan.pp=2", f"cache_dir={tmp_path}")
+    with pytest.raises(PhazecError, match=r"^plan.ep=16 does not divide the 8 devices of a pipeline stage"):
+        predict_plan(settings_from_config(compose_config(*PLAN, *overrides)))
+    assert not (tmp_path / "onnx").exists()
+
+
+MOE_PLAN = (
+    "model=qwen3_30b_a3b", "model.hf_config.num_hidden_layers=2", "model.seq_len=512",
+    "model.baseline={pp: 2, dp: 8, tp: 1}", "hw=tpuv4", "system=dgx_a100", "system.devices=16",
+    "system.global_batch=32", "train.optimizer=adam", "tracking=none", "plan.pp=2", "plan.dp=8",
+    "plan.ep=8", "plan.microbatch=2", "plan.recompute=full",
+)  # fmt: skip
+
+
+@pytest.mark.slow  # a search on the TPUv4 design: about two minutes
+def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
+    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism: the
+    same time to the bit from `phazec-plan` and from the search's fixed plan (the C++ DP's model), and
+    the all-to-alls in its breakdown (two NVLink nodes of 8: each ep group inside one)."""
+    from phazec.commands.plan import predict_plan
+    from phazec.commands.search import run_search
+    from phazec.config.settings import tpuv4_space
+
+    report = predict_plan(settings_from_config(compose_config(*MOE_PLAN, f"cache_dir={cache_dir}")))
+    assert report.fits and report.breakdown.ep_communication_s > 0
+    assert report.breakdown.total_s == pytest.approx(report.time_per_batch_s, rel=1e-12)
+    search = compose_config(
+        *MOE_PLAN, f"cache_dir={cache_dir}", "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
+        "train.last_stage_recomputes=true", "train.optimizer_step=true", "system.hbm_gb=[80]",
+        "search.workers=1",
+    )  # fmt: skip
+    result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
+    fixed = result["baselines"]["found_design_megatron_plan"]
+    assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    assert result["plan"]["dp"] % 8 == 0
+
+
+def test_toy_iteration_by_hand_on_two_devices() -> None:
+    """The toy block on 2 devices with ep 2, 2 microbatches of 2 samples, in the placement model. Its
+    per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
+    path (the previous test's) = 4.5 s; backward 2 s + 2 x 1.75 = 5.5 s; 16 B of weights (one expert
+    of two), 2 x 32 B of stash. ep 2 leaves only d = 2 (one replica per device, one microbatch each):
+    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce of the 16 B over the 2 devices:
+    2 x 1/2 x 16 / 16 + 2 x 1 x 0.5 = 2 s: 12 s per batch. Memory per device: weights and gradients
+    16 + 16, one microbatch's 64 B in flight: 96 B. (Megatron reduces expert gradients over
+    devices / (ep x pp) = 1 device: no sync; phazec reduces every gradient over the d replicas, a
+    simplification docs/model/moe.md lists.)"""
+    from phazec.hw.system import NetworkTier
+    from phazec.solvers.placement.problem import Placement, PlacementProblem
+    from tests.solvers.placement.placement_reference import best_placement, plan_settings
+
+    problem = PlacementProblem(
+        t_values=np.array([1]),
+        forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
+        backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
+        param_bytes=np.array([[16]]),
+        activation_bytes=np.array([[64]]),
+        stash_bytes=np.array([[64]]),
+        input_bytes=np.array([[16]]),
+        tensor_parallel=np.zeros((1, 1), dtype=bool),
+        edges=np.zeros((0, 2), dtype=np.int64),
+        edge_bytes=np.zeros(0, dtype=np.int64),
+        device_count=2,
+        microbatch_count=2,
+        samples_per_microbatch=2,
+        tiers=(NetworkTier(2, 16.0, 0.5),),
+    )
+    placed = best_placement(problem, 10**6, plan_settings(ep=2))
+    assert isinstance(placed, Placement)
+    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 12.0)
+    assert [s.memory_bytes for s in placed.stages] == [96]
+    # On one device no data-parallel width makes an expert-parallel group of 2: no plan.
+    alone = best_placement(replace(problem, device_count=1), 10**6, plan_settings(ep=2))
+    assert not isinstance(alone, Placement)
