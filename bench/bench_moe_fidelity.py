@@ -13,10 +13,12 @@ global batch x sequence / (tokens/s per GPU x GPUs).
 
 Split, written down before anything is run: nothing is fitted here. The H100's device constants are
 the ones `bench_fidelity.py` fitted on the dense rows of `public-runs.csv` (conf/hw/h100.yaml), so
-every MoE row phazec can express is held out (`CALIBRATION` is empty). Rows phazec cannot express yet
-are listed with the reason: FP8 or MXFP8, ZeRO-3 / FSDP (`zero_stage` 3) and the B200, GB200, GB300
-and H800 chips wait for issue 40; tensor parallelism of MoE blocks is not modelled; some models have
-no preset.
+every MoE row phazec can express is held out (`CALIBRATION` is empty); the B200's and GB200's
+utilisation are the ones `bench_fidelity_modern.py` fitted on their dense rows. A row runs in its
+precision (`plan.precision`), zero stage (`plan.zero_stage`) and context-parallel width (`plan.cp`) on
+its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one rack in 64-GPU NVLink
+domains, as there). Rows phazec cannot express yet are listed with the reason: the H800 has no
+preset; tensor parallelism of MoE blocks is not modelled; some models have no preset.
 """
 
 import csv
@@ -37,6 +39,7 @@ from phazec.predict.plan_report import PlanReport, time_plan
 from phazec.predict.training import Knobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_fidelity_modern
 import fidelity_kernels
 import fidelity_models
 
@@ -52,9 +55,6 @@ PRESETS = {
     "openai/gpt-oss-120b": "gpt_oss_120b",
 }
 """The row's Hugging Face config -> phazec's preset of it."""
-
-CHIPS = {"H100": ("h100", "dgx_h100")}
-"""GPU named in the row -> (hw preset, system preset); other chips wait for issue 40."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,11 @@ class MoeRun:
     recompute: str
     gpus: int
     measured_s: float
+    precision: str
+    zero_stage: int
+    cp: int
+    gpus_per_domain: int | None
+    """The NVLink domain's size where it is not the system preset's."""
 
 
 def measured_s(row: dict[str, str]) -> float:
@@ -89,12 +94,13 @@ def measured_s(row: dict[str, str]) -> float:
 
 def expressible(row: dict[str, str]) -> MoeRun | str:
     """The run phazec times for a MoE row, or why it cannot yet."""
-    chip = next((CHIPS[name] for name in CHIPS if name in row["gpu"]), None)
+    chips = bench_fidelity_modern.CHIPS
+    chip = next((chips[name] for name in chips if name in row["gpu"]), None)
     preset = PRESETS.get(row["hf_config"].split(" ")[0])
+    zero = row["zero_stage"].strip()[:1]
     reasons = (
-        (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset (issue 40)"),
-        (not row["precision"].startswith("bf16"), f"precision {row['precision'].split(' ')[0]} (issue 40)"),
-        (row["zero_stage"].startswith("3"), "ZeRO-3 / FSDP sharding (issue 40)"),
+        (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset"),
+        (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
         (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
         (not row["ep"], "expert-parallel width not stated"),
@@ -103,6 +109,8 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         if hit:
             return reason
     assert chip is not None and preset is not None
+    gpus = int(row["gpus"])
+    multi_rack = chip[1].endswith("nvl72") and gpus > 72 and gpus % 64 == 0
     return MoeRun(
         row_id=row["source_id"],
         preset=preset,
@@ -118,8 +126,12 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         ep=int(row["ep"]),
         interleave=int(row["interleave"] or 1),
         recompute="selective" if row["recompute"].startswith("selective") else "none",
-        gpus=int(row["gpus"]),
+        gpus=gpus,
         measured_s=measured_s(row),
+        precision=row["precision"].strip().split(" ")[0].lower(),
+        zero_stage=int(zero),
+        cp=int(row["cp"] or 1),
+        gpus_per_domain=64 if multi_rack else None,
     )
 
 
@@ -134,7 +146,9 @@ def predict(run: MoeRun) -> PlanReport:
                 f"system.global_batch={run.global_batch}", "tracking=none", "train.optimizer=adam",
                 f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",
                 f"plan.microbatch={run.microbatch}", f"plan.interleave={run.interleave}",
-                f"plan.recompute={run.recompute}", "plan.zero_stage=1",
+                f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
+                f"plan.precision={run.precision}", f"plan.cp={run.cp}",
+                *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 "plan.overlap_grad_reduce=true", "plan.overlap_param_gather=true",
                 "hw.device.attention=flash", "hw.device.collectives_hold_cores=false",
                 "solver.node_limit=200", "solver.search_node_limit=100000",
