@@ -85,7 +85,7 @@ def best_time_s(problem: PlacementProblem, variant: Variant) -> float | None:
         one = plan_figures(problem, variant, stages, 1)
         k = sum(stage.devices for stage in one.placement.stages)
         for d in range(1, min(problem.microbatch_count, problem.device_count // k) + 1):
-            if (d * variant.t) % ep:
+            if (d * variant.t * int(variant.settings.get("cp", 1))) % ep:
                 continue
             placement = (one if d == 1 else plan_figures(problem, variant, stages, d)).placement
             if placement.fits_hbm and (best is None or placement.time_per_batch_s < best):
