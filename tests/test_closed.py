@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from phazec.hw.space import design_count, enumerate_designs, hw_space_from_confi
 from phazec.hw.system import system_from_config
 from phazec.util import sealed
 from tests.conftest import compose_config
+from tests.store_guard import HERE as GUARD_DIR
 from tests.test_robust import TINY, run
 
 # --- Names that become paths ----------------------------------------------------------------------
@@ -195,6 +197,17 @@ LAUNCH = "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); from phaz
 (whose Ctrl-C is not ignored, as a background job's is)."""
 
 
+def unguarded() -> dict[str, str]:
+    """This process's environment without the store guard's `sitecustomize` (tests/store_guard): its
+    audit hook runs Python code at every event, and a signal handler that runs inside an audit hook
+    has its `SystemExit` printed and dropped by the interpreter, so the command would go on. The
+    command writes no store (tracking=none) and phazec installs no audit hook of its own."""
+    env = {key: value for key, value in os.environ.items() if key != "PHAZEC_STORE_GUARD"}
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != GUARD_DIR]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
 def catches_sigterm(pid: int) -> bool:
     """Whether process `pid` has a handler for SIGTERM (Python's own start-up installs none)."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -222,6 +235,7 @@ def test_a_signal_at_start_up_is_one_line_and_130_or_143(tmp_path: Path, signum:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        env=unguarded(),
     )
     while not catches_sigterm(process.pid):
         time.sleep(0.001)
