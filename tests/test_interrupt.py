@@ -38,7 +38,7 @@ from phazec.predict.training import Knobs
 from phazec.search import loop as explore
 from phazec.search.executors.local import Workers
 from phazec.solvers.schema import SolverConfig
-from phazec.util.interrupt import Interrupted, interruptible
+from phazec.util.interrupt import Interrupted, held_by_the_system, interruptible
 from tests.conftest import compose_config
 from tests.search.test_search import QUICK, SMALL, answer, search
 
@@ -357,6 +357,20 @@ def test_sigterm_is_interrupted_with_status_143() -> None:
     assert Interrupted(signal.SIGINT).exit_status == 130
     assert pickle.loads(pickle.dumps(stopped.value)).exit_status == 143  # as a worker's result
     assert signal.getsignal(signal.SIGTERM) is before  # the old handler is back
+
+
+def test_a_signal_held_by_the_system_is_handled_when_the_block_ends() -> None:
+    """A signal during the commands' import waits until it ends: raised inside highspy's compiled
+    initialisation, the handler's exit became an `ImportError` traceback (CI, stop 47)."""
+    ran: list[str] = []
+    with pytest.raises(Interrupted), interruptible():
+        with held_by_the_system():
+            signal.raise_signal(signal.SIGTERM)  # to this thread (pytest's other threads block nothing)
+            time.sleep(0.2)  # a handler would have run by now
+            ran.append("rest of the block")
+        ran.append("after the block")
+    assert ran == ["rest of the block"]
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the mask is back
 
 
 def test_two_searches_share_one_new_store_and_cache(tmp_path: Path, cache_dir: Path) -> None:

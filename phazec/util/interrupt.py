@@ -61,6 +61,19 @@ def outside_jobs() -> None:
 
 
 @contextlib.contextmanager
+def held_by_the_system() -> Iterator[None]:
+    """Block SIGINT and SIGTERM for the block, so the system holds one that arrives until the block
+    ends, when it is handled. For importing the commands: a handler's exception raised inside a
+    compiled module's initialisation (highspy's) comes out as that module's `ImportError`, and an
+    optional import's `except ImportError` would even swallow it. The imports take a second or two."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+@contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back after."""
     old = {s: signal.signal(s, _raise) for s in SIGNALS}
