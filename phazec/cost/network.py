@@ -6,14 +6,23 @@ from numpy.typing import NDArray
 from phazec.cost.ops import OpKind, OpTable
 from phazec.hw.system import System
 
+Figures = tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]
+"""Per operator: its tier's reached bandwidth (bytes/s), its latency per step and its call latency (s)."""
 
-def _tier_index(group_size: NDArray[np.int64], system: System) -> NDArray[np.int64]:
-    """Index of the first tier covering each group; PhazecError when a group exceeds every tier."""
+
+def _tier_figures(group_size: NDArray[np.int64], used: NDArray[np.bool_], system: System) -> Figures:
+    """The figures of the first tier covering each `used` operator's group (the first tier's for the
+    others); PhazecError when a group exceeds every tier."""
     sizes = np.array([tier.group_size for tier in system.tiers], dtype=np.int64)
-    index = np.searchsorted(sizes, group_size, side="left")
+    groups = np.where(used, group_size, 1)
+    index = np.searchsorted(sizes, groups, side="left")
     if (index >= sizes.size).any():
-        system.tier_for(int(group_size[index >= sizes.size][0]))  # raises with the message
-    return index
+        system.tier_for(int(groups[index >= sizes.size][0]))  # raises with the message
+    return (
+        np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index],
+        np.array([tier.latency_s for tier in system.tiers])[index],
+        np.array([tier.call_latency_s for tier in system.tiers])[index],
+    )
 
 
 COMMUNICATING = (OpKind.ALL_REDUCE, OpKind.ALL_TO_ALL, OpKind.P2P)
@@ -43,10 +52,7 @@ def ring_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     rings = ops.ring_steps > 0
     if not rings.any():
         return np.zeros(len(ops))
-    index = _tier_index(np.where(rings, ops.group_size, 1), system)
-    bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index]
-    latency = np.array([tier.latency_s for tier in system.tiers])[index]
-    call_s = np.array([tier.call_latency_s for tier in system.tiers])[index]
+    bandwidth, latency, call_s = _tier_figures(ops.group_size, rings, system)
     ring_s: NDArray[np.float64] = ops.ring_steps * (ops.ring_bytes / bandwidth + latency) + rings * call_s
     return ring_s
 
@@ -70,10 +76,7 @@ def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     communicates = np.isin(ops.kind, COMMUNICATING)
     if not communicates.any():
         return np.zeros(len(ops))
-    index = _tier_index(np.where(communicates, ops.group_size, 1), system)
-    bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])[index]
-    latency = np.array([tier.latency_s for tier in system.tiers])[index]
-    call_s = np.array([tier.call_latency_s for tier in system.tiers])[index]
+    bandwidth, latency, call_s = _tier_figures(ops.group_size, communicates, system)
     g = ops.group_size - 1.0
     steps = np.select([ops.kind == kind for kind in COMMUNICATING], [2.0 * g, g, 1.0], 0.0)
     wire_s = np.where(ops.kind == OpKind.ALL_TO_ALL, exchange_s(ops, system), sent_bytes(ops) / bandwidth)
