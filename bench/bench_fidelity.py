@@ -7,17 +7,17 @@ latency against NeuSight's measured A100 and H100 kernels (issue 15).
                                                         # hw.device override, on every row
 
 Runs: `../shared/validation/public-runs.csv` (62 published runs; see its README). A row is predicted
-with phazec's one model of time as `phazec-plan` times a plan (`predict`; the model exported with
-two blocks and repeated to its depth by `fidelity_models.deepen`, so a 128-layer model lowers in
-seconds): Megatron's stages, 1F1B with the row's interleave, recompute (full in every stage, the last
-too; selective for the Megatron-Core rows, whose flash attention keeps no s x s scores and recomputes
-them in the backward pass), the attention kernel the run used (`Run.attention`), sequence parallelism,
-`tp`, `pp`, `dp`, mixed-precision Adam and its optimizer step, on the chip's hw preset (`a100`, `h100`,
-`v100`) and system (`dgx_a100`, `dgx_h100`, `dgx2_v100`; `jean_zay_a100` for BLOOM's Omni-Path
-cluster, `CLUSTERS`) with the row's GPU count and global batch, its blocks split over the stages
-evenly or as Megatron-DeepSpeed's partition (`stage_blocks`). The
-measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per GPU) with the FLOP
-count its source used (see `measured_s`). Rows phazec cannot express are listed with the reason.
+with phazec's one model of time as `phazec-plan` times a plan (`predict`; the model lowered at its depth
+in seconds, `phazec.frontend.depth` exporting two blocks and repeating them): Megatron's stages, 1F1B
+with the row's interleave, recompute (full in every stage, the last too; selective for the Megatron-Core
+rows, whose flash attention keeps no s x s scores and recomputes them in the backward pass), the
+attention kernel the run used (`Run.attention`), sequence parallelism, `tp`, `pp`, `dp`, mixed-precision
+Adam and its optimizer step, on the chip's hw preset (`a100`, `h100`, `v100`) and system (`dgx_a100`,
+`dgx_h100`, `dgx2_v100`; `jean_zay_a100` for BLOOM's Omni-Path cluster, `CLUSTERS`) with the row's GPU
+count and global batch, its blocks split over the stages evenly or as Megatron-DeepSpeed's partition
+(`stage_blocks`). The measured seconds per iteration are the row's own, or FLOPs / (GPUs * TFLOP/s per
+GPU) with the FLOP count its source used (see `measured_s`). Rows phazec cannot express are listed with
+the reason.
 
 Split, written down before fitting: CALIBRATION below; every other expressible row is held out.
 Fit (`fit_chips`): `hw.device.gemm_utilisation` per chip and one `hw.device.kernel_latency_s`, on a
@@ -42,18 +42,15 @@ from numpy.typing import NDArray
 from omegaconf import DictConfig, open_dict
 
 from phazec.cli import conf_dir
-from phazec.commands.setup import graph_settings, setup
+from phazec.commands.setup import setup
 from phazec.config.settings import settings_from_config
-from phazec.frontend import load_model
 from phazec.hw.designs import Designs
-from phazec.passes.pipeline import training_graphs
 from phazec.predict.evaluator import Evaluator
 from phazec.predict.plan_report import Plan, PlanReport, time_plan
 from phazec.predict.training import Knobs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fidelity_kernels
-import fidelity_models
 
 RUNS = fidelity_kernels.shared_dir() / "validation" / "public-runs.csv"
 
@@ -205,8 +202,8 @@ def stage_blocks(layers: int, pp: int) -> tuple[int, ...] | None:
 
 
 def gpt_dims(run: Run) -> dict[str, int]:
-    """The Hugging Face GPT-2 config keys of a run's dimensions, with two blocks."""
-    return {"n_embd": run.hidden, "n_layer": 2, "n_head": run.heads, "n_inner": run.ffn,
+    """The Hugging Face GPT-2 config keys of a run's dimensions."""
+    return {"n_embd": run.hidden, "n_layer": run.layers, "n_head": run.heads, "n_inner": run.ffn,
             "vocab_size": run.vocab, "n_positions": run.seq_len}  # fmt: skip
 
 
@@ -214,8 +211,8 @@ def run_config(
     run: Run, overrides: tuple[str, ...] = (), model: str = "gpt3_175b", dims: dict[str, int] | None = None
 ) -> DictConfig:
     """The phazec config of a run: the architecture of the `model` preset (GPT-2's by default) at the
-    row's dimensions (`dims`, Hugging Face config keys with two blocks; `gpt_dims` by default) on its
-    chip (`prepare` repeats the blocks to the row's depth); `overrides` (Hydra's `key=value`) last."""
+    row's dimensions (`dims`, Hugging Face config keys; `gpt_dims` by default) on its chip;
+    `overrides` (Hydra's `key=value`) last."""
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         cfg = compose(
             "config",
@@ -271,16 +268,12 @@ class Prepared:
 def prepare(
     run: Run, overrides: tuple[str, ...] = (), model: str = "gpt3_175b", dims: dict[str, int] | None = None
 ) -> Prepared:
-    """Set a run up as `phazec-plan` does (`phazec.commands.setup.setup` with the plan's knobs), its model
-    exported with two blocks and repeated to its depth; `overrides`, `model` and `dims` as in
-    `run_config`."""
+    """Set a run up as `phazec-plan` does (`phazec.commands.setup.setup` with the plan's knobs);
+    `overrides`, `model` and `dims` as in `run_config`."""
     settings = settings_from_config(run_config(run, overrides, model, dims))
     plan = settings.plan
     job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
-    deep = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
-    options = graph_settings(settings, job.designs.device, plan.training)
-    graphs = training_graphs(deep, [run.tp], options)
-    return Prepared(run, plan, replace(job.evaluator, graphs=graphs), job.designs)
+    return Prepared(run, plan, job.evaluator, job.designs)
 
 
 @dataclass(frozen=True)

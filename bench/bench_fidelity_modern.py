@@ -7,7 +7,7 @@ GB200, GB300), per chip and per feature (issue 40).
     .venv/bin/python bench/bench_fidelity_modern.py hw.device.attention_utilisation=0.6   # a what-if
 
 Each row is predicted with `bench_fidelity.py`'s machinery (`bench_fidelity.prepare` and `predict`: its
-plan timed as `phazec-plan` times it, the model exported with two blocks and repeated to its depth), as
+plan timed as `phazec-plan` times it), as
 a Llama block (`model=llama3_8b`'s architecture at the row's hidden size, FFN, heads, key-value heads and
 vocabulary) on its chip's hw and system presets (`CHIPS`) with the row's GPU count, global batch,
 microbatch, tp, pp, dp, interleave, recompute, sequence parallelism, and its precision, zero stage and
@@ -117,9 +117,9 @@ class ModernRun:
         )
 
     def dims(self) -> dict[str, int]:
-        """The Llama config keys of the row's dimensions, with two blocks."""
+        """The Llama config keys of the row's dimensions."""
         r = self.run
-        return {"hidden_size": r.hidden, "intermediate_size": r.ffn, "num_hidden_layers": 2,
+        return {"hidden_size": r.hidden, "intermediate_size": r.ffn, "num_hidden_layers": r.layers,
                 "num_attention_heads": r.heads, "num_key_value_heads": self.kv_heads, "vocab_size": r.vocab,
                 "max_position_embeddings": r.seq_len}  # fmt: skip
 

@@ -4,11 +4,11 @@
     .venv/bin/python bench/bench_moe_fidelity.py
 
 A row is timed as `phazec-plan` times its plan (`phazec.predict.plan_report.time_plan`), its preset's
-model exported with two blocks and repeated to the row's depth (`fidelity_models.deepen`): the row's
-tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and system presets, as
-Megatron-Core runs them (distributed optimizer, overlapped gradient reduction and parameter gather,
-flash attention, selective recompute where the row names one; mixed-precision Adam), balanced
-routing (NVIDIA's MoE benchmarks force it). Measured seconds per iteration: the row's own, else
+model at the row's depth (DeepSeek-V3's with its dense blocks first: the csv's `layers` less
+`moe_layers`): the row's tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and
+system presets, as Megatron-Core runs them (distributed optimizer, overlapped gradient reduction and
+parameter gather, flash attention, selective recompute where the row names one; mixed-precision Adam),
+balanced routing (NVIDIA's MoE benchmarks force it). Measured seconds per iteration: the row's own, else
 global batch x sequence / (tokens/s per GPU x GPUs).
 
 Split, written down before anything is run: nothing is fitted here. The H100's device constants are
@@ -24,18 +24,16 @@ preset; tensor parallelism of MoE blocks is not modelled; some models have no pr
 import csv
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
 
 from phazec.cli import conf_dir
-from phazec.commands.setup import graph_settings, setup
+from phazec.commands.setup import setup
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
-from phazec.frontend import load_model
-from phazec.passes.pipeline import training_graphs
 from phazec.predict.plan_report import PlanReport, time_plan
 from phazec.predict.training import Knobs
 
@@ -43,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_fidelity
 import bench_fidelity_modern
 import fidelity_kernels
-import fidelity_models
 
 RUNS = fidelity_kernels.shared_dir() / "validation" / "modern-runs.csv"
 
@@ -68,6 +65,8 @@ class MoeRun:
     chip: str
     system: str
     layers: int
+    dense_layers: int
+    """Dense blocks before the MoE ones (DeepSeek's `first_k_dense_replace`; 0 for the others)."""
     seq_len: int
     global_batch: int
     microbatch: int
@@ -106,10 +105,6 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset"),
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
-        (
-            preset == "deepseek_v3",
-            "3 dense blocks before 58 MoE ones: the two-block export this bench deepens has one block class",
-        ),
         (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
         (
             not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
@@ -129,6 +124,7 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         chip=chip[0],
         system=chip[1],
         layers=int(row["layers"]),
+        dense_layers=int(row["layers"]) - int(row["moe_layers"] or row["layers"]),
         seq_len=int(row["seq_len"]),
         global_batch=int(row["global_batch"]),
         microbatch=int(row["microbatch"] or 1),
@@ -149,12 +145,15 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
 
 
 def predict(run: MoeRun) -> PlanReport:
-    """The row's plan timed as `phazec-plan` times it, its model exported with two blocks and deepened."""
+    """The row's plan timed as `phazec-plan` times it."""
+    deepseek = run.preset == "deepseek_v3"
+    dense = [f"model.hf_config.first_k_dense_replace={run.dense_layers}"] if deepseek else []
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         cfg = compose(
             "config",
             overrides=[
-                f"model={run.preset}", "model.hf_config.num_hidden_layers=2", f"model.seq_len={run.seq_len}",
+                f"model={run.preset}", f"model.hf_config.num_hidden_layers={run.layers}",
+                *dense, f"model.seq_len={run.seq_len}",
                 f"hw={run.chip}", f"system={run.system}", f"system.devices={run.gpus}",
                 f"system.global_batch={run.global_batch}", "tracking=none", "train.optimizer=adam",
                 f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",
@@ -171,9 +170,7 @@ def predict(run: MoeRun) -> PlanReport:
     settings = settings_from_config(cfg)
     plan = settings.plan
     job = setup(settings, Knobs.single(plan.training, round(max(settings.system.hbm_bytes))), widths=[run.tp])
-    model = fidelity_models.deepen(load_model(settings.model, settings.cache_dir), run.layers)
-    graphs = training_graphs(model, [run.tp], graph_settings(settings, job.designs.device, plan.training))
-    return time_plan(plan, replace(job.evaluator, graphs=graphs), job.designs)
+    return time_plan(plan, job.evaluator, job.designs)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from phazec.errors import PhazecError
+from phazec.frontend.depth import deepened, shallow
 from phazec.frontend.export import DTYPES, exported_onnx
 from phazec.frontend.lower import lower_onnx, scores_length
 from phazec.frontend.schema import ModelConfig
@@ -74,15 +75,18 @@ def onnx_path(path: str) -> None:
 
 
 def load_model(cfg: ModelConfig, cache_dir: Path) -> Model:
-    """Lower a model preset to the IR, exporting (and caching) Hugging Face models to ONNX first."""
+    """Lower a model preset to the IR, exporting (and caching) Hugging Face models to ONNX first: with
+    two blocks of each run of identical blocks, repeated to its length in the IR (`phazec.frontend.depth`)."""
     validate(cfg)
     if cfg.source == "onnx":
         model = lower_onnx(Path(cfg.path).expanduser(), cfg.name, cfg.seq_len)
         say_seq_len(model, cfg.seq_len)
         return model
     with stage("export"):
-        path = exported_onnx(cfg, cache_dir)
-    return lower_onnx(path, cfg.name, cfg.seq_len)
+        plan = shallow(cfg, cache_dir)
+        path = exported_onnx(plan.cfg if plan is not None else cfg, cache_dir)
+    model = lower_onnx(path, cfg.name, cfg.seq_len)
+    return deepened(model, plan) if plan is not None else model
 
 
 def say_seq_len(model: Model, given: int) -> None:
