@@ -7,9 +7,10 @@ A row is timed as `phazec-plan` times its plan (`phazec.predict.plan_report.time
 model at the row's depth (DeepSeek-V3's with its dense blocks first: the csv's `layers` less
 `moe_layers`): the row's tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and
 system presets, as Megatron-Core runs them (distributed optimizer, overlapped gradient reduction and
-parameter gather, flash attention, selective recompute where the row names one; mixed-precision Adam),
-balanced routing (NVIDIA's MoE benchmarks force it). Measured seconds per iteration: the row's own, else
-global batch x sequence / (tokens/s per GPU x GPUs).
+parameter gather but in SimuMax's runs, which disable every overlap, `MoeRun.overlaps`; flash attention,
+selective recompute where the row names one; mixed-precision Adam), balanced routing (NVIDIA's MoE
+benchmarks force it). Measured seconds per iteration: the row's own, else global batch x sequence /
+(tokens/s per GPU x GPUs).
 
 Split, written down before anything is run: nothing is fitted here. The H100's device constants are
 the ones `bench_fidelity.py` fitted on the dense rows of `public-runs.csv` (conf/hw/h100.yaml), so
@@ -85,6 +86,10 @@ class MoeRun:
     """The NVLink domain's size where it is not the system preset's."""
     layers_per_stage: tuple[int, ...] | None
     """Blocks per stage when they do not split evenly (`bench_fidelity.stage_blocks`)."""
+    overlaps: bool
+    """The run overlaps its gradient reduction and parameter gather with compute and runs NCCL off the
+    compute stream (Megatron-Core's settings in NVIDIA's and NeMo's benchmarks); SimuMax's Megatron-LM
+    runs disable every overlap (as in `bench_fidelity_modern.py`)."""
 
 
 def measured_s(row: dict[str, str]) -> float:
@@ -141,11 +146,13 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         cp=int(row["cp"] or 1),
         gpus_per_domain=64 if multi_rack else None,
         layers_per_stage=bench_fidelity.stage_blocks(int(row["layers"]), int(row["pp"])),
+        overlaps=not row["source_id"].startswith("SIMUMAX"),
     )
 
 
 def predict(run: MoeRun) -> PlanReport:
     """The row's plan timed as `phazec-plan` times it."""
+    overlaps, not_overlaps = str(run.overlaps).lower(), str(not run.overlaps).lower()
     deepseek = run.preset == "deepseek_v3"
     dense = [f"model.hf_config.first_k_dense_replace={run.dense_layers}"] if deepseek else []
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
@@ -162,8 +169,8 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
-                "plan.overlap_grad_reduce=true", "plan.overlap_param_gather=true",
-                "hw.device.attention=flash", "hw.device.collectives_hold_cores=false",
+                f"plan.overlap_grad_reduce={overlaps}", f"plan.overlap_param_gather={overlaps}",
+                "hw.device.attention=flash", f"hw.device.collectives_hold_cores={not_overlaps}",
                 "solver.node_limit=200", "solver.search_node_limit=100000",
             ],
         )  # fmt: skip
