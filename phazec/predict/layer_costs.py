@@ -156,19 +156,46 @@ def reads_weight(op: Op, graph: Graph) -> bool:
     return any(t and weight_of(graph, t) is not None for t in op.inputs)
 
 
-def op_work(
-    op: Op,
-    graph: Graph,
+@dataclass(frozen=True, slots=True)
+class Split:
+    """How a layer's operators are priced: at which microbatch, in which pass, and how each one's work
+    is shared out (`op_work`)."""
+
+    microbatch: int
+    backward: bool = False
+    sequence_parallel: int = 1
+    """Width that splits the `sequence_split` operators' per-sample work (1: none)."""
+    low_precision: bool = False
+    """The layer's linear layers run in FP8 (`low_precision_class`)."""
+    context_parallel: int = 1
+    ring_group: int = 1
+    """Devices of a flash kernel's context-parallel ring: the stage's tensor- and context-parallel ones."""
+
+
+def class_split(
+    cls: LayerClass,
     microbatch: int,
     backward: bool,
-    sequence_parallel: int = 1,
     *,
+    sequence_parallel: bool = False,
     low_precision: bool = False,
     context_parallel: int = 1,
-    ring_group: int = 1,
-) -> OpWork:
-    """The cost-model row of one operator at a microbatch size, with the bytes it reads and writes;
-    an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work.
+) -> Split:
+    """The `Split` of a class's forward or backward operators under a plan's sequence parallelism,
+    precision and context-parallel width."""
+    return Split(
+        microbatch,
+        backward,
+        sequence_split_width(cls, sequence_parallel),
+        low_precision,
+        context_parallel,
+        cls.tp_width * context_parallel,
+    )
+
+
+def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
+    """The cost-model row of one operator at `split`'s microbatch size, with the bytes it reads and
+    writes; an operator `sequence_split` splits does 1/`sequence_parallel` of its per-sample work.
     Under context parallelism over `context_parallel` devices, an operator on per-sample tensors does
     1/cp of its work on 1/cp of their bytes (`context_split`), and a flash-attention kernel passes its
     key and value blocks round a ring of the cp devices while it computes (its `ring_group` devices
@@ -177,9 +204,9 @@ def op_work(
     one that reads a weight (the forward product and the input gradient's) first casts its other
     operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
     casts wrote)."""
+    microbatch, backward, cp = split.microbatch, split.backward, split.context_parallel
     work = WORK_RULES[op.kind](op, graph, microbatch, backward)
-    share = 1.0 / sequence_parallel if sequence_split(op, graph) else 1.0
-    cp = context_parallel
+    share = 1.0 / split.sequence_parallel if sequence_split(op, graph) else 1.0
 
     def nbytes(name: str) -> float:
         tensor = graph.tensors[name]
@@ -194,8 +221,8 @@ def op_work(
         if op.op_type in FLASH_KEYS_VALUES:
             keys_values = sum(nbytes(t) for t in op.inputs[FLASH_KEYS_VALUES[op.op_type]])
             ring = {"ring_bytes": keys_values * (2 if backward else 1), "ring_steps": cp - 1}
-            work = OpWork(**{**work.__dict__, **ring, "group_size": ring_group})
-    low = low_precision and low_precision_gemm(op, graph)
+            work = OpWork(**{**work.__dict__, **ring, "group_size": split.ring_group})
+    low = split.low_precision and low_precision_gemm(op, graph)
     quantize = 0.0
     if low and reads_weight(op, graph):
         activations = sum(nbytes(t) for t in op.inputs if t and weight_of(graph, t) is None)
@@ -233,32 +260,9 @@ gradient and the query), which context parallelism's ring passes on; the backwar
 gradients along too."""
 
 
-def op_table(
-    graph: Graph,
-    microbatch: int,
-    backward: bool,
-    sequence_parallel: int = 1,
-    *,
-    low_precision: bool = False,
-    context_parallel: int = 1,
-    ring_group: int = 1,
-) -> OpTable:
+def op_table(graph: Graph, split: Split) -> OpTable:
     """The cost-model table of a graph's operators, in graph order (`op_work`)."""
-    return OpTable.from_rows(
-        [
-            op_work(
-                op,
-                graph,
-                microbatch,
-                backward,
-                sequence_parallel,
-                low_precision=low_precision,
-                context_parallel=context_parallel,
-                ring_group=ring_group,
-            )
-            for op in graph.ops
-        ]
-    )
+    return OpTable.from_rows([op_work(op, graph, split) for op in graph.ops])
 
 
 def _is_gemm(op: Op) -> bool:
@@ -330,23 +334,13 @@ def class_costs(
     sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work;
     in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8; under context
     parallelism its per-sample work is split cp ways (`op_work`)."""
-    split = sequence_split_width(cls, sequence_parallel)
     overlap = designs.device.tp_comm_overlap
-    context = {"context_parallel": context_parallel, "ring_group": cls.tp_width * context_parallel}
-    forward = op_costs(
-        op_table(cls.graph, microbatch, False, split, low_precision=low_precision, **context),
-        designs,
-        system,
-        model,
-    )
+    options = {"sequence_parallel": sequence_parallel, "low_precision": low_precision}
+    split = class_split(cls, microbatch, False, **options, context_parallel=context_parallel)
+    forward = op_costs(op_table(cls.graph, split), designs, system, model)
     forward = overlap_collectives(cls.graph, forward) if overlap else forward
     if cls.backward is None:
         return ClassCosts(forward, None)
-    backward = op_costs(
-        op_table(cls.backward, microbatch, True, split, low_precision=low_precision, **context),
-        designs,
-        system,
-        model,
-    )
+    backward = op_costs(op_table(cls.backward, replace(split, backward=True)), designs, system, model)
     backward = overlap_collectives(cls.backward, backward) if overlap else backward
     return ClassCosts(forward, backward)

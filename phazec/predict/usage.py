@@ -41,7 +41,7 @@ from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
 from phazec.passes.attention import core_ops
 from phazec.predict.evaluator import Candidate, Evaluator
-from phazec.predict.layer_costs import low_precision_class, op_table, sequence_split_width
+from phazec.predict.layer_costs import class_split, low_precision_class, op_table
 from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, plan_figures
 from phazec.solvers.placement.problem import Placement, Variant
@@ -111,7 +111,7 @@ def core_busy_s(problem: ScheduleProblem, graph: Graph, core: list[int]) -> tupl
 
 def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int) -> LayerWork:
     """Each layer's busy core-seconds and energy on the one design of `design`, at width t, under
-    `training`'s microbatch, sequence parallelism and precision."""
+    `training`'s microbatch, sequence parallelism, precision and context-parallel width."""
     model = evaluator.graphs[t]
     microbatch, sequence_parallel = training.microbatch, training.sequence_parallel
     shape = (3, len(model.classes))
@@ -119,7 +119,7 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
         costs = evaluator.class_costs(model, c, design, training)
-        split = sequence_split_width(cls, sequence_parallel)
+        low = low_precision_class(model, c, training.precision)
         graphs = [(0, cls.graph, costs.forward)]
         if cls.backward is not None and costs.backward is not None:
             graphs.append((1, cls.backward, costs.backward))
@@ -128,8 +128,11 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             tc_s[direction, c], vc_s[direction, c] = busy_core_s(
                 problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
             )
-            low = low_precision_class(model, c, training.precision)
-            table = op_table(graph, microbatch, direction == 1, split, low_precision=low)
+            split = class_split(
+                cls, microbatch, direction == 1, sequence_parallel=sequence_parallel, low_precision=low,
+                context_parallel=training.cp,
+            )  # fmt: skip
+            table = op_table(graph, split)
             parts = op_energy_parts_j(table, design)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())

@@ -34,6 +34,7 @@ from phazec.passes.attention import is_causal
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import (
+    Split,
     class_costs,
     neighbour_gemms,
     op_table,
@@ -338,7 +339,7 @@ def test_sequence_parallelism_splits_the_replicated_vector_work(tiny_graphs: dic
     # read, 12288 -> 6144 B written. GEMMs, the softmax on split scores and collectives keep theirs.
     block = tiny_graphs[2].classes[tiny_graphs[2].layers[1].cls]
     graph = block.graph
-    whole, split = op_table(graph, 3, False), op_table(graph, 3, False, 2)
+    whole, split = op_table(graph, Split(3, False)), op_table(graph, Split(3, False, 2))
     ln = next(i for i, op in enumerate(graph.ops) if op.op_type == "LayerNormalization")
     assert (whole.vector_elements[ln], whole.bytes_read[ln], whole.bytes_written[ln]) == (6144, 12544, 12288)
     assert (split.vector_elements[ln], split.bytes_read[ln], split.bytes_written[ln]) == (3072, 6400, 6144)

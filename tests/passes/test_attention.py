@@ -30,7 +30,7 @@ from phazec.ir.ops import GemmDims, flash_dims, flops
 from phazec.passes.attention import Attention, core_ops, is_causal
 from phazec.passes.memory import megatron_bytes
 from phazec.passes.pipeline import GraphSettings, training_pipeline
-from phazec.predict.layer_costs import op_table, op_work
+from phazec.predict.layer_costs import Split, op_table, op_work
 from tests.commands.test_plan import TINY
 from tests.conftest import compose_config
 from tests.passes.test_block import S, block_model, trained
@@ -63,9 +63,9 @@ def test_flash_attention_by_hand() -> None:
     assert flops(backward, cls.backward, 3) == 5 * 3456 // 2
     # Forward reads Q, K, V and writes O (in the projection's [s, h] layout); backward reads dO, Q, K, V,
     # O and writes dQ, dK, dV. No s x s tensor is read, written or kept.
-    work = op_work(forward, cls.graph, 1, False)
+    work = op_work(forward, cls.graph, Split(1, False))
     assert (work.kind, work.bytes_read, work.bytes_written) == (CostKind.ATTENTION, 3 * 96, 96)
-    grad = op_work(backward, cls.backward, 2, True)
+    grad = op_work(backward, cls.backward, Split(2, True))
     assert (grad.bytes_read, grad.bytes_written) == (2 * 5 * 96, 2 * 3 * 96)
     assert score_tensors(cls.graph) == score_tensors(cls.backward) == set()
 
@@ -87,7 +87,7 @@ def test_flash_latency_by_hand() -> None:
         clock_hz=1.41e9, hbm_bytes_per_s=[1e15, 1e6], device=device,
     )  # fmt: skip
     cls = with_kernel("flash").classes[0]
-    ops = op_table(cls.graph, 1, False)
+    ops = op_table(cls.graph, Split(1, False))
     i = next(i for i, op in enumerate(cls.graph.ops) if op.op_type == "FlashAttention")
     costs = op_costs(ops, designs, SYSTEM, MODELS["tiled"])
     compute_s = 576 / (108 * 1024 * 0.8 * 1.41e9)
@@ -113,12 +113,12 @@ def test_fused_softmax_by_hand(causal: bool, mask_bytes: int) -> None:
     # Scale, mask and softmax in one pass over the 72 scores: 1 + 1 + 5 FLOPs each, one read of the
     # scores (and of the 1-byte mask unless it is causal, applied by position), one write.
     assert flops(forward, cls.graph, 2) == 2 * 7 * 72
-    work = op_work(forward, cls.graph, 1, False)
+    work = op_work(forward, cls.graph, Split(1, False))
     assert (work.kind, work.vector_elements, work.bytes_read, work.bytes_written) == (
         CostKind.VECTOR, 72, 144 + mask_bytes, 144
     )  # fmt: skip
     # Its backward reads the probabilities and their gradient and writes the scores' gradient.
-    grad = op_work(backward, cls.backward, 1, True)
+    grad = op_work(backward, cls.backward, Split(1, True))
     assert (grad.bytes_read, grad.bytes_written) == (2 * 144, 144)
     # Scale, mask and their gradients are gone; QK^T, dropout and AV stay.
     types = [op.op_type for op in cls.graph.ops if set(op.outputs) & score_tensors(cls.graph)]

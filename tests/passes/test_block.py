@@ -34,7 +34,7 @@ from phazec.passes.memory import Memory
 from phazec.passes.pipeline import TRAINING_PASSES, GraphSettings, training_pipeline
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_rows
-from phazec.predict.layer_costs import op_work
+from phazec.predict.layer_costs import Split, op_work
 
 GOLDEN = Path(__file__).parent / "golden"
 S, H, A, D, F = 6, 8, 2, 4, 32
@@ -229,7 +229,7 @@ def test_elementwise_fusion_runs_the_gelu_chain_as_one_kernel() -> None:
     assert gelu.attrs["member_types"] == "Div,Erf,Add,Mul,Mul"
     assert member_elements(gelu, 3) == [(t, 3 * S * F) for t in ("Div", "Erf", "Add", "Mul", "Mul")]
     assert flops(gelu, cls.graph, 3) == 5 * 3 * S * F
-    work = op_work(gelu, cls.graph, 3, backward=False)
+    work = op_work(gelu, cls.graph, Split(3, backward=False))
     assert work.vector_elements == (10 + 15 + 1 + 1 + 1) * 3 * S * F  # the members' cycles per element
     assert (work.bytes_read, work.bytes_written) == (2 * 3 * S * F + 3 * 2, 2 * 3 * S * F)
     for graph, unfused in ((cls.graph, ref.graph), (cls.backward, ref.backward)):

@@ -19,7 +19,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Routing, Tensor
 from phazec.passes.pipeline import GraphSettings, training_pipeline
-from phazec.predict.layer_costs import op_table
+from phazec.predict.layer_costs import Split, op_table
 from tests.conftest import compose_config
 
 # --- The toy: one MoE block, 2 experts, top-1 ------------------------------------------------------
@@ -95,7 +95,7 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     system = System("two", 2, 4, (80e9,), (NetworkTier(2, 16.0, 0.5, 0.25),))
     designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw")))
     for g, is_backward in ((graph, False), (split.backward, True)):
-        table = op_table(g, 2, is_backward)
+        table = op_table(g, Split(2, is_backward))
         exchanges = np.flatnonzero(table.kind == CostKind.ALL_TO_ALL)
         assert len(exchanges) == 2
         assert table.collective_bytes[exchanges].tolist() == [32.0, 32.0]

@@ -8,7 +8,7 @@ from phazec.cost.ops import OpKind
 from phazec.errors import PhazecError
 from phazec.ir.core import LayerKind, Model
 from phazec.passes.memory import megatron_bytes
-from phazec.predict.layer_costs import op_table
+from phazec.predict.layer_costs import Split, op_table
 from tests.conftest import compose_config
 from tests.predict.conftest import HIDDEN, TOKENS
 
@@ -23,8 +23,8 @@ def test_each_device_does_its_share_of_a_block(tiny: Model) -> None:
     # halve (the ring balances them); every per-sample byte halves; the weights do not.
     block = tiny.classes[_block(tiny)]
     assert block.backward is not None
-    whole = op_table(block.graph, 1, False)
-    half = op_table(block.graph, 1, False, context_parallel=2, ring_group=2)
+    whole = op_table(block.graph, Split(1, False))
+    half = op_table(block.graph, Split(1, False, context_parallel=2, ring_group=2))
     gemm = (whole.kind == OpKind.GEMM) & (whole.k == HIDDEN) & (whole.n == HIDDEN)
     assert gemm.any()
     assert (half.m[gemm] == whole.m[gemm] / 2).all() and (whole.m[gemm] == TOKENS).all()
@@ -37,8 +37,8 @@ def test_each_device_does_its_share_of_a_block(tiny: Model) -> None:
     # (four heads, each with its own keys and values), over the tier of 2 devices.
     assert (half.ring_steps[flash][0], half.ring_bytes[flash][0]) == (1, 2 * TOKENS // 2 * HIDDEN * 2)
     assert half.group_size[flash][0] == 2
-    back_whole = op_table(block.backward, 1, True)
-    back_half = op_table(block.backward, 1, True, context_parallel=2, ring_group=2)
+    back_whole = op_table(block.backward, Split(1, True))
+    back_half = op_table(block.backward, Split(1, True, context_parallel=2, ring_group=2))
     wgrad = (back_whole.kind == OpKind.GEMM) & (back_whole.k == TOKENS)
     assert wgrad.any() and (back_half.k[wgrad] == TOKENS / 2).all()
     grad_flash = back_whole.kind == OpKind.ATTENTION

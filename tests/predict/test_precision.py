@@ -7,7 +7,7 @@ from phazec.config.settings import settings_from_config
 from phazec.cost.ops import OpKind
 from phazec.errors import PhazecError
 from phazec.ir.core import LayerKind, Model
-from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, low_precision_class, op_table
+from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, Split, low_precision_class, op_table
 from tests.conftest import compose_config
 from tests.predict.conftest import HIDDEN, TOKENS
 
@@ -25,15 +25,15 @@ def test_the_linear_layers_of_a_block_run_in_fp8(tiny: Model) -> None:
     assert low_precision_class(tiny, _block(tiny), "fp8")
     assert not low_precision_class(tiny, _block(tiny), "bf16")
     assert block.backward is not None
-    forward = op_table(block.graph, 1, False, low_precision=True)
-    backward = op_table(block.backward, 1, True, low_precision=True)
+    forward = op_table(block.graph, Split(1, False, low_precision=True))
+    backward = op_table(block.backward, Split(1, True, low_precision=True))
     assert int(forward.low_precision.sum()) == 7
     assert int(backward.low_precision.sum()) == 14
     assert int((backward.quantize_bytes > 0).sum()) == 7
     assert not forward.low_precision[forward.kind == OpKind.ATTENTION].any()
     # A projection of the attention (q, k, v or o): its input is TOKENS x HIDDEN in bf16, its weight
     # HIDDEN x HIDDEN; its operands move at one byte each, its bf16 result at two.
-    bf16 = op_table(block.graph, 1, False)
+    bf16 = op_table(block.graph, Split(1, False))
     q = next(
         i
         for i, op in enumerate(block.graph.ops)
