@@ -18,6 +18,7 @@ from phazec.commands.setup import setup
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
 from phazec.hw.space import HwSpace
+from phazec.hw.validation import band, validation
 from phazec.predict.megatron import check_runs
 from phazec.predict.plan_report import Plan, PlanReport, time_plan
 from phazec.predict.training import Knobs
@@ -72,7 +73,8 @@ def as_megatron_runs(plan: Plan) -> Plan:
 
 
 def predict_plan(settings: Settings) -> PlanReport:
-    """Time the plan of `plan.*` on the one design of `hw`.
+    """Time the plan of `plan.*` on the one design of `hw`, with the band its chip's held-out
+    validation residuals put around the time (`phazec.hw.validation`).
 
     Raises:
         PhazecError: a plan the system cannot run, a design space of more than one design, or (with
@@ -84,6 +86,7 @@ def predict_plan(settings: Settings) -> PlanReport:
     knobs = Knobs.single(plan.training, round(max(settings.system.hbm_bytes)))
     job = setup(settings, knobs, widths=[plan.tp])
     report = time_plan(plan, job.evaluator, job.designs)
+    report = replace(report, band=band(report.time_per_batch_s, validation(settings.config["hw"])))
     if report.warning is not None:
         if plan.require_fit:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")

@@ -18,6 +18,7 @@ from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
@@ -157,13 +158,18 @@ class PlanReport:
     fits: bool
     warning: str | None
     """Why the plan does not fit (None when it fits)."""
+    band: Band | str = NO_VALIDATION
+    """Where the real iteration time likely falls, from the chip's held-out validation residuals
+    (`phazec.hw.validation.band`, set by `phazec-plan`), or why there is none."""
 
     def plain(self) -> dict[str, Any]:
         """The report as plain data (plan.json): the model, the plan's widths and its recorded knobs
-        (`phazec.predict.training.RECORDED`), then every figure."""
+        (`phazec.predict.training.RECORDED`), then every figure; the band as
+        `phazec.hw.validation.band_record` writes it."""
         data = dataclasses.asdict(self)
         plan = data.pop("plan")
         knobs = {name: plan["training"][name] for name in RECORDED}
+        data["band"] = band_record(self.band)
         return {"model": data.pop("model"), **{k: plan[k] for k in ("tp", "pp", "dp")}, **knobs, **data}
 
 

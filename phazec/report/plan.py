@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from phazec.hw.validation import band_record, band_text
 from phazec.predict.plan_report import PlanReport
 from phazec.report.table import render
 
@@ -56,6 +57,7 @@ def plan_table(report: PlanReport) -> str:
     return "\n".join([
         header,
         speed,
+        f"iteration: {band_text(report.time_per_batch_s, band_record(report.band))}",
         "",
         render([f"time (stage {b.bottleneck_stage} sets the pace)", "s", "share"], time_rows),
         "",
