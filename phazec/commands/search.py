@@ -29,6 +29,7 @@ from phazec.predict.evaluator import Candidate, Timings, best, least_memory
 from phazec.predict.usage import USAGE_KEYS, Usage
 from phazec.report.gantt import write_bottleneck_gantt
 from phazec.report.records import explored_csv, outcome, search_record, speedup, with_bands
+from phazec.report.trace import write_plan_trace
 from phazec.search.driver import search
 from phazec.search.loop import Found
 from phazec.search.state import SearchState, onnx_digest, state_key
@@ -222,6 +223,11 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     atomic.write_json(out_dir / "result.json", result)
     with atomic.after(out_dir / "result.json"):
         atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
+        with stage("trace"):
+            p = main["plan"]
+            widths = f"tp {p['tp']} x pp {p['pp']} x dp {p['dp']}"
+            title = f"{settings.model.name}: the found plan, {widths}, microbatch {p['microbatch']}"
+            write_plan_trace(job.evaluator, job.designs, found.best, out_dir, title=title, band=main["band"])
     return job, found, result
 
 
