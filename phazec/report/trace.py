@@ -9,8 +9,8 @@ pass of a model chunk a slot of `forward_slot_s` and its backward pass one of `b
 two adding up to L / v, on every stage, and orders the slots as Megatron's 1F1B schedule does
 (`pipeline_order`: the model's warm-up of in-flight microbatches, interleaved over v model chunks),
 each slot starting when the slot it waits for ends (`pipeline_slots`). With equal slots the last one
-ends at L (m + (s - 1) / v), the model's flush, on every stage (the docs derive it); the slots are
-then the model's pace and the gaps between them its bubble.
+ends at L (m + (s - 1) / v), the model's flush (tests/report/test_trace.py checks it over stages,
+chunks and microbatches); the slots are then the model's pace and the gaps between them its bubble.
 
 Tracks (Perfetto's processes and threads), per pipeline stage: `stage j` with the bubble, each slot's
 wait for the pace, the exposed DP sync, the optimizer step and the wait for the stage that ends the
