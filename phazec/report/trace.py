@@ -11,6 +11,8 @@ two adding up to L / v, on every stage, and orders the slots as Megatron's 1F1B 
 each slot starting when the slot it waits for ends (`pipeline_slots`). With equal slots the last one
 ends at L (m + (s - 1) / v), the model's flush (tests/report/test_trace.py checks it over stages,
 chunks and microbatches); the slots are then the model's pace and the gaps between them its bubble.
+Where no split of L / v holds every stage's passes, a forward pass longer than its slot runs on into
+the idle time after it (`pace`).
 
 Tracks (Perfetto's processes and threads), per pipeline stage: `stage j` with the bubble, each slot's
 wait for the pace, the exposed DP sync, the optimizer step and the wait for the stage that ends the
