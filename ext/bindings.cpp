@@ -288,6 +288,10 @@ NB_MODULE(_core, m) {
       .def_ro("stash_bytes", &StageMemory::stash_bytes)
       .def_ro("working_bytes", &StageMemory::working_bytes)
       .def_ro("in_flight", &StageMemory::in_flight);
+  using phazec::SyncTime;
+  nb::class_<SyncTime>(m, "SyncTime", "What a stage adds after the pipeline's flush.")
+      .def_ro("exposed_s", &SyncTime::exposed_s)
+      .def_ro("step_s", &SyncTime::step_s);
   using phazec::PlanStage;
   nb::class_<PlanStage>(m, "PlanStage", "One stage of an evaluated plan.")
       .def_ro("layers", &PlanStage::layers)
@@ -297,7 +301,8 @@ NB_MODULE(_core, m) {
       .def_ro("recompute", &PlanStage::recompute)
       .def_ro("cost", &PlanStage::cost)
       .def_ro("time", &PlanStage::time)
-      .def_ro("memory", &PlanStage::memory);
+      .def_ro("memory", &PlanStage::memory)
+      .def_ro("sync", &PlanStage::sync);
   using phazec::IterationTime;
   nb::class_<IterationTime>(m, "IterationTime", "One iteration in parts.")
       .def_ro("bottleneck_stage", &IterationTime::bottleneck_stage)

@@ -163,6 +163,14 @@ class StageMemory:
     @property
     def in_flight(self) -> int: ...
 
+class SyncTime:
+    """What a stage adds after the pipeline's flush."""
+
+    @property
+    def exposed_s(self) -> float: ...
+    @property
+    def step_s(self) -> float: ...
+
 class PlanStage:
     """One stage of an evaluated plan."""
 
@@ -182,6 +190,8 @@ class PlanStage:
     def time(self) -> StageTime: ...
     @property
     def memory(self) -> StageMemory: ...
+    @property
+    def sync(self) -> SyncTime: ...
 
 class IterationTime:
     """One iteration in parts."""

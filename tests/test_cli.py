@@ -23,7 +23,16 @@ TINY = ("model=bert_large", "model.hf_config.num_hidden_layers=2", "model.baseli
         "train.recompute=[false]", "system.hbm_gb=[32]")  # fmt: skip
 """A search of a two-block BERT (its Megatron baseline in 2 stages) on one design with one knob
 setting: seconds, a cold export included."""
-STAGES = ("export", "lowering", "training graphs", "search", "baselines", "bottleneck schedule", "plots")
+STAGES = (
+    "export",
+    "lowering",
+    "training graphs",
+    "search",
+    "baselines",
+    "bottleneck schedule",
+    "trace",
+    "plots",
+)
 
 
 def command(
@@ -150,14 +159,15 @@ def test_a_search_shows_phazec_lines_only_one_per_stage_with_its_time(
     # The found-design tables fit 120 columns, say the devices each plan uses and what "vs TPUv4" is.
     lines = done.stdout.splitlines()
     table = lines[
-        lines.index("found design: 8x TC 128x128, 2x VC 128, GLB 128 MiB, HBM 32 GB, 278.83 mm^2") :
-    ]
+        lines.index("found design: 8x TC 128x128, 2x VC 128, GLB 128 MiB, HBM 32 GB, 278.83 mm^2") : -1
+    ]  # up to the last line, the run's files
     assert max(len(line) for line in table) <= 120
     found = r"found design, optimal plan  mb 8, stash, t=1 p=2 d=512  1024 of 1024  [\d.e+]+     1\.00x"
     assert re.fullmatch(found, table[5])
     assert "vs TPUv4: throughput over the TPUv4 design under its own optimal plan" in done.stdout
     # The last line names the run directory and its files.
     files = "bottleneck_gantt.png, cli.log, explored.csv, pipeline.png, result.json, throughput_vs_area.png"
+    files += ", trace.json"
     assert lines[-1] == f"results in run/ ({files})"
 
 

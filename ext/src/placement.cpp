@@ -174,14 +174,6 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
-/// What a stage adds after the flush: its exposed DP sync and its optimizer step.
-struct SyncTime {
-  double exposed_s = 0.0;
-  double step_s = 0.0;
-  /// When the stage's work after the flush ends.
-  double end_s() const { return exposed_s + step_s; }
-};
-
 /// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
 /// settings, each a function of a stage's cost: what the DP searches and `evaluate_plan` times.
 struct PlanModel {
@@ -865,6 +857,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   for (std::size_t i = 0; i < s; ++i) {
     const SyncTime sync = plan.sync_time(out.stages[i].cost.param_bytes, d, i == 0 ? first_sync : later_sync,
                                          plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
+    out.stages[i].sync = sync;
     if (i == 0 || sync.end_s() > last_sync.end_s()) {
       last = i;
       last_sync = sync;

@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from phazec.commands.settings import Settings
-from phazec.commands.setup import setup
+from phazec.commands.setup import Job, setup
 from phazec.errors import PhazecError
 from phazec.hw.designs import KNOBS
 from phazec.hw.space import HwSpace
+from phazec.hw.validation import band, validation
+from phazec.predict.evaluator import Candidate
 from phazec.predict.megatron import check_runs
-from phazec.predict.plan_report import Plan, PlanReport, time_plan
+from phazec.predict.plan_report import Plan, PlanReport, explain, plan_report, plan_stages
 from phazec.predict.training import Knobs
+from phazec.report.plan import plan_summary
+from phazec.report.trace import write_plan_trace
 from phazec.util import atomic
 
 log = logging.getLogger(__name__)
@@ -72,7 +76,14 @@ def as_megatron_runs(plan: Plan) -> Plan:
 
 
 def predict_plan(settings: Settings) -> PlanReport:
-    """Time the plan of `plan.*` on the one design of `hw`.
+    """Time the plan of `plan.*` on the one design of `hw` (`timed_plan`'s report)."""
+    return timed_plan(settings)[0]
+
+
+def timed_plan(settings: Settings) -> tuple[PlanReport, Job, Candidate]:
+    """Time the plan of `plan.*` on the one design of `hw`, with the band its chip's held-out
+    validation residuals put around the time (`phazec.hw.validation`); returns the report, the job
+    that timed it and the plan as a search's candidate.
 
     Raises:
         PhazecError: a plan the system cannot run, a design space of more than one design, or (with
@@ -83,21 +94,29 @@ def predict_plan(settings: Settings) -> PlanReport:
     check_one_design(settings.hw)
     knobs = Knobs.single(plan.training, round(max(settings.system.hbm_bytes)))
     job = setup(settings, knobs, widths=[plan.tp])
-    report = time_plan(plan, job.evaluator, job.designs)
+    stages = plan_stages(job.evaluator.graphs[plan.tp], plan)
+    widths = (plan.tp, plan.dp, job.evaluator.knobs.hbm_bytes[0])
+    figures = explain(job.evaluator, job.designs, plan.training, widths, stages)
+    report = plan_report(plan, job.evaluator, job.designs, stages, figures)
+    report = replace(report, band=band(report.time_per_batch_s, validation(settings.config["hw"])))
     if report.warning is not None:
         if plan.require_fit:
             raise PhazecError(report.warning + " (plan.require_fit=true makes this an error.)")
         log.warning("%s", report.warning)
-    return report
+    return report, job, Candidate(0, plan.training, figures.placement)
 
 
 PLAN_JSON = "plan.json"
 
 
 def plan(settings: Settings, out_dir: Path) -> tuple[dict[str, Any], PlanReport]:
-    """Time the plan of `plan.*` and write `out_dir/plan.json`; returns its content and the report."""
-    report = predict_plan(settings)
+    """Time the plan of `plan.*` and write `out_dir/plan.json` (and with `plan.trace`, `trace.json`);
+    returns its content and the report."""
+    report, job, candidate = timed_plan(settings)
     timed = {"sequence_parallel": report.plan.training.sequence_parallel}  # as `as_megatron_runs` ran it
     content = {**report.plain(), "config": {**settings.config, "plan": {**settings.config["plan"], **timed}}}
     atomic.write_json(out_dir / PLAN_JSON, content)
+    if report.plan.trace:
+        title = f"{report.model}: {plan_summary(report)}"
+        write_plan_trace(job.evaluator, job.designs, candidate, out_dir, title=title, band=content["band"])
     return content, report

@@ -23,11 +23,13 @@ from phazec.frontend.schema import ModelConfig
 from phazec.hw.designs import Designs
 from phazec.hw.device import DeviceModel, is_template
 from phazec.hw.space import HwSpace, design_count, enumerate_designs, size_statement
+from phazec.hw.validation import validation
 from phazec.predict.bottleneck import bottleneck_block
 from phazec.predict.evaluator import Candidate, Timings, best, least_memory
 from phazec.predict.usage import USAGE_KEYS, Usage
 from phazec.report.gantt import write_bottleneck_gantt
-from phazec.report.records import explored_csv, outcome, search_record, speedup
+from phazec.report.records import explored_csv, outcome, search_record, speedup, with_bands
+from phazec.report.trace import write_plan_trace
 from phazec.search.driver import search
 from phazec.search.loop import Found
 from phazec.search.state import SearchState, onnx_digest, state_key
@@ -192,12 +194,14 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     main = outcome(job.designs, found.best, usage)
     with stage("baselines"):
         compared = baselines(job, found.best, tpuv4)
+    with_bands(main, compared, validation(settings.config["hw"]))
     result = {
         "model": settings.model.name,
         "design": main["design"],
         "plan": main["plan"],
         "time_per_batch_s": main["time_per_batch_s"],
         "throughput_samples_per_s": main["throughput_samples_per_s"],
+        "band": main["band"],
         "objective": settings.search.objective,
         **{key: main[key] for key in USAGE_KEYS},
         "baselines": compared,
@@ -219,6 +223,11 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
     atomic.write_json(out_dir / "result.json", result)
     with atomic.after(out_dir / "result.json"):
         atomic.write_bytes(out_dir / "explored.csv", explored_csv(found, usage).encode())
+        with stage("trace"):
+            p = main["plan"]
+            widths = f"tp {p['tp']} x pp {p['pp']} x dp {p['dp']}"
+            title = f"{settings.model.name}: the found plan, {widths}, microbatch {p['microbatch']}"
+            write_plan_trace(job.evaluator, job.designs, found.best, out_dir, title=title, band=main["band"])
     return job, found, result
 
 

@@ -224,6 +224,7 @@ def plan_settings(plan: Any, train: Any, devices: int) -> Plan:
         training=Training(**knobs, optimizer=optimizer),
         layers=None if layers is None else tuple(layers),
         require_fit=values["require_fit"],
+        trace=values["trace"],
     )
 
 

@@ -16,15 +16,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
+from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
-from phazec.predict.evaluator import Evaluator
+from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, explain_plan
-from phazec.solvers.placement.problem import Stages, Variant
+from phazec.solvers.placement.problem import Placement, Stages, Variant
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,10 @@ class Plan:
     """Transformer blocks of each stage, first stage first; None splits them evenly (Megatron)."""
     require_fit: bool = False
     """Make a plan that does not fit in HBM an error instead of a warning."""
+    trace: bool = False
+    """Also write `trace.json`, the predicted iteration as a timeline (Chrome trace event format, for
+    Perfetto and chrome://tracing): each stage's microbatches, bubble, DP sync and optimizer step, its
+    memory over time, and the operator schedule of the bottleneck stage's slowest layer."""
 
 
 @dataclass(frozen=True)
@@ -157,13 +164,18 @@ class PlanReport:
     fits: bool
     warning: str | None
     """Why the plan does not fit (None when it fits)."""
+    band: Band | str = NO_VALIDATION
+    """Where the real iteration time likely falls, from the chip's held-out validation residuals
+    (`phazec.hw.validation.band`, set by `phazec-plan`), or why there is none."""
 
     def plain(self) -> dict[str, Any]:
         """The report as plain data (plan.json): the model, the plan's widths and its recorded knobs
-        (`phazec.predict.training.RECORDED`), then every figure."""
+        (`phazec.predict.training.RECORDED`), then every figure; the band as
+        `phazec.hw.validation.band_record` writes it."""
         data = dataclasses.asdict(self)
         plan = data.pop("plan")
         knobs = {name: plan["training"][name] for name in RECORDED}
+        data["band"] = band_record(self.band)
         return {"model": data.pop("model"), **{k: plan[k] for k in ("tp", "pp", "dp")}, **knobs, **data}
 
 
@@ -203,13 +215,38 @@ def plan_stages(model: Model, plan: Plan) -> Stages:
 def time_plan(plan: Plan, evaluator: Evaluator, designs: Designs) -> PlanReport:
     """The report of `plan` on the first design, with an evaluator built for the plan's knobs
     (`Knobs.single`; `phazec-plan` builds it from the config, benches pass one whose model they built)."""
-    training = plan.training
     stages = plan_stages(evaluator.graphs[plan.tp], plan)
+    hbm_bytes = evaluator.knobs.hbm_bytes[0]
+    figures = explain(evaluator, designs, plan.training, (plan.tp, plan.dp, hbm_bytes), stages)
+    return plan_report(plan, evaluator, designs, stages, figures)
+
+
+def explain(
+    evaluator: Evaluator,
+    designs: Designs,
+    training: Training,
+    widths: tuple[int, int, int],
+    stages: Stages,
+) -> PlanFigures:
+    """Every part of the time and memory of a plan on the first design (`explain_plan`): its `stages`
+    under `training`'s settings at `widths` (tp, dp, HBM bytes)."""
+    tp, dp, hbm_bytes = widths
     latencies = evaluator.layer_latencies_s(designs, training)
     problem = evaluator.problem(latencies, 0, training, designs)
-    variant = Variant(plan.tp, evaluator.knobs.hbm_bytes[0], core_settings(training))
-    figures = explain_plan(problem, variant, stages, plan.dp)
-    return plan_report(plan, evaluator, designs, stages, figures)
+    return explain_plan(problem, Variant(tp, hbm_bytes, core_settings(training)), stages, dp)
+
+
+def explain_candidate(
+    evaluator: Evaluator, designs: Designs, candidate: Candidate
+) -> tuple[Stages, PlanFigures]:
+    """The stages and every figure of a search's plan (`candidate.design` indexes `designs`): the
+    same figures the placement DP found for it."""
+    placement = candidate.result
+    assert isinstance(placement, Placement)
+    chosen = designs.take(np.array([candidate.design]))
+    stages = tuple(stage.layers for stage in placement.stages)
+    widths = (placement.t, placement.d, placement.hbm_bytes)
+    return stages, explain(evaluator, chosen, candidate.training, widths, stages)
 
 
 def plan_report(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from phazec.hw.validation import band_record, band_text
 from phazec.predict.plan_report import PlanReport
 from phazec.report.table import render
 
 
-def plan_table(report: PlanReport) -> str:
-    """The plan, its throughput, the iteration's parts and the fullest stage's memory."""
-    b, mem, plan = report.breakdown, report.memory, report.plan
+def plan_summary(report: PlanReport) -> str:
+    """The plan in a line: its widths, devices, microbatch and knobs, and the blocks of each stage."""
+    plan = report.plan
     training = plan.training
     sp = ", sequence parallel" if training.sequence_parallel else ""
     interleave = f", interleave {training.interleave}" if training.interleave > 1 else ""
@@ -16,12 +17,18 @@ def plan_table(report: PlanReport) -> str:
     precision = f", {training.precision}" if training.precision != "bf16" else ""
     cp = f" x cp {training.cp}" if training.cp > 1 else ""
     experts = f" (ep {training.ep})" if training.ep > 1 else ""
-    header = (
-        f"{report.model}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices"
-        f"{experts}, "
+    return (
+        f"tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices{experts}, "
         f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
         f"{distributed}; layers per stage {list(report.layers_per_stage)}"
     )
+
+
+def plan_table(report: PlanReport) -> str:
+    """The plan, its throughput, the iteration's parts and the fullest stage's memory."""
+    b, mem, training = report.breakdown, report.memory, report.plan.training
+    distributed = f", ZeRO-{training.zero_stage}" if training.zero_stage else ""
+    header = f"{report.model}: {plan_summary(report)}"
     speed = (
         f"{report.time_per_batch_s:.4g} s per iteration, {report.samples_per_s:.4g} samples/s, "
         f"{report.tokens_per_s:.4g} tokens/s, {report.model_tflops_per_device:.4g} TFLOP/s per device "
@@ -56,6 +63,7 @@ def plan_table(report: PlanReport) -> str:
     return "\n".join([
         header,
         speed,
+        f"iteration: {band_text(report.time_per_batch_s, band_record(report.band))}",
         "",
         render([f"time (stage {b.bottleneck_stage} sets the pace)", "s", "share"], time_rows),
         "",

@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from phazec.hw.designs import KNOBS, Designs
+from phazec.hw.validation import NO_VALIDATION, Band, Validation, band, band_record, overlap
 from phazec.predict.evaluator import Candidate, Timings
 from phazec.predict.training import SEARCHED
 from phazec.predict.usage import USAGE_COLUMNS, Usage, usage_cells
@@ -64,6 +65,27 @@ def outcome(designs: Designs, candidate: Candidate | None, usage: Usage | None =
             **usage(candidate),
         }
     return out
+
+
+def with_bands(found: dict[str, Any], others: dict[str, dict[str, Any]], chip: Validation | str) -> None:
+    """Put each entry's band in it (`band`, `phazec.hw.validation.band_record`) and mark the `others`
+    whose band overlaps the `found` one's (`within_model_error`: the model cannot tell them apart;
+    None when either has no band). An entry on the found design takes its chip's held-out residuals
+    (`chip`, `phazec.hw.validation.validation` of the searched hw); one on another design (the
+    TPUv4-like baseline) has no validation data."""
+    found["band"] = band_record(_entry_band(found, found, chip))
+    for entry in others.values():
+        entry["band"] = band_record(_entry_band(entry, found, chip))
+        entry["within_model_error"] = overlap(entry["band"], found["band"])
+
+
+def _entry_band(entry: dict[str, Any], found: dict[str, Any], chip: Validation | str) -> Band | str:
+    """An outcome's band: its chip's if it is on the found design, else none; none without a plan."""
+    design = entry["design"]
+    if entry["time_per_batch_s"] is None or design is None:
+        return NO_VALIDATION
+    same = all(design[knob] == found["design"][knob] for knob in KNOBS)
+    return band(entry["time_per_batch_s"], chip) if same else NO_VALIDATION
 
 
 def explored_csv(found: Found, usage: Usage) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from phazec.hw.validation import overlap
 from phazec.report.result import headline_throughput, is_multi
 from phazec.report.table import render
 from phazec.util import atomic
@@ -36,20 +37,25 @@ KINDS = {"config": "search", "plan": "plan", "ir": "ir"}
 OUTPUTS = {"search": "result.json", "plan": "plan.json", "ir": "ir.json"}
 """The file each kind of job writes when it succeeds."""
 FIGURES = {
-    "search": ("throughput_samples_per_s", "time_per_batch_s", "area_mm2", "speedup_vs_tpuv4", "microbatch",
-               "recompute", "tp", "pp", "dp", "devices", "hbm_bytes"),
-    "plan": ("throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch", "recompute", "tp", "pp",
-             "dp", "devices", "memory_bytes", "hbm_bytes"),
+    "search": ("throughput_samples_per_s", "time_per_batch_s", "within_model_error", "area_mm2",
+               "speedup_vs_tpuv4", "microbatch", "recompute", "tp", "pp", "dp", "devices", "hbm_bytes"),
+    "plan": ("throughput_samples_per_s", "time_per_batch_s", "within_model_error", "mfu", "microbatch",
+             "recompute", "tp", "pp", "dp", "devices", "memory_bytes", "hbm_bytes"),
     "ir": ("parameters", "seq_len", "layers", "forward_flops_per_sample"),
 }  # fmt: skip
 """The figures the comparison table shows for each kind of sweep (`devices`: those the plan uses,
-tp x pp x dp; sizes in bytes, in GB in the text table)."""
+tp x pp x dp; sizes in bytes, in GB in the text table; `within_model_error`: the job's band overlaps
+the best job's, `WITHIN_ERROR` in the text table, empty when either has no band)."""
+
+WITHIN_ERROR = "~"
+"""The text table's mark of a job within the model's error of the best one."""
 
 
 TEXT_HEADERS = {
     "throughput_samples_per_s": "samples/s",
     "time_per_batch_s": "s/batch",
     "speedup_vs_tpuv4": "vs TPUv4",
+    "within_model_error": "in error",
     "microbatch": "mb",
     "forward_flops_per_sample": "fwd FLOPs/sample",
 }
@@ -76,6 +82,13 @@ class SweepJob:
     """Which command's output `result` is: a key of `OUTPUTS`."""
     error: str = ""
     """A failed job's one-line error (the first line of its `error.txt`; empty if it wrote none)."""
+
+    @property
+    def band(self) -> dict[str, Any] | None:
+        """The band of its time (`phazec.hw.validation.band_record`), None for a failed job, a lowering,
+        a several-model search and a result written before bands."""
+        r = self.result
+        return None if r is None or self.kind == "ir" else r.get("band")
 
     @property
     def throughput(self) -> float | None:
@@ -131,9 +144,10 @@ def own_overrides(job: SweepJob, shared: set[str]) -> str:
     return " ".join(o for o in job.overrides if o not in shared)
 
 
-def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
+def comparison_row(job: SweepJob, shared: set[str], best: SweepJob | None = None) -> dict[str, Any]:
     """One row of the comparison table: the job's overrides except the `shared` ones, and its figures
-    (`FIGURES`; empty for a failed job; for several models, the mean throughput and the common design's
+    (`FIGURES`; empty for a failed job; `within_model_error` against the `best` job's band; for several
+    models, the mean throughput and the common design's
     area and HBM, the per-model figures being in its result.json; for a plan, "over HBM" when it does
     not fit; for a lowering, the whole model's parameters and forward FLOPs per sample)."""
     row: dict[str, Any] = dict.fromkeys(columns(job.kind), "")
@@ -141,6 +155,10 @@ def comparison_row(job: SweepJob, shared: set[str]) -> dict[str, Any]:
         job=job.num, status="failed", overrides=own_overrides(job, shared), dir=str(job.dir), error=job.error
     )
     r = job.result
+    theirs = best.band if best is not None and job.throughput is not None else None
+    if "within_model_error" in row and job.band is not None and theirs is not None:
+        within = overlap(job.band, theirs)
+        row["within_model_error"] = "" if within is None else within
     if r is not None and job.kind == "ir":
         row.update(
             status="ok",
@@ -201,6 +219,8 @@ def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
     shown = [c for c in rows[0] if c not in ("dir", "error")]
 
     def cell(column: str, value: Any) -> str:
+        if column == "within_model_error":
+            return WITHIN_ERROR if value is True else ""
         if column.endswith("_bytes") and isinstance(value, int | float) and not isinstance(value, bool):
             return f"{value / 1e9:.1f}"
         return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -215,6 +235,11 @@ def comparison_text(rows: list[dict[str, Any]], best: SweepJob | None) -> str:
     in_gb = {c: c.removesuffix("_bytes") + " GB" for c in shown if c.endswith("_bytes")}
     header = [TEXT_HEADERS.get(c, in_gb.get(c, c)) for c in shown]
     errors = [f"job {row['job']} failed: {row['error']}" for row in rows if row["status"] == "failed"]
+    if any(row.get("within_model_error") is True for row in rows):
+        errors.append(
+            f"{WITHIN_ERROR}: within the model's error of the best job (*): their bands, from the chip's "
+            "held-out validation residuals, overlap"
+        )
     return render(header, body) + "\n" + "".join(f"{line}\n" for line in errors)
 
 
@@ -230,7 +255,7 @@ def write_summary(sweep_dir: Path) -> Summary:
         return Summary([], None, [])
     best = best_job(jobs)
     shared = shared_overrides(jobs)
-    rows = [comparison_row(j, shared) for j in jobs]
+    rows = [comparison_row(j, shared, best) for j in jobs]
     best_record = None
     if best is not None:
         best_record = {

@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from phazec.hw.validation import band_text
 from phazec.ir.summary import LayerRow
 from phazec.passes.training import TrainingRow
 from phazec.report.result import headline_throughput
@@ -114,7 +115,7 @@ def result_table(result: dict[str, Any]) -> str:
             name,
             "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"], ep),
             _devices_text(entry["plan"], devices),
-            *_throughput_text(entry["throughput_samples_per_s"], reference),
+            *_throughput_text(entry["throughput_samples_per_s"], reference, entry.get("within_model_error")),
         ]
         for name, (_, entry) in zip(names, rows, strict=True)
     ]
@@ -140,6 +141,7 @@ def result_table(result: dict[str, Any]) -> str:
         "",
         render(["", "TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"], usage),
         *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, VS_TPUV4]),
+        *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in _band_lines(result)),
     ])  # fmt: skip
 
 
@@ -150,11 +152,31 @@ def _devices_text(plan: dict[str, Any] | None, devices: int) -> str:
     return f"{plan['tp'] * plan['pp'] * plan['dp']} of {devices}"
 
 
-def _throughput_text(samples_per_s: float, reference: float) -> list[str]:
-    """Throughput and its ratio to the reference's; dashes for an entry with no plan (0 samples/s)."""
+WITHIN_ERROR = "~"
+"""The mark of an entry within the model's error of the found plan (their bands overlap)."""
+
+
+def _throughput_text(samples_per_s: float, reference: float, within_error: bool | None = None) -> list[str]:
+    """Throughput (marked `WITHIN_ERROR` when `within_error`) and its ratio to the reference's; dashes
+    for an entry with no plan (0 samples/s)."""
     if not samples_per_s:
         return ["-", "-"]
-    return [f"{samples_per_s:.4g}", f"{samples_per_s / reference:.2f}x" if reference else "-"]
+    mark = WITHIN_ERROR if within_error else ""
+    return [f"{samples_per_s:.4g}{mark}", f"{samples_per_s / reference:.2f}x" if reference else "-"]
+
+
+def _band_lines(result: dict[str, Any]) -> list[str]:
+    """The found plan's time with its band, and what the `WITHIN_ERROR` mark says when an entry has
+    it (a result written before bands has neither)."""
+    if "band" not in result:
+        return []
+    lines = [f"found plan: {band_text(result['time_per_batch_s'], result['band'])}."]
+    if any(entry.get("within_model_error") for entry in result["baselines"].values()):
+        lines.append(
+            f"{WITHIN_ERROR}: within the model's error of the found plan (its band overlaps the found "
+            "plan's): the model cannot tell the two apart."
+        )
+    return lines
 
 
 def _usage_text(entry: dict[str, Any]) -> list[str]:

@@ -1,11 +1,13 @@
 """MLflow runs from Hydra's callbacks; the search itself knows nothing of MLflow.
 
-A single run is one MLflow run, named by its overrides and, once it ends, its headline (throughput,
+A single run is one MLflow run, named by what it was (`run_title`: the model, space and strategy of a
+search, the model, chip and widths of a plan) and, once it ends, its headline (throughput,
 and a search's speedup over TPUv4 or a plan's MFU), which MLflow's run list shows without choosing
 columns. A multirun is a parent run with a nested run per job; the parent gets
 the sweep summary (`phazec.report.sweep`) and the list of jobs that ran (`sweep_jobs.json`). A job's
 run gets every config value as a param, the found design and plan as params too (`found.design.*`,
-`found.plan.*`), the result's figures as metrics, and `result.json`, `explored.csv`, the plots and the
+`found.plan.*`), the result's figures and its time's band as metrics (`band.low_s`, `band.high_s`; how
+it was made as the `band` tag), and `result.json`, `explored.csv`, `trace.json`, the plots and the
 resolved config as artifacts (a `phazec-ir` job: `ir.json`); it ends FINISHED or, with the job's
 error as the `error` tag, FAILED (KILLED when SIGINT or SIGTERM stopped it,
 `phazec.util.interrupt`).
@@ -48,9 +50,14 @@ ARTIFACTS_DIR = "mlartifacts"
 """Artifacts of a SQLite store's experiments, beside the store."""
 PARAMS_PER_REQUEST = 100
 """MLflow's limit of params in one `log_batch`."""
-JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "ir.json", "plan.json")
+JOB_ARTIFACTS = ("result.json", "explored.csv", "common.csv", "ir.json", "plan.json", "trace.json")
 """A job's files logged when present (common.csv: several models; ir.json: `phazec-ir`; plan.json:
-`phazec-plan`), beside its plots and, for several models, each model's own run directory."""
+`phazec-plan`; trace.json: a search's found plan, or a plan with `plan.trace`), beside its plots and,
+for several models, each model's own run directory."""
+BAND_TAG = "band"
+"""The tag saying how a run's time band was made (`phazec.hw.validation.band_record`'s `basis`, e.g.
+"a100 held-out residuals (21 rows), 90%", or why there is none); its ends are the metrics
+`band.low_s` and `band.high_s`."""
 RESULT_PARAMS = ("design", "plan")
 """The entries of result.json logged as params (`design.num_tc`, `plan.pp`, ...; a plan's stage list
 excepted), so runs can be sorted and filtered by the found design and plan."""
@@ -142,6 +149,28 @@ def job_metrics(result: dict[str, Any]) -> dict[str, float]:
                 "wall_s", "cost_s", "ilp_s", "dp_s"):  # fmt: skip
         metrics[key] = search[key]
     return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def band_metrics(record: dict[str, Any] | None) -> dict[str, float]:
+    """A band's ends (`band.low_s`, `band.high_s`); none without one (no validation data, or a result
+    of several models, whose bands are each model's)."""
+    if record is None or record["low_s"] is None:
+        return {}
+    return {"band.low_s": float(record["low_s"]), "band.high_s": float(record["high_s"])}
+
+
+def run_title(config: DictConfig) -> str:
+    """What a single run was, for its name: a search by its model(s), hw space and strategy, a plan by
+    its model, chip and widths, a lowering by its model (the overrides are its params)."""
+    names, _ = model_list(override_strings(config.hydra.overrides.task))
+    model = ",".join(names) if names is not None and len(names) > 1 else str(config.model.name)
+    kind = str(config.hydra.job.config_name)
+    if kind == "plan":
+        plan = config.plan
+        return f"plan {model} on {config.hw.name}: tp {plan.tp} x pp {plan.pp} x dp {plan.dp}"
+    if kind == "ir":
+        return f"lower {model}"
+    return f"search {model} over {config.hw.name} ({config.search.strategy})"
 
 
 def result_params(result: dict[str, Any]) -> dict[str, str]:
@@ -298,10 +327,11 @@ class MlflowCallback(SweepCallback):
         client.set_tag(self._parent_id, "sweep_dir", str(sweep_dir))
 
     def _job_name(self, config: DictConfig) -> str:
-        """A single run's overrides; a sweep job's number and the overrides of the keys it sweeps."""
+        """A single run's title (`run_title`); a sweep job's number and the overrides of the keys it
+        sweeps."""
         overrides = override_strings(config.hydra.overrides.task)
         if self._parent_id is None:
-            return " ".join(overrides) or "defaults"
+            return run_title(config)
         mine = [o for o in overrides if o.split("=", 1)[0] not in self._shared_keys]
         return f"job {config.hydra.job.num}: {' '.join(mine)}"
 
@@ -346,7 +376,8 @@ class MlflowCallback(SweepCallback):
                 client.update_run(self._run_id, name=f"{self._run_name}: {result_headline(result)}")
             elif (out_dir / "plan.json").is_file():  # a phazec-plan job
                 plan = json.loads((out_dir / "plan.json").read_text())
-                self._log_metrics(self._run_id, plan_metrics(plan))
+                self._log_metrics(self._run_id, plan_metrics(plan) | band_metrics(plan["band"]))
+                client.set_tag(self._run_id, BAND_TAG, plan["band"]["basis"])
                 client.update_run(self._run_id, name=f"{self._run_name}: {plan_headline(plan)}")
             status = "FINISHED"
         else:
@@ -361,8 +392,11 @@ class MlflowCallback(SweepCallback):
         self._run_id = None
 
     def _log_result(self, run_id: str, out_dir: Path, result: dict[str, Any]) -> None:
-        """A search's figures as metrics, its design and plan as params, each model's directory."""
-        self._log_metrics(run_id, job_metrics(result))
+        """A search's figures and its band as metrics, the band's basis as a tag, its design and plan as
+        params, each model's directory."""
+        self._log_metrics(run_id, job_metrics(result) | band_metrics(result.get("band")))
+        if "band" in result:
+            self._client().set_tag(run_id, BAND_TAG, result["band"]["basis"])
         self._log_params(run_id, result_params(result))
         for model in result["model"] if is_multi(result) else []:
             self._client().log_artifacts(run_id, str(out_dir / model), artifact_path=model)

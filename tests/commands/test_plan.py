@@ -29,6 +29,7 @@ from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, system_from_config
+from phazec.hw.validation import Validation, ratio_range, validation
 from phazec.ir.core import Graph, LayerMemory, Op, OpKind, Tensor
 from phazec.passes.attention import is_causal
 from phazec.passes.memory import megatron_bytes
@@ -505,8 +506,12 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     with caplog.at_level(logging.WARNING):
         report = run_plan(cfg, tmp_path)
     assert "baseline" not in caplog.text  # gpt2_xl's baseline (1024 devices) is the search's, not the plan's
-    assert json.loads((tmp_path / "plan.json").read_text())["optimizer"] == "adam"
-    assert "\noptimizer state (adam)  " in capsys.readouterr().out
+    content = json.loads((tmp_path / "plan.json").read_text())
+    assert content["optimizer"] == "adam"
+    assert content["band"] == {"low_s": None, "high_s": None, "basis": "no validation data", "source": None}
+    printed = capsys.readouterr().out
+    assert "\noptimizer state (adam)  " in printed
+    assert f"\niteration: {report.time_per_batch_s:.4g} s (no validation data)\n" in printed
     parts = report.breakdown.total_s
     assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)
     assert report.fits and report.warning is None
@@ -521,6 +526,8 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    assert result["band"]["basis"] == fixed["band"]["basis"] == "no validation data"
+    assert fixed["within_model_error"] is None
     timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
     assert timed["time_per_batch_s"] == report.time_per_batch_s
     assert timed["breakdown"]["bubble_s"] == report.breakdown.bubble_s
@@ -560,6 +567,14 @@ def test_llama3_on_an_h200_plans_as_on_an_h100_with_faster_memory(cache_dir: Pat
     )
     assert h200["breakdown"]["dp_sync_s"] == h100["breakdown"]["dp_sync_s"]
     assert 0 < h200["time_per_batch_s"] < h100["time_per_batch_s"]
+    # Each carries its own chip's band: the H200's two held-out rows, the H100's eight.
+    for content, chip, count in ((h200, "h200", 2), (h100, "h100", 8)):
+        rows = validation(content["config"]["hw"])
+        assert isinstance(rows, Validation) and len(rows.rows) == count
+        low, high = ratio_range(rows.rows)
+        time_s = content["time_per_batch_s"]
+        assert (content["band"]["low_s"], content["band"]["high_s"]) == (time_s * low, time_s * high)
+        assert content["band"]["basis"] == f"{chip} held-out residuals ({count} rows), 90%"
 
 
 BAD_PLANS = [
@@ -773,8 +788,9 @@ def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) 
         ("plan.tp=3 system.hbm_gb=[0.0001]", "failed", "", ""),
     ]
     assert list(rows[0]) == [
-        "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "mfu", "microbatch",
-        "recompute", "tp", "pp", "dp", "devices", "memory_bytes", "hbm_bytes", "dir", "error",
+        "job", "status", "overrides", "throughput_samples_per_s", "time_per_batch_s", "within_model_error",
+        "mfu", "microbatch", "recompute", "tp", "pp", "dp", "devices", "memory_bytes", "hbm_bytes", "dir",
+        "error",
     ]  # fmt: skip
     assert [r["hbm_bytes"] for r in rows[:4]] == ["80000000000", "100000"] * 2
     assert all(int(r["memory_bytes"]) > 100_000 for r in rows[:4])
@@ -785,8 +801,8 @@ def test_a_plan_sweep_ranks_the_plans_that_fit(cache_dir: Path, tmp_path: Path) 
     assert best["result"]["samples_per_s"] == max(throughputs)
     text = (sweep / "sweep_comparison.txt").read_text().splitlines()
     assert text[0].split() == [
-        "job", "status", "overrides", "samples/s", "s/batch", "mfu", "mb", "recompute", "tp", "pp", "dp",
-        "devices", "memory", "GB", "hbm", "GB",
+        "job", "status", "overrides", "samples/s", "s/batch", "in", "error", "mfu", "mb", "recompute", "tp",
+        "pp", "dp", "devices", "memory", "GB", "hbm", "GB",
     ]  # fmt: skip
     assert text[2].split()[-4:] == ["4", "8", f"{int(rows[0]['memory_bytes']) / 1e9:.1f}", "80.0"]
     reason = "plan.dp=auto fills the 8 devices (system.devices) with replicas of plan.tp x plan.pp = 3 x 2"

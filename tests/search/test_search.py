@@ -41,6 +41,7 @@ RESULT_KEYS = {
     "plan",
     "time_per_batch_s",
     "throughput_samples_per_s",
+    "band",
     "baselines",
     "speedup_vs_tpuv4",
     "search",

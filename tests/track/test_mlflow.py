@@ -28,7 +28,7 @@ from phazec.track.mlflow_runs import JOBS_JSON
 JOB = ["hw=tpuv4", "model=bert_large", "train.recompute=[false]"]
 """One design, one recompute setting: a job takes a few seconds once the model is cached."""
 PLOTS = {"pipeline.png", "throughput_vs_area.png", "bottleneck_gantt.png"}
-JOB_ARTIFACTS = {"result.json", "explored.csv", "hydra/config.yaml", *PLOTS}
+JOB_ARTIFACTS = {"result.json", "explored.csv", "trace.json", "hydra/config.yaml", *PLOTS}
 JOB_METRICS = {
     "throughput_samples_per_s", "time_per_batch_s", "area_mm2", "hbm_bytes",
     "speedup_vs_tpuv4_optimal_placement", "speedup_vs_tpuv4_megatron_plan",
@@ -197,6 +197,26 @@ def test_single_run_user_error_exits_2_and_its_run_fails(tmp_path: Path, cache_d
     (run,) = runs(f"sqlite:///{tmp_path / 'phazec.db'}")
     assert run.info.status == "FAILED"
     assert run.data.tags["error"].startswith("no training plan fits in HBM")
+    assert run.info.run_name == "search bert_large over tpuv4 (phaze)"  # what it was, not its overrides
+
+
+def test_a_plan_run_is_named_by_its_plan_and_logs_its_band_and_trace(tmp_path: Path, cache_dir: Path) -> None:
+    plan = ["model=bert_large", "hw=a100", "system=dgx_a100", "system.devices=8", "system.global_batch=16",
+            "plan.pp=2", "plan.dp=4", "plan.trace=true"]  # fmt: skip
+    done = phazec(tmp_path, cache_dir, *plan, entry="plan_main")
+    assert done.returncode == 0, done.stderr
+    uri = f"sqlite:///{tmp_path / 'phazec.db'}"
+    (run,) = runs(uri)
+    content = json.loads(next((tmp_path / "outputs").glob("*/*/plan.json")).read_text())
+    headline = f"{content['samples_per_s']:.4g} samples/s, MFU {content['mfu']:.1%}, fits"
+    assert run.info.run_name == f"plan bert_large on a100: tp 1 x pp 2 x dp 4: {headline}"
+    band = content["band"]
+    assert (run.data.metrics["band.low_s"], run.data.metrics["band.high_s"]) == (
+        band["low_s"],
+        band["high_s"],
+    )
+    assert run.data.tags["band"] == "a100 held-out residuals (21 rows), 90%"
+    assert artifacts(uri, run.info.run_id) == {"plan.json", "trace.json", "hydra/config.yaml"}
 
 
 def test_several_models_log_each_models_figures_and_directory(tmp_path: Path, cache_dir: Path) -> None:

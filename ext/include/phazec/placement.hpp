@@ -142,6 +142,14 @@ struct StageMemory {
   int64_t total_bytes() const { return parameter_bytes() + stash_bytes + working_bytes; }
 };
 
+/// What a stage adds after the pipeline's flush: its exposed DP sync and its optimizer step.
+struct SyncTime {
+  double exposed_s = 0.0;
+  double step_s = 0.0;
+  /// When the stage's work after the flush ends.
+  double end_s() const { return exposed_s + step_s; }
+};
+
 /// One stage of an evaluated plan.
 struct PlanStage {
   std::vector<int32_t> layers;  // ascending
@@ -152,6 +160,7 @@ struct PlanStage {
   StageCost cost;
   StageTime time;
   StageMemory memory;
+  SyncTime sync;  // after the flush; the last to end ends the iteration
 };
 
 /// One iteration in parts, adding up to the time per batch (up to rounding).

@@ -99,6 +99,16 @@ class StageMemory:
 
 
 @dataclass(frozen=True)
+class StageSync:
+    """What one stage of a plan adds after the pipeline's flush."""
+
+    exposed_s: float
+    """The part of its DP gradient sync that nothing hides."""
+    step_s: float
+    """Its optimizer step."""
+
+
+@dataclass(frozen=True)
 class IterationTime:
     """One iteration in parts, adding up to `Placement.time_per_batch_s` (up to rounding)."""
 
@@ -130,6 +140,8 @@ class PlanFigures:
     memories: tuple[StageMemory, ...]
     costs: tuple[StageCost, ...]
     """Each stage's figures that depend on neither d, its position nor the settings."""
+    syncs: tuple[StageSync, ...]
+    """Each stage's work after the flush; `iteration.dp_sync_stage`'s ends the iteration."""
 
 
 def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d: int) -> PlanFigures:
@@ -168,6 +180,7 @@ def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d:
         times=tuple(_record(StageTime, x.time) for x in r.stages),
         memories=tuple(_record(StageMemory, x.memory) for x in r.stages),
         costs=tuple(_record(StageCost, x.cost) for x in r.stages),
+        syncs=tuple(_record(StageSync, x.sync) for x in r.stages),
     )
 
 
