@@ -327,6 +327,7 @@ struct VariantModel {
   const Lattice& lat;
   const StageTable& tab;
   const Variant& variant;
+  CancelPoll& poll;  // asked between units of a few milliseconds of work
 
   const PlacementInput& in() const { return plan.in; }
   int64_t interleave() const { return plan.settings.interleave; }
@@ -400,6 +401,7 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
     }
   };
   for (std::size_t set = 1; set < lat.sets.size(); ++set) {
+    model.poll();
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
       const std::size_t narrow = model.tab.narrow[p];
@@ -465,6 +467,7 @@ FrontierTable frontier_partition(const VariantModel& model, Load load) {
   FrontierTable table(model);
   table.points.assign(table.size(lat), {});
   for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
+    model.poll();
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
       const std::size_t narrow = model.tab.narrow[p];
@@ -615,6 +618,7 @@ PlanResult solve_variant(const VariantModel& model) {
         wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+        model.poll();
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
@@ -800,8 +804,10 @@ NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64
   return out;
 }
 
-std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants) {
+std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
+                                         std::function<bool()> cancelled) {
   check_input(in, variants);
+  CancelPoll poll(std::move(cancelled));
   const Lattice lat = make_lattice(in);
   std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
   std::vector<PlanResult> out;
@@ -811,7 +817,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
     if (it == stage_tables.end()) {
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
-    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v}));
+    poll();
+    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}));
   }
   return out;
 }
