@@ -195,7 +195,7 @@ class CancelPoll {
   static constexpr std::chrono::milliseconds kInterval{20};
   explicit CancelPoll(std::function<bool()> cancelled) : cancelled_(std::move(cancelled)) {}
   void operator()() {
-    if (!cancelled_) return;
+    if (!cancelled_ || ++calls_ % kCallsPerClock != 0) return;
     const auto now = std::chrono::steady_clock::now();
     if (now < next_) return;
     next_ = now + kInterval;
@@ -203,7 +203,9 @@ class CancelPoll {
   }
 
  private:
+  static constexpr unsigned kCallsPerClock = 16;  // the clock is read every 16th call
   std::function<bool()> cancelled_;
+  unsigned calls_ = 0;
   std::chrono::steady_clock::time_point next_{};
 };
 
