@@ -594,15 +594,62 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
+/// A lower bound on the peak memory of every plan of `total` stages at width d: the larger of (1) its first
+/// stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at least
+/// the least memory of such a stage there, and (2) the mean of its stages' memory: their weights,
+/// gradients and optimizer state add up to at least the whole model's (sharded over the d cp devices as
+/// the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes (its mode's,
+/// or none's for the last stage) for the fewest microbatches in flight, the last stage's. A stage's memory
+/// never grows with d (more replicas shard more and leave fewer microbatches each), so the bound at the
+/// widest d is one for every narrower d too.
+int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
+  const Lattice& lat = model.lat;
+  const std::size_t all = lat.sets.size() - 1;
+  int64_t first = kNone<int64_t>;
+  for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+    if ((lat.inner[p] == 0) != (total == 1) || !model.chunks_fit(p, total)) continue;
+    first = std::min(first, model.memory_bytes(p, total, total, d));
+  }
+  const PlanModel& plan = model.plan;
+  const LayerFigures& f = model.in().widths[model.variant.width_index];
+  const auto group = static_cast<double>(plan.group(d));
+  double params = 0.0, kept = 0.0;
+  for (std::size_t v = 0; v < f.param_bytes.size(); ++v) {
+    params += static_cast<double>(f.param_bytes[v]);
+    int64_t own = f.stash_bytes[v];
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
+    kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
+  }
+  const double weights = plan.shards_weights() ? params / group : params;
+  const double gradients = plan.shards_gradients() ? params / group : params;
+  const double state = static_cast<double>(model.in().optimizer_factor - 2) * params / (plan.shards_state() ? group : 1.0);
+  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
+  const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
+  // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
+  return std::max(first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)));
+}
+
 /// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
-/// for the peak stage of one plan attaining it.
-/// Under interleaving the in-flight count depends on the stage count, so each count gets a table.
+/// for the peak stage of one plan attaining it (the plan of fewest stages, then fewest narrow ones).
+/// Under interleaving the in-flight count depends on the stage count, so each count gets a table; the
+/// counts are tried by their `memory_bound`, least first, and a count whose bound is above the least
+/// peak found is skipped (each of its plans peaks above it).
 void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const std::size_t all = model.lat.sets.size() - 1;
   const auto max_stages = static_cast<int64_t>(model.max_stages());
   const bool per_total = model.interleave() > 1;
+  std::vector<std::pair<int64_t, int64_t>> totals;  // (bound, stage count); 0: every count in one table
+  if (per_total) {
+    for (int64_t total = 1; total <= max_stages; ++total) totals.emplace_back(memory_bound(model, total, 1), total);
+    std::sort(totals.begin(), totals.end());
+  } else {
+    totals.emplace_back(0, 0);
+  }
   int64_t best = kNone<int64_t>;
-  for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
+  int64_t best_total = 0;
+  for (const auto& [bound, total] : totals) {
+    if (bound > best) continue;
     const auto table = minmax_partition(
         model, static_cast<std::size_t>(per_total ? total : max_stages), [&](std::size_t p, int64_t s) {
           return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
@@ -610,13 +657,14 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
         const int64_t peak = table.value[table.at(all, s, q)];
-        if (peak >= best) continue;
+        if (peak == kNone<int64_t> || peak > best || (peak == best && total >= best_total)) continue;
         const auto first = static_cast<std::size_t>(table.choice[table.at(all, s, q)]);
         const auto pairs = plan_pairs(model, table, first, s, q);
         for (std::size_t i = 0; i < pairs.size(); ++i) {
           const StageMemory parts = model.memory(pairs[i], static_cast<int64_t>(s - i), static_cast<int64_t>(s), 1);
           if (parts.total_bytes() != peak) continue;
           best = peak;
+          best_total = total;
           out.min_memory_bytes = peak;
           out.parameter_bytes = parts.parameter_bytes();
           out.activation_bytes = parts.working_bytes;
@@ -662,16 +710,23 @@ PlanResult solve_variant(const VariantModel& model) {
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
-  // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
-  // than the first stage would hold in flight (the memory depends on them).
+  // under interleaving, per d with a sharded optimizer, else per count of microbatches in flight that d
+  // leaves (below).
   std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
   // The table for plans of `total` stages, filled as far as they need.
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
-    const bool capped = model.plan.in_flight(total, total, d) < model.plan.in_flight(total, total, 1);
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0, per_k ? k : 0);
+    // A stage's memory depends on d through the microbatches in flight, min(raw(q), m v) at position q,
+    // and raw grows with q: over the table's positions (up to `total` under interleaving, else the
+    // most stages) it depends only on min(m v, raw(last position)). The table is keyed by that (by d
+    // itself when a ZeRO stage shards over d), so a table made for one d serves another only where
+    // every figure in it is the same.
+    const int64_t positions = per_total ? total : static_cast<int64_t>(model.max_stages());
+    const int64_t in_flight =
+        std::min(model.plan.microbatches_per_replica(d) * model.interleave(), model.plan.in_flight(positions, total, 1));
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : in_flight, per_k ? k : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
@@ -702,6 +757,7 @@ PlanResult solve_variant(const VariantModel& model) {
       const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
       const int64_t max_d = std::min(in.microbatches, in.devices / k);
+      if (memory_bound(model, total, max_d) > hbm_bytes) continue;  // no plan of s stages fits at any d
       // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
       // and the DP sync's tier for a stage one device and t devices wide (a later stage: t, at most k).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
