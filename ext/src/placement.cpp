@@ -710,31 +710,34 @@ PlanResult solve_variant(const VariantModel& model) {
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
-  // under interleaving, per d with a sharded optimizer, else per count of microbatches in flight that d
-  // leaves (below).
+  // under interleaving, per d with a sharded optimizer, else per cap on the microbatches in flight where
+  // it binds (below).
   std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
   // The table for plans of `total` stages, filled as far as they need.
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
-    // A stage's memory depends on d through the microbatches in flight, min(raw(q), m v) at position q,
-    // and raw grows with q: over the table's positions (up to `total` under interleaving, else the
-    // most stages) it depends only on min(m v, raw(last position)). The table is keyed by that (by d
-    // itself when a ZeRO stage shards over d), so a table made for one d serves another only where
-    // every figure in it is the same.
-    const int64_t positions = per_total ? total : static_cast<int64_t>(model.max_stages());
-    const int64_t in_flight =
-        std::min(model.plan.microbatches_per_replica(d) * model.interleave(), model.plan.in_flight(positions, total, 1));
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : in_flight, per_k ? k : 0);
+    // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
+    // in flight at its position q, min(Megatron's count(q), m v), and the count grows with q. When m v is
+    // at least the count at the deepest position the DP can use at d (the stage count under
+    // interleaving, else the most stages d replicas leave room for), d's tables are those of d = 1 over
+    // those positions: shared, and priced at d = 1. Otherwise they are keyed by m v, which fixes every
+    // figure in them.
+    const int64_t cap = model.plan.microbatches_per_replica(d) * model.interleave();
+    const int64_t positions =
+        per_total ? total : std::min(static_cast<int64_t>(model.max_stages()), in.devices / (d * cp));
+    const bool uncapped = cap >= model.plan.in_flight(positions, total, 1);
+    const int64_t priced_d = per_d || !uncapped ? d : 1;
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
       const std::size_t stages = per_total ? static_cast<std::size_t>(total) - 1 : model.max_stages() - 1;
       FrontierTable table(
           model, stages,
-          [&, total, d](std::size_t p, int64_t s) {
-            return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, d) <= hbm_bytes;
+          [&, total, priced_d](std::size_t p, int64_t s) {
+            return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
           },
           [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); });
       it = tables.emplace(key, std::move(table)).first;
