@@ -47,7 +47,12 @@ KNOBS = (
 CASES = {
     "64": ("model=gpt3_175b", "system.devices=64"),
     "512": ("model=gpt3_175b", "system.devices=512"),
-    "4096": ("model=gpt3_175b", "system.devices=4096", "system.global_batch=8192"),
+    "4096": (
+        "model=gpt3_175b",
+        "system.devices=4096",
+        "system.tiers.1.group_size=4096",
+        "system.global_batch=8192",
+    ),
     "1t": (
         "model=gpt3_175b",
         "model.name=gpt_1t",
@@ -56,6 +61,7 @@ CASES = {
         "model.hf_config.n_head=160",
         "model.hf_config.vocab_size=51200",
         "system.devices=4096",
+        "system.tiers.1.group_size=4096",
         "system.global_batch=8192",
     ),
 }

@@ -679,26 +679,50 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
 /// A lower bound on the time per batch of every plan of s stages at width d, from the bottleneck load
 /// alone: a longest forward path of the whole layer graph crosses the stages in pipeline order, its
 /// part inside a stage a path of the stage, so the stages' forward critical paths sum to at least the
-/// graph's (and so do the backward ones); the largest load is then at least (F + B of the graph) / s,
-/// and at least any one layer's forward + backward. The time is that load times the slots plus a sync
-/// and step that are never negative. Scaled down by 1e-9, far more than the rounding of the sums, so
-/// a plan it rules out is never one the DP would have taken, ties included.
+/// graph's (and so do the backward ones). When every stage recomputes in the plan's mode (Megatron's
+/// rule, or no recomputation), their recomputations add up to at least the graph's forward critical
+/// path (full) or to every layer's attention cores (selective). Every stage but the last sends its cut
+/// forward and receives its gradient, v times, each at least the smallest cut of the graph on the
+/// pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
+/// share of it; the time is that load times the slots plus a sync and step that are never negative.
+/// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
+/// the DP would have taken, ties included.
 struct LoadBound {
-  double graph_s = 0.0;  // forward + backward critical path of the whole graph
-  double layer_s = 0.0;  // the largest forward + backward of a layer
+  double graph_s = 0.0;  // forward + backward (+ recompute) critical paths of the whole graph
+  double layer_s = 0.0;  // the largest forward + backward (+ recompute) of a layer
+  int64_t cut_bytes = kNone<int64_t>;  // the fewest bytes crossing a cut between two stages
   const VariantModel& model;
 
   explicit LoadBound(const VariantModel& m) : model(m) {
-    const std::size_t all = m.lat.sets.size() - 1;
-    for (std::size_t p = m.lat.first_pair[all]; p < m.lat.first_pair[all + 1]; ++p) {
-      if (m.lat.inner[p] == 0) graph_s = m.tab.cost[p].forward_s + m.tab.cost[p].backward_s;
-    }
+    const Lattice& lat = m.lat;
+    const std::size_t all = lat.sets.size() - 1;
     const LayerFigures& f = m.in().widths[m.variant.width_index];
-    for (std::size_t v = 0; v < f.forward_s.size(); ++v) layer_s = std::max(layer_s, f.forward_s[v] + f.backward_s[v]);
+    const Recompute mode = static_cast<Recompute>(m.plan.settings.recompute);
+    const bool everywhere = mode == Recompute::kNone || m.plan.settings.last_stage_recomputes;
+    for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+      if (lat.inner[p] != 0) continue;
+      const StageCost& c = m.tab.cost[p];
+      graph_s = c.forward_s + c.backward_s;
+      if (everywhere && mode == Recompute::kFull) graph_s += c.forward_s;
+      if (everywhere && mode == Recompute::kSelective) graph_s += c.selective_s;
+    }
+    for (std::size_t v = 0; v < f.forward_s.size(); ++v) {
+      double own_s = f.forward_s[v] + f.backward_s[v];
+      if (everywhere && mode == Recompute::kFull) own_s += f.forward_s[v];
+      if (everywhere && mode == Recompute::kSelective) own_s += f.selective_s[v];
+      layer_s = std::max(layer_s, own_s);
+    }
+    for (std::size_t set = 1; set < all; ++set) cut_bytes = std::min(cut_bytes, lat.cut_bytes[set]);
   }
 
-  double time_s(int64_t s, int64_t d) const {
-    return std::max(graph_s / static_cast<double>(s), layer_s) * model.plan.slots(s, d) * (1.0 - 1e-9);
+  /// The bound for s stages at width d, the pipeline's transfers on `tier`.
+  double time_s(int64_t s, int64_t d, const NetworkTier& tier) const {
+    const double sends_s = cut_bytes == kNone<int64_t> ? 0.0
+                                                       : static_cast<double>(s - 1) * 2.0 *
+                                                             static_cast<double>(model.interleave()) *
+                                                             transfer_s(cut_bytes, tier);
+    const double load_s = std::max((graph_s + sends_s) / static_cast<double>(s), layer_s);
+    return load_s * model.plan.slots(s, d) * (1.0 - 1e-9);
   }
 };
 
@@ -777,7 +801,8 @@ PlanResult solve_variant(const VariantModel& model) {
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
           if ((d * t * cp) % model.plan.settings.ep != 0) continue;  // the expert-parallel groups tile the stage
-          if (bound.time_s(total, d) >= best.time_s) continue;  // no plan of s stages at d beats the best
+          // No plan of s stages at d beats the best.
+          if (bound.time_s(total, d, in.tiers[pipeline_tier[d]]) >= best.time_s) continue;
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
