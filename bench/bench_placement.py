@@ -20,6 +20,8 @@ Run: .venv/bin/python bench/bench_placement.py
 import resource
 import statistics
 import time
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +104,7 @@ def gpt3_problem() -> PlacementProblem:
     )
 
 
-KINDS = {
+KINDS: dict[str, dict[str, Any]] = {
     "plain (recompute none)": {},
     "recompute selective": {"recompute": "selective"},
     "recompute full": {"recompute": "full"},
@@ -126,7 +128,7 @@ def print_kinds(problem: PlacementProblem) -> None:
     """Each kind of variant at t 4 and 8 and the three HBM sizes (6 variants in one call): median CPU
     seconds of 3 runs."""
     for name, knobs in KINDS.items():
-        training = Training(**{"last_stage_recomputes": False, **knobs})
+        training = replace(Training(last_stage_recomputes=False), **knobs)
         variants = [Variant(t, hbm, core_settings(training)) for t in T_VALUES for hbm in HBM_SIZES_BYTES]
         cpu_s = []
         for _ in range(3):

@@ -497,9 +497,9 @@ from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.problem import PlacementProblem, Variant
 from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
-# A chain of 128 layers on 1024 devices, interleaved and with a sharded optimizer: one table per stage
-# count and data-parallel width, many seconds of DP.
-n = 128
+# A chain of 256 layers on 1024 devices, interleaved and with a sharded optimizer: a table per stage
+# count and data-parallel width, about half a second of DP each variant, seventy variants.
+n = 256
 ones = np.ones((1, n))
 problem = PlacementProblem(
     t_values=np.array([1]), forward_latency_s=ones, backward_latency_s=2 * ones,

@@ -126,7 +126,7 @@ def result_table(result: dict[str, Any]) -> str:
     rows = [("found design, optimal plan", found), *named]
     # On one GPU design the ratio is over the chip's own default plan (`phazec.commands.search.own_chip`).
     reference_name = next(name for name in reversed(BASELINES) if name in VS and name in compared)
-    header, note = VS[reference_name]
+    ratio, note = VS[reference_name]
     reference = compared[reference_name]["throughput_samples_per_s"]
     devices = int(result["config"]["system"]["devices"])
     names = [name.replace("_", " ") for name, _ in rows]
@@ -157,7 +157,7 @@ def result_table(result: dict[str, Any]) -> str:
         header,
         *designs,
         "",
-        render(["", "plan", "devices", "samples/s", header], plans),
+        render(["", "plan", "devices", "samples/s", ratio], plans),
         "",
         render(["", "TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"], usage),
         *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, note]),
