@@ -6,6 +6,7 @@ exactly: what this checks is the DP's search.
 """
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -198,6 +199,35 @@ def table_shared_across_d() -> PlacementProblem:
 @given(problems_and_settings(branching=False))
 @example(drawn=(table_shared_across_d(), 51, {}))
 def test_chains_match_brute_force(drawn: Drawn) -> None:
+    check_against_brute_force(drawn)
+
+
+@st.composite
+def block_chains(draw: st.DrawFn) -> Drawn:
+    """A random chain made a transformer's shape: every layer between the first (the embedding) and the
+    last (the head) a copy of the second, and every edge the same bytes. Equal stages tie everywhere:
+    the DP's skips must keep the first of equal plans, as the brute force's order does."""
+    problem, hbm_bytes, others = draw(problems_and_settings(branching=False))
+    n = problem.layer_count
+
+    def blocks(a: NDArray[Any]) -> NDArray[Any]:
+        out = a.copy()
+        if n > 3:
+            out[:, 2 : n - 1] = out[:, 1:2]
+        return out
+
+    per_layer = (
+        "forward_latency_s", "backward_latency_s", "param_bytes", "activation_bytes", "stash_bytes",
+        "input_bytes", "selective_stash_bytes", "selective_recompute_s", "tensor_parallel",
+    )  # fmt: skip
+    changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
+    edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
+    return replace(problem, **changed, edge_bytes=edge_bytes), hbm_bytes, others
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_chains())
+def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
