@@ -11,19 +11,24 @@ at ANALYTIC_FLOP_PER_S, backward twice the forward, two ring all-reduces of the 
 direction inside a node, Korthikanti et al. (2022) activation bytes s b h (10 + 24/t + 5 a s/(h t)),
 a causal mask (s^2 bytes) from the embedding to every block and the labels to the head.
 
+Then each kind of variant the search solves (recompute modes, interleave, ZeRO stages, overlapped DP
+syncs; `KINDS`) is timed on its own, 6 variants (t x HBM) in one call, in CPU seconds.
+
 Run: .venv/bin/python bench/bench_placement.py
 """
 
 import resource
 import statistics
 import time
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from phazec.hw.system import NetworkTier
 from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.dp import solve_placements
-from phazec.solvers.placement.problem import NoFeasiblePlacement, PlacementProblem, Variant
+from phazec.solvers.placement.problem import NoFeasiblePlacement, Placement, PlacementProblem, Variant
 
 HIDDEN = 12288
 HEADS = 96
@@ -99,6 +104,41 @@ def gpt3_problem() -> PlacementProblem:
     )
 
 
+KINDS: dict[str, dict[str, Any]] = {
+    "plain (recompute none)": {},
+    "recompute selective": {"recompute": "selective"},
+    "recompute full": {"recompute": "full"},
+    "recompute full, Megatron's last stage": {"recompute": "full", "last_stage_recomputes": True},
+    "interleave 2": {"interleave": 2},
+    "interleave 6": {"interleave": 6},
+    "zero stage 1 (distributed optimizer)": {"zero_stage": 1},
+    "zero stage 3": {"zero_stage": 3},
+    "interleave 6, zero stage 1": {"interleave": 6, "zero_stage": 1},
+    "overlapped DP sync, zero stage 1": {
+        "zero_stage": 1,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+    },
+}
+"""The variant kinds the search solves, each timed on its own: Training's knobs that the compiled model
+reads. Sequence parallelism changes the layers' figures (the problem), not the DP's work."""
+
+
+def print_kinds(problem: PlacementProblem) -> None:
+    """Each kind of variant at t 4 and 8 and the three HBM sizes (6 variants in one call): median CPU
+    seconds of 3 runs."""
+    for name, knobs in KINDS.items():
+        training = replace(Training(last_stage_recomputes=False), **knobs)
+        variants = [Variant(t, hbm, core_settings(training)) for t in T_VALUES for hbm in HBM_SIZES_BYTES]
+        cpu_s = []
+        for _ in range(3):
+            start = time.process_time()
+            results = solve_placements(problem, variants)
+            cpu_s.append(time.process_time() - start)
+        fits = sum(isinstance(r, Placement) for r in results)
+        print(f"{name:<40} 6 variants ({fits} fit): {statistics.median(cpu_s):.3f} CPU s")
+
+
 def main() -> None:
     problem = gpt3_problem()
     # The settings a search passes, under PHAZE's rule (the last stage does not recompute).
@@ -126,6 +166,7 @@ def main() -> None:
             )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     median_s = statistics.median(times_s)
+    print_kinds(problem)
     print(
         f"12 variants in one call: median {median_s:.3f} s, max {max(times_s):.3f} s over {RUNS} runs "
         f"(target <= {TARGET_TIME_S} s)"

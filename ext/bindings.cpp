@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -164,12 +165,26 @@ void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc
         nb::arg("hbm_bytes_per_s"), nb::arg("bound_sync_windows"), extra..., doc);
 }
 
+/// Solves with the GIL released, taking it back every few milliseconds to run Python's signal
+/// handlers (`PyErr_CheckSignals`): a handler's exception (phazec's `Interrupted` on SIGINT or
+/// SIGTERM, a KeyboardInterrupt) stops the solve and is raised from this call.
 std::vector<phazec::PlanResult> solve_placements(const phazec::PlacementInput& in,
                                                  const std::vector<VariantArg>& variants) {
   std::vector<phazec::Variant> vs;
   for (const auto& v : variants) vs.push_back(variant_of(v));
-  nb::gil_scoped_release release;
-  return phazec::solve_placements(in, vs);
+  std::optional<nb::python_error> raised;
+  auto signalled = [&raised]() {
+    nb::gil_scoped_acquire acquire;
+    if (PyErr_CheckSignals() == 0) return false;
+    raised.emplace();  // takes the handler's exception
+    return true;
+  };
+  try {
+    nb::gil_scoped_release release;
+    return phazec::solve_placements(in, vs, signalled);
+  } catch (const phazec::Cancelled&) {
+    throw *raised;
+  }
 }
 
 phazec::PlanFigures evaluate_plan(const phazec::PlacementInput& in, const VariantArg& variant,
@@ -256,7 +271,7 @@ NB_MODULE(_core, m) {
   def_taking_problem(m, "solve_placements", &solve_placements,
                      "Solves each (width index, HBM bytes, settings) variant with the GIL released; settings "
                      "holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError "
-                     "on bad input.",
+                     "on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.",
                      nb::arg("variants"));
 
   using phazec::StageCost;

@@ -100,7 +100,7 @@ def solve_placements(
     variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError on bad input.
+    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
     """
 
 class StageCost:

@@ -486,3 +486,57 @@ def test_ctrl_c_during_a_solve_is_an_interrupt(backend: str, time_limit_s: float
     assert_interrupted(process.returncode, stderr, 130)
     assert "status" not in stderr
     assert seconds < (5.0 if backend == "gurobi" else time_limit_s + 1.0)
+
+
+PLACEMENT_SCRIPT = """
+import sys, time
+import numpy as np
+from phazec.cli import user_errors
+from phazec.hw.system import NetworkTier
+from phazec.predict.training import Training, core_settings
+from phazec.solvers.placement.dp import solve_placements
+from phazec.solvers.placement.problem import PlacementProblem, Variant
+from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
+# A chain of 256 layers on 1024 devices, interleaved and with a sharded optimizer: a table per stage
+# count and data-parallel width, about half a second of DP each variant, seventy variants.
+n = 256
+ones = np.ones((1, n))
+problem = PlacementProblem(
+    t_values=np.array([1]), forward_latency_s=ones, backward_latency_s=2 * ones,
+    param_bytes=(10**9 * ones).astype(np.int64), activation_bytes=(10**8 * ones).astype(np.int64),
+    stash_bytes=(10**8 * ones).astype(np.int64), input_bytes=(10**7 * ones).astype(np.int64),
+    tensor_parallel=np.ones((1, n), dtype=bool), edges=np.array([(v, v + 1) for v in range(n - 1)]),
+    edge_bytes=np.full(n - 1, 10**7), device_count=1024, microbatch_count=1024, samples_per_microbatch=1,
+    tiers=(NetworkTier(8, 300e9, 2e-6), NetworkTier(1024, 25e9, 5e-6)),
+)
+variants = [
+    Variant(1, 80 * 10**9, core_settings(Training(interleave=v, zero_stage=1))) for v in range(2, 9)
+] * 10
+try:
+    with user_errors(), interruptible():
+        print("solving", flush=True)
+        try:
+            solve_placements(problem, variants)
+        finally:
+            print(f"stopped {time.monotonic()!r}", flush=True)
+except Interrupted as err:
+    exit_interrupted(err)
+"""
+
+
+def test_ctrl_c_during_a_placement_solve_stops_it_within_a_second() -> None:
+    """The C++ placement DP runs its Python signal handlers every few milliseconds: Ctrl-C half a second
+    into a solve of many seconds stops it within a second (measured from the signal to the solve's
+    end on the shared monotonic clock), and the command ends with the interrupt line and status 130."""
+    command = [sys.executable, "-c", PLACEMENT_SCRIPT]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    assert process.stdout.readline() == "solving\n"
+    time.sleep(0.5)  # inside the solve
+    assert process.poll() is None
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert_interrupted(process.returncode, stderr, 130)
+    stopped = float(stdout.split("stopped ")[1])
+    assert stopped - sent < 1.0

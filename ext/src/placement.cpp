@@ -1,6 +1,8 @@
 #include "phazec/placement.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -319,10 +321,19 @@ struct VariantModel {
   const Lattice& lat;
   const StageTable& tab;
   const Variant& variant;
+  CancelPoll& poll;  // asked between units of a few milliseconds of work
 
   const PlacementInput& in() const { return plan.in; }
   int64_t interleave() const { return plan.settings.interleave; }
   int64_t devices(int64_t s, int64_t q) const { return ((s - q) * tab.t + q) * plan.settings.cp; }
+
+  /// The most stages a plan can have: one layer each at least, on the devices there are (a stage uses
+  /// at least cp devices, t cp unless it is one of the narrow ones).
+  std::size_t max_stages() const {
+    int64_t s = lat.graph.g.n;
+    while (s > 1 && devices(s, std::min(s, tab.max_narrow)) > in().devices) --s;
+    return static_cast<std::size_t>(s);
+  }
   int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
@@ -346,7 +357,9 @@ struct VariantModel {
   /// Stage p's load, its transfers on tier `tier`, at width d with replicas of k devices (its ZeRO-3
   /// gathers over its DP group, `dp_sync_tier`).
   double load_s(std::size_t p, std::size_t tier, int64_t d, int64_t k) const {
-    return plan.time(tab.cost[p], mode(p), in().tiers[tier], d, shard_tier(p, d, k)).load_s();
+    // The DP group's tier matters only to ZeRO-3's gathers.
+    const NetworkTier group = plan.shards_weights() ? shard_tier(p, d, k) : in().tiers[0];
+    return plan.time(tab.cost[p], mode(p), in().tiers[tier], d, group).load_s();
   }
 
   /// The tier of stage p's DP group at width d with replicas of k devices.
@@ -355,14 +368,14 @@ struct VariantModel {
   }
 };
 
-/// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets.
+/// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets into at most
+/// `max_stages` stages (a partition into more is never looked up).
 struct TableShape {
   std::size_t max_stages = 0;
   std::size_t max_narrow = 0;
 
-  explicit TableShape(const VariantModel& model)
-      : max_stages(static_cast<std::size_t>(model.lat.graph.g.n)),
-        max_narrow(static_cast<std::size_t>(model.tab.max_narrow)) {}
+  TableShape(const VariantModel& model, std::size_t stages)
+      : max_stages(stages), max_narrow(static_cast<std::size_t>(model.tab.max_narrow)) {}
   std::size_t size(const Lattice& lat) const { return lat.sets.size() * (max_stages + 1) * (max_narrow + 1); }
   std::size_t at(std::size_t set, std::size_t s, std::size_t q) const {
     return (set * (max_stages + 1) + s) * (max_narrow + 1) + q;
@@ -375,13 +388,16 @@ struct MinMaxTable : TableShape {
   std::vector<int64_t> value;
   std::vector<int32_t> choice;  // the pair that forms the set's first stage
 
-  explicit MinMaxTable(const VariantModel& model) : TableShape(model) {}
+  MinMaxTable(const VariantModel& model, std::size_t stages) : TableShape(model, stages) {}
 };
 
+/// `cost(p, s)` is stage p's at position s from the end, kNone when it does not fit; once kNone it stays
+/// kNone at every later position (a stage's memory never falls as its position grows), so the positions
+/// of a stage are tried until the first that does not fit. Partitions into up to `stages` stages.
 template <typename Cost>
-MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
+MinMaxTable minmax_partition(const VariantModel& model, std::size_t stages, Cost cost) {
   const Lattice& lat = model.lat;
-  MinMaxTable table(model);
+  MinMaxTable table(model, stages);
   table.value.assign(table.size(lat), kNone<int64_t>);
   table.choice.assign(table.value.size(), -1);
   auto relax = [&](std::size_t set, std::size_t s, std::size_t q, int64_t candidate, std::size_t p) {
@@ -392,6 +408,7 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
     }
   };
   for (std::size_t set = 1; set < lat.sets.size(); ++set) {
+    model.poll();
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
       const std::size_t narrow = model.tab.narrow[p];
@@ -400,9 +417,10 @@ MinMaxTable minmax_partition(const VariantModel& model, Cost cost) {
         if (c != kNone<int64_t> && model.stage_devices(p) <= model.in().devices) relax(set, 1, narrow, c, p);
         continue;
       }
-      for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
+      const std::size_t last = std::min(static_cast<std::size_t>(lat.set_size[rest]) + 1, table.max_stages);
+      for (std::size_t s = 2; s <= last; ++s) {
         const int64_t c = cost(p, static_cast<int64_t>(s));
-        if (c == kNone<int64_t>) continue;
+        if (c == kNone<int64_t>) break;
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
           const int64_t before = table.value[table.at(rest, s - 1, q - narrow)];
           if (before == kNone<int64_t>) continue;
@@ -429,18 +447,47 @@ struct Point {
 /// on the devices, those no other beats on both the largest load and the largest weights, load
 /// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
-/// plan extends one of them.
+/// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
+/// extend those into s - 1), only as far as the DP asks: stage p is priced load(p) at each position s
+/// from the end where fits(p, s), which once false stays false at every later position (a stage's
+/// memory never falls as its position grows).
 struct FrontierTable : TableShape {
   std::vector<std::vector<Point>> points;
+  std::size_t built = 0;  // stage counts 1..built are filled
+  std::function<bool(std::size_t, int64_t)> fits;
+  std::function<double(std::size_t)> load;
+  std::vector<double> loads;   // per pair, priced on first use (NaN before)
+  std::vector<uint8_t> unfit;  // per pair: 1 once it did not fit at a position
 
-  explicit FrontierTable(const VariantModel& model) : TableShape(model) {}
+  FrontierTable(const VariantModel& model, std::size_t stages, std::function<bool(std::size_t, int64_t)> fits_,
+                std::function<double(std::size_t)> load_)
+      : TableShape(model, stages),
+        points(size(model.lat)),
+        fits(std::move(fits_)),
+        load(std::move(load_)),
+        loads(model.lat.stage.size(), std::numeric_limits<double>::quiet_NaN()),
+        unfit(model.lat.stage.size(), 0) {}
+
+  /// Stage p's load, priced once.
+  double price(std::size_t p) {
+    if (std::isnan(loads[p])) loads[p] = load(p);
+    return loads[p];
+  }
+
+  /// Whether stage p fits at position s (positions asked in ascending order).
+  bool fits_at(std::size_t p, int64_t s) {
+    if (unfit[p] == 0 && !fits(p, s)) unfit[p] = 1;
+    return unfit[p] == 0;
+  }
 };
 
 /// Keeps the points no other beats on both load and weights (of equal ones, the first made), load
 /// ascending and weights descending.
 void keep_frontier(std::vector<Point>& points) {
-  std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return a.load_s < b.load_s || (a.load_s == b.load_s && a.weights < b.weights);
+  // Points are made in (pair, rest) order (`extend_frontier`), so that order breaks ties as a stable sort
+  // would, without its buffer.
+  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return std::tie(a.load_s, a.weights, a.pair, a.rest) < std::tie(b.load_s, b.weights, b.pair, b.rest);
   });
   std::size_t kept = 0;
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -449,44 +496,61 @@ void keep_frontier(std::vector<Point>& points) {
   points.resize(kept);
 }
 
-/// The frontier of every set but the whole, each stage p at position s from the end priced load(p, s)
-/// (kNone when it does not fit).
-template <typename Load>
-FrontierTable frontier_partition(const VariantModel& model, Load load) {
+/// Appends to `here` the extensions by a stage of load `load_s` and `weights` of the points of `before`
+/// (a frontier: load strictly ascending, weights strictly descending) that no other of them beats on
+/// both or equals earlier: of the points whose load is at most `load_s`, which all extend to it, the
+/// first whose weights are at most `weights` (all extend to them), else the last (the least weights);
+/// then those of larger load up to the first whose weights are at most `weights` (the later extend to
+/// the same weights with more load). `keep_frontier` keeps the same points as from every extension.
+void extend_frontier(const std::vector<Point>& before, double load_s, int64_t weights, int32_t pair,
+                     std::vector<Point>& here) {
+  const auto begin = before.begin();
+  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+  if (within != begin) {
+    auto light = std::partition_point(begin, within, [&](const Point& x) { return x.weights > weights; });
+    if (light == within) --light;
+    here.push_back({load_s, std::max(weights, light->weights), pair, static_cast<int32_t>(light - begin)});
+  }
+  for (auto it = within; it != before.end(); ++it) {
+    here.push_back({it->load_s, std::max(weights, it->weights), pair, static_cast<int32_t>(it - begin)});
+    if (it->weights <= weights) break;
+  }
+}
+
+/// Fills the table's stage counts up to `stages` (at most its own most): the partitions of every set
+/// but the whole into s stages, from those of the remaining sets into s - 1, pair by pair as the sets'
+/// pairs come, so that `keep_frontier` keeps the first made of equal points.
+void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages) {
   const Lattice& lat = model.lat;
-  FrontierTable table(model);
-  table.points.assign(table.size(lat), {});
-  for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
-    for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
-      const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
-      const std::size_t narrow = model.tab.narrow[p];
-      const int64_t weights = model.tab.cost[p].param_bytes;
-      if (rest == 0) {
-        const double c = load(p, 1);
-        if (c != kNone<double> && model.stage_devices(p) <= model.in().devices) {
-          table.points[table.at(set, 1, narrow)].push_back({c, weights, static_cast<int32_t>(p), -1});
+  for (std::size_t s = table.built + 1; s <= std::min(stages, table.max_stages); ++s) {
+    for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
+      if (static_cast<std::size_t>(lat.set_size[set]) < s) continue;
+      model.poll();
+      for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
+        const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
+        const std::size_t narrow = model.tab.narrow[p];
+        const int64_t weights = model.tab.cost[p].param_bytes;
+        if ((rest == 0) != (s == 1)) continue;
+        if (rest == 0) {
+          if (table.fits_at(p, 1) && model.stage_devices(p) <= model.in().devices) {
+            table.points[table.at(set, 1, narrow)].push_back({table.price(p), weights, static_cast<int32_t>(p), -1});
+          }
+          continue;
         }
-        continue;
-      }
-      for (std::size_t s = 2; s <= static_cast<std::size_t>(lat.set_size[rest]) + 1; ++s) {
-        const double c = load(p, static_cast<int64_t>(s));
-        if (c == kNone<double>) continue;
+        if (static_cast<std::size_t>(lat.set_size[rest]) + 1 < s || !table.fits_at(p, static_cast<int64_t>(s))) {
+          continue;
+        }
+        const double c = table.price(p);
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
           if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
-          const std::vector<Point>& before = table.points[table.at(rest, s - 1, q - narrow)];
-          std::vector<Point>& here = table.points[table.at(set, s, q)];
-          for (std::size_t i = 0; i < before.size(); ++i) {
-            here.push_back({std::max(c, before[i].load_s), std::max(weights, before[i].weights),
-                            static_cast<int32_t>(p), static_cast<int32_t>(i)});
-          }
+          extend_frontier(table.points[table.at(rest, s - 1, q - narrow)], c, weights, static_cast<int32_t>(p),
+                          table.points[table.at(set, s, q)]);
         }
       }
-    }
-    for (std::size_t s = 1; s <= table.max_stages; ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) keep_frontier(table.points[table.at(set, s, q)]);
     }
+    table.built = s;
   }
-  return table;
 }
 
 /// The pairs of a plan, first stage first: `first`, then those of point `point` of the remaining set's
@@ -522,29 +586,77 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
+/// A lower bound on the peak memory of every plan of `total` stages at width d: the larger of (1) its first
+/// stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at least
+/// the least memory of such a stage there, and (2) the mean of its stages' memory: their weights,
+/// gradients and optimizer state add up to at least the whole model's (sharded over the d cp devices as
+/// the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes (its mode's,
+/// or none's for the last stage) for the fewest microbatches in flight, the last stage's. A stage's memory
+/// never grows with d (more replicas shard more and leave fewer microbatches each), so the bound at the
+/// widest d is one for every narrower d too.
+int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
+  const Lattice& lat = model.lat;
+  const std::size_t all = lat.sets.size() - 1;
+  int64_t first = kNone<int64_t>;
+  for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+    if ((lat.inner[p] == 0) != (total == 1) || !model.chunks_fit(p, total)) continue;
+    first = std::min(first, model.memory_bytes(p, total, total, d));
+  }
+  const PlanModel& plan = model.plan;
+  const LayerFigures& f = model.in().widths[model.variant.width_index];
+  const auto group = static_cast<double>(plan.group(d));
+  double params = 0.0, kept = 0.0;
+  for (std::size_t v = 0; v < f.param_bytes.size(); ++v) {
+    params += static_cast<double>(f.param_bytes[v]);
+    int64_t own = f.stash_bytes[v];
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
+    kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
+  }
+  const double weights = plan.shards_weights() ? params / group : params;
+  const double gradients = plan.shards_gradients() ? params / group : params;
+  const double state = static_cast<double>(model.in().optimizer_factor - 2) * params / (plan.shards_state() ? group : 1.0);
+  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
+  const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
+  // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
+  return std::max(first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)));
+}
+
 /// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
-/// for the peak stage of one plan attaining it.
-/// Under interleaving the in-flight count depends on the stage count, so each count gets a table.
+/// for the peak stage of one plan attaining it (the plan of fewest stages, then fewest narrow ones).
+/// Under interleaving the in-flight count depends on the stage count, so each count gets a table; the
+/// counts are tried by their `memory_bound`, least first, and a count whose bound is above the least
+/// peak found is skipped (each of its plans peaks above it).
 void fill_infeasible(const VariantModel& model, PlanResult& out) {
   const std::size_t all = model.lat.sets.size() - 1;
-  const auto max_stages = static_cast<int64_t>(model.lat.graph.g.n);
+  const auto max_stages = static_cast<int64_t>(model.max_stages());
   const bool per_total = model.interleave() > 1;
+  std::vector<std::pair<int64_t, int64_t>> totals;  // (bound, stage count); 0: every count in one table
+  if (per_total) {
+    for (int64_t total = 1; total <= max_stages; ++total) totals.emplace_back(memory_bound(model, total, 1), total);
+    std::sort(totals.begin(), totals.end());
+  } else {
+    totals.emplace_back(0, 0);
+  }
   int64_t best = kNone<int64_t>;
-  for (int64_t total = per_total ? 1 : 0; total <= (per_total ? max_stages : 0); ++total) {
+  int64_t best_total = 0;
+  for (const auto& [bound, total] : totals) {
+    if (bound > best) continue;
     const auto table = minmax_partition(
-        model, [&](std::size_t p, int64_t s) {
+        model, static_cast<std::size_t>(per_total ? total : max_stages), [&](std::size_t p, int64_t s) {
           return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
         });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
         const int64_t peak = table.value[table.at(all, s, q)];
-        if (peak >= best) continue;
+        if (peak == kNone<int64_t> || peak > best || (peak == best && total >= best_total)) continue;
         const auto first = static_cast<std::size_t>(table.choice[table.at(all, s, q)]);
         const auto pairs = plan_pairs(model, table, first, s, q);
         for (std::size_t i = 0; i < pairs.size(); ++i) {
           const StageMemory parts = model.memory(pairs[i], static_cast<int64_t>(s - i), static_cast<int64_t>(s), 1);
           if (parts.total_bytes() != peak) continue;
           best = peak;
+          best_total = total;
           out.min_memory_bytes = peak;
           out.parameter_bytes = parts.parameter_bytes();
           out.activation_bytes = parts.working_bytes;
@@ -556,6 +668,56 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   }
 }
 
+/// A lower bound on the time per batch of every plan of s stages at width d, from the bottleneck load
+/// alone: a longest forward path of the whole layer graph crosses the stages in pipeline order, its
+/// part inside a stage a path of the stage, so the stages' forward critical paths sum to at least the
+/// graph's (and so do the backward ones). When every stage recomputes in the plan's mode (Megatron's
+/// rule, or no recomputation), their recomputations add up to at least the graph's forward critical
+/// path (full) or to every layer's attention cores (selective). Every stage but the last sends its cut
+/// forward and receives its gradient, v times, each at least the smallest cut of the graph on the
+/// pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
+/// share of it; the time is that load times the slots plus a sync and step that are never negative.
+/// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
+/// the DP would have taken, ties included.
+struct LoadBound {
+  double graph_s = 0.0;  // forward + backward (+ recompute) critical paths of the whole graph
+  double layer_s = 0.0;  // the largest forward + backward (+ recompute) of a layer
+  int64_t cut_bytes = kNone<int64_t>;  // the fewest bytes crossing a cut between two stages
+  const VariantModel& model;
+
+  explicit LoadBound(const VariantModel& m) : model(m) {
+    const Lattice& lat = m.lat;
+    const std::size_t all = lat.sets.size() - 1;
+    const LayerFigures& f = m.in().widths[m.variant.width_index];
+    const Recompute mode = static_cast<Recompute>(m.plan.settings.recompute);
+    const bool everywhere = mode == Recompute::kNone || m.plan.settings.last_stage_recomputes;
+    for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+      if (lat.inner[p] != 0) continue;
+      const StageCost& c = m.tab.cost[p];
+      graph_s = c.forward_s + c.backward_s;
+      if (everywhere && mode == Recompute::kFull) graph_s += c.forward_s;
+      if (everywhere && mode == Recompute::kSelective) graph_s += c.selective_s;
+    }
+    for (std::size_t v = 0; v < f.forward_s.size(); ++v) {
+      double own_s = f.forward_s[v] + f.backward_s[v];
+      if (everywhere && mode == Recompute::kFull) own_s += f.forward_s[v];
+      if (everywhere && mode == Recompute::kSelective) own_s += f.selective_s[v];
+      layer_s = std::max(layer_s, own_s);
+    }
+    for (std::size_t set = 1; set < all; ++set) cut_bytes = std::min(cut_bytes, lat.cut_bytes[set]);
+  }
+
+  /// The bound for s stages at width d, the pipeline's transfers on `tier`.
+  double time_s(int64_t s, int64_t d, const NetworkTier& tier) const {
+    const double sends_s = cut_bytes == kNone<int64_t> ? 0.0
+                                                       : static_cast<double>(s - 1) * 2.0 *
+                                                             static_cast<double>(model.interleave()) *
+                                                             transfer_s(cut_bytes, tier);
+    const double load_s = std::max((graph_s + sends_s) / static_cast<double>(s), layer_s);
+    return load_s * model.plan.slots(s, d) * (1.0 - 1e-9);
+  }
+};
+
 PlanResult solve_variant(const VariantModel& model) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in();
@@ -564,23 +726,39 @@ PlanResult solve_variant(const VariantModel& model) {
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
-  // under interleaving, per d with a distributed optimizer or when a replica's microbatches are fewer
-  // than the first stage would hold in flight (the memory depends on them).
+  // under interleaving, per d with a sharded optimizer, else per cap on the microbatches in flight where
+  // it binds (below).
   std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
+  // The table for plans of `total` stages, filled as far as they need.
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
-    const bool capped = model.plan.in_flight(total, total, d) < model.plan.in_flight(total, total, 1);
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d || capped ? d : 0, per_k ? k : 0);
+    // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
+    // in flight at its position q, min(Megatron's count(q), m v), and the count grows with q. When m v is
+    // at least the count at the deepest position the DP can use at d (the stage count under
+    // interleaving, else the most stages d replicas leave room for), d's tables are those of d = 1 over
+    // those positions: shared, and priced at d = 1. Otherwise they are keyed by m v, which fixes every
+    // figure in them.
+    const int64_t cap = model.plan.microbatches_per_replica(d) * model.interleave();
+    const int64_t positions =
+        per_total ? total : std::min(static_cast<int64_t>(model.max_stages()), in.devices / (d * cp));
+    const bool uncapped = cap >= model.plan.in_flight(positions, total, 1);
+    const int64_t priced_d = per_d || !uncapped ? d : 1;
+    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0);
     auto it = tables.find(key);
     if (it == tables.end()) {
-      auto table = frontier_partition(model, [&, tier, total, d, k](std::size_t p, int64_t s) {
-        const bool fits = model.chunks_fit(p, total) && model.memory_bytes(p, s, total, d) <= hbm_bytes;
-        return fits ? model.load_s(p, tier, d, k) : kNone<double>;
-      });
+      // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
+      const std::size_t stages = per_total ? static_cast<std::size_t>(total) - 1 : model.max_stages() - 1;
+      FrontierTable table(
+          model, stages,
+          [&, total, priced_d](std::size_t p, int64_t s) {
+            return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
+          },
+          [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); });
       it = tables.emplace(key, std::move(table)).first;
     }
+    fill_layers(model, it->second, static_cast<std::size_t>(total) - 1);
     return it->second;
   };
   struct Best {
@@ -589,14 +767,16 @@ PlanResult solve_variant(const VariantModel& model) {
     int64_t d = 0, k = 0;
     int32_t point = -1;
   } best;
-  const auto max_stages = static_cast<std::size_t>(lat.graph.g.n);
+  const std::size_t max_stages = model.max_stages();
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
+  const LoadBound bound(model);
   for (std::size_t s = 1; s <= max_stages; ++s) {
     const auto total = static_cast<int64_t>(s);
     for (std::size_t q = 0; q <= std::min(max_narrow, s); ++q) {
       const int64_t k = model.devices(total, static_cast<int64_t>(q));
       if (k > in.devices) continue;
       const int64_t max_d = std::min(in.microbatches, in.devices / k);
+      if (memory_bound(model, total, max_d) > hbm_bytes) continue;  // no plan of s stages fits at any d
       // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
       // and the DP sync's tier for a stage one device and t devices wide (a later stage: t, at most k).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
@@ -607,11 +787,14 @@ PlanResult solve_variant(const VariantModel& model) {
         wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+        model.poll();
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
         for (int64_t d = 1; d <= max_d; ++d) {
           if ((d * t * cp) % model.plan.settings.ep != 0) continue;  // the expert-parallel groups tile the stage
+          // No plan of s stages at d beats the best.
+          if (bound.time_s(total, d, in.tiers[pipeline_tier[d]]) >= best.time_s) continue;
           if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
@@ -792,8 +975,10 @@ NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64
   return out;
 }
 
-std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants) {
+std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
+                                         std::function<bool()> cancelled) {
   check_input(in, variants);
+  CancelPoll poll(std::move(cancelled));
   const Lattice lat = make_lattice(in);
   std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
   std::vector<PlanResult> out;
@@ -803,7 +988,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
     if (it == stage_tables.end()) {
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
-    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v}));
+    poll();
+    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}));
   }
   return out;
 }

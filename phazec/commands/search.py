@@ -1,8 +1,10 @@
 """`phazec`: one model's co-search. Lower the model, derive its training graphs, search the hardware
 space with the configured strategy (`phazec.search.driver`), compare.
 
-Every result reports the TPUv4 design with optimal placement and with the model's fixed
-Megatron-style plan, and the found design with that fixed plan.
+A search over the template's spaces reports the TPUv4 design with optimal placement and with the
+model's fixed Megatron-style plan, and the found design with that fixed plan. A search of one GPU
+design (`hw=a100`, `hw=h100`, ...) reports instead the chip's own Megatron-style default plan and the
+model's fixed plan on it: the TPUv4 says nothing about the best plan for a given GPU cluster.
 """
 
 from __future__ import annotations
@@ -76,31 +78,81 @@ def search_state(settings: Settings, part: str = "") -> SearchState:
     return SearchState(directory / part if part else directory, settings.search.resume)
 
 
+def own_chip(job: Job) -> bool:
+    """Whether the search prices one GPU design (a GPU preset, not the template's kind of chip, with
+    one design): its result compares with the chip's own plans, not with the TPUv4 design."""
+    return not is_template(job.designs.device) and len(job.designs) == 1
+
+
 def baselines(job: Job, found_best: Candidate, tpuv4_space: HwSpace) -> dict[str, dict[str, Any]]:
     """The TPUv4 design with optimal placement and with the model's fixed Megatron-style plan, and the
-    found design with that fixed plan. A fixed plan that cannot run on the system is reported as not
-    applicable, with the reason, and never fails the finished search. The TPUv4 is priced as
-    `tpuv4_baseline` says."""
+    found design with that fixed plan. On one GPU design (`own_chip`), the chip's own Megatron-style
+    default plan (`default_outcome`) and the fixed plan on it; the TPUv4 entries are then not applicable
+    and not solved. A fixed plan that cannot run on the system is reported as not applicable, with the
+    reason, and never fails the finished search. The TPUv4 is priced as `tpuv4_baseline` says."""
     evaluator = job.evaluator
     tpuv4 = tpuv4_baseline(tpuv4_space, job.designs.device)
     chosen = job.designs.take(np.array([found_best.design]))
     missing = sorted(set(evaluator.knobs.tried("precision")) - set(tpuv4.device.precisions()))
-    if missing:
-        reason = {
-            "not_applicable": f"the TPUv4-like design has no tensor cores for precision {', '.join(missing)} "
+    reason = None
+    if own_chip(job):
+        reason = "a search of one GPU design compares with the chip's own Megatron-style default plan"
+    elif missing:
+        reason = (
+            f"the TPUv4-like design has no tensor cores for precision {', '.join(missing)} "
             "(hw.device.fp8_rate of the tpuv4 preset is 0)"
-        }
-        tpu = {**outcome(tpuv4, None), **reason}
+        )
+    if reason is not None:
+        tpu = {**outcome(tpuv4, None), "not_applicable": reason}
+        own = {"megatron_default_plan": default_outcome(job, chosen)} if own_chip(job) else {}
         return {
             "tpuv4_optimal_placement": tpu,
             "tpuv4_megatron_plan": tpu,
             "found_design_megatron_plan": fixed_outcome(job, chosen),
+            **own,
         }
     tpu_optimal = best(evaluator.evaluate(tpuv4))
     return {
         "tpuv4_optimal_placement": outcome(tpuv4, tpu_optimal, Usage(evaluator, tpuv4)),
         "tpuv4_megatron_plan": fixed_outcome(job, tpuv4),
         "found_design_megatron_plan": fixed_outcome(job, chosen),
+    }
+
+
+def default_widths(job: Job) -> tuple[int, list[int]]:
+    """The chip's Megatron-style default widths: tensor parallelism over the largest of the model's
+    widths that fits in a node (the first network tier's group, as Megatron-LM's and NeMo's recipes
+    keep it) and divides the devices, and the pipeline depths to try, fewest first (the divisors of
+    the devices left)."""
+    devices = job.settings.system.devices
+    node = job.evaluator.system.tiers[0].group_size
+    widths = sorted(job.evaluator.graphs)
+    fitting = [w for w in widths if w <= node and devices % w == 0]
+    tp = max(fitting) if fitting else widths[0]
+    rest = devices // tp
+    return tp, [pp for pp in range(1, rest + 1) if rest % pp == 0]
+
+
+def default_outcome(job: Job, designs: Designs) -> dict[str, Any]:
+    """The chip's own Megatron-style default plan on `designs` (`default_widths`): the fewest pipeline
+    stages at which the plan, its layers split evenly, fits in HBM under some knob setting, the rest of
+    the devices data-parallel; its best knob setting. Not applicable, with the reason, when no depth
+    fits."""
+    tp, depths = default_widths(job)
+    devices = job.settings.system.devices
+    reasons = []
+    for pp in depths:
+        try:
+            fixed = best(job.evaluator.evaluate_fixed(designs, pp, devices // (tp * pp), tp))
+        except PhazecError as err:
+            reasons.append(str(err))
+            continue
+        if fixed is not None:
+            return outcome(designs, fixed, Usage(job.evaluator, designs))
+    why = f" ({reasons[-1]})" if reasons else ""
+    return {
+        **outcome(designs, None),
+        "not_applicable": f"no pipeline depth of the default plan at tp={tp} fits in HBM{why}",
     }
 
 
@@ -207,6 +259,10 @@ def run_job(settings: Settings, out_dir: Path, tpuv4: HwSpace) -> tuple[Job, Fou
         "baselines": compared,
         "speedup_vs_tpuv4": speedup(
             main["throughput_samples_per_s"], compared["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+        ),
+        "speedup_vs_megatron_default": speedup(
+            main["throughput_samples_per_s"],
+            compared.get("megatron_default_plan", {}).get("throughput_samples_per_s", 0.0),
         ),
         "search": search_record(
             settings.search.strategy,

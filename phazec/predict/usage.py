@@ -40,7 +40,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
 from phazec.passes.attention import core_ops
-from phazec.predict.evaluator import Candidate, Evaluator
+from phazec.predict.evaluator import OUTER_KNOBS, Candidate, Evaluator
 from phazec.predict.layer_costs import class_split, low_precision_class, op_table
 from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, plan_figures
@@ -217,11 +217,13 @@ def usage_cells(figures: dict[str, Any]) -> list[str]:
 
 @dataclass
 class Usage:
-    """`plan_usage` of feasible candidates on `designs`, sharing each (design, microbatch, t)'s layer work."""
+    """`plan_usage` of feasible candidates on `designs`, sharing the layer work of each design, t and
+    setting of the knobs the layers depend on (`OUTER_KNOBS`: the others, such as interleave or the
+    ZeRO stage, only change the plan)."""
 
     evaluator: Evaluator
     designs: Designs
-    _work: dict[tuple[int, int, Training], LayerWork] = field(default_factory=dict)
+    _work: dict[tuple[int, int, tuple[Any, ...]], LayerWork] = field(default_factory=dict)
 
     def __call__(self, candidate: Candidate) -> dict[str, Any]:
         """The figures of a feasible candidate, its design being `designs[candidate.design]`."""
@@ -230,7 +232,7 @@ class Usage:
         design = self.designs.take(np.array([candidate.design]))
         training = candidate.training
         microbatch, t = training.microbatch, placement.t
-        key = (candidate.design, t, training)
+        key = (candidate.design, t, tuple(getattr(training, name) for name in OUTER_KNOBS))
         if key not in self._work:
             self._work[key] = layer_work(self.evaluator, design, training, t)
         figures = plan_sizes(self.evaluator, design, candidate)

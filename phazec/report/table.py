@@ -68,8 +68,14 @@ def layer_table(rows: Sequence[LayerRow]) -> str:
     return render(headers, body)
 
 
-BASELINES = ("tpuv4_optimal_placement", "tpuv4_megatron_plan", "found_design_megatron_plan")
-"""The baselines of a search's result, in the order its table lists them under the found plan."""
+BASELINES = (
+    "tpuv4_optimal_placement",
+    "tpuv4_megatron_plan",
+    "found_design_megatron_plan",
+    "megatron_default_plan",
+)
+"""The baselines of a search's result, in the order its table lists them under the found plan (the
+last only in a search of one GPU design)."""
 
 
 def _design_text(design: dict[str, Any] | None) -> str:
@@ -98,6 +104,16 @@ VS_TPUV4 = (
     "devices: those the plan uses (t x p x d) of system.devices."
 )
 """What the result table's `vs TPUv4` and `devices` columns mean, said under it."""
+VS = {
+    "tpuv4_optimal_placement": ("vs TPUv4", VS_TPUV4),
+    "megatron_default_plan": (
+        "vs default",
+        "vs default: throughput over the chip's own Megatron-style default plan (megatron default plan: tp "
+        "inside a node, the fewest pipeline stages that fit, the rest data-parallel); devices: those the "
+        "plan uses (t x p x d) of system.devices.",
+    ),
+}
+"""Per reference baseline, the ratio column's header and what it means."""
 
 
 def result_table(result: dict[str, Any]) -> str:
@@ -106,8 +122,13 @@ def result_table(result: dict[str, Any]) -> str:
     of at most `TABLE_COLUMNS` characters, and what the columns compare with."""
     found = {"design": result["design"], "plan": result["plan"], **result}
     ep = int(result.get("config", {}).get("train", {}).get("ep", 1))
-    rows = [("found design, optimal plan", found), *((name, result["baselines"][name]) for name in BASELINES)]
-    reference = result["baselines"]["tpuv4_optimal_placement"]["throughput_samples_per_s"]
+    compared = result["baselines"]
+    named = [(name, compared[name]) for name in BASELINES if name in compared]
+    rows = [("found design, optimal plan", found), *named]
+    # On one GPU design the ratio is over the chip's own default plan (`phazec.commands.search.own_chip`).
+    reference_name = next(name for name in reversed(BASELINES) if name in VS and name in compared)
+    ratio, note = VS[reference_name]
+    reference = compared[reference_name]["throughput_samples_per_s"]
     devices = int(result["config"]["system"]["devices"])
     names = [name.replace("_", " ") for name, _ in rows]
     plans = [
@@ -137,10 +158,10 @@ def result_table(result: dict[str, Any]) -> str:
         header,
         *designs,
         "",
-        render(["", "plan", "devices", "samples/s", "vs TPUv4"], plans),
+        render(["", "plan", "devices", "samples/s", ratio], plans),
         "",
         render(["", "TC util mean/bneck", "VC util mean/bneck", "J/sample", "samples/s/W"], usage),
-        *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, VS_TPUV4]),
+        *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in [*reasons, note]),
         *(textwrap.fill(line, TABLE_COLUMNS, subsequent_indent="  ") for line in _band_lines(result)),
     ])  # fmt: skip
 

@@ -191,11 +191,15 @@ def plan_metrics(plan: dict[str, Any]) -> dict[str, float]:
 
 def result_headline(result: dict[str, Any]) -> str:
     """A search's headline, added to its run's name so that MLflow's run list shows it: throughput (for
-    several models, their mean) and, for one model, the speedup over TPUv4 with its optimal plan."""
+    several models, their mean) and, for one model, the speedup over TPUv4 with its optimal plan (over
+    the chip's default plan on one GPU design; none when the reference has no plan)."""
     throughput = f"{headline_throughput(result):.4g} samples/s"
     if is_multi(result):
         return f"{throughput} (mean)"
-    return f"{throughput}, {result['speedup_vs_tpuv4']:.2f}x TPUv4"
+    for key, name in (("speedup_vs_tpuv4", "TPUv4"), ("speedup_vs_megatron_default", "default plan")):
+        if result.get(key) is not None:
+            return f"{throughput}, {result[key]:.2f}x {name}"
+    return throughput
 
 
 def plan_headline(plan: dict[str, Any]) -> str:

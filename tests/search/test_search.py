@@ -29,6 +29,7 @@ from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import Knobs, Training
 from phazec.predict.usage import USAGE_KEYS
+from phazec.report.table import result_table
 from phazec.search.driver import STRATEGIES
 from phazec.search.state import candidate_from_json, candidate_json, state_key
 from phazec.solvers.placement.problem import NoFeasiblePlacement, Placement, Stage
@@ -44,6 +45,7 @@ RESULT_KEYS = {
     "band",
     "baselines",
     "speedup_vs_tpuv4",
+    "speedup_vs_megatron_default",
     "search",
     "config",
     "objective",
@@ -99,6 +101,29 @@ def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, ca
     baseline = result["baselines"]["tpuv4_optimal_placement"]
     assert baseline["time_per_batch_s"] == result["time_per_batch_s"]
     assert result["speedup_vs_tpuv4"] == 1.0
+
+
+def test_one_gpu_design_compares_with_its_own_default_plan(tmp_path: Path, cache_dir: Path) -> None:
+    # BERT-large (tp 1 only) on 16 A100s in nodes of 8: the default plan is tp 1, and at 80 GB one
+    # stage fits, so pp 1 and dp 16. The TPUv4 is not solved: its entries are not applicable.
+    result = search(
+        tmp_path, cache_dir, "model=bert_large", "hw=a100", "system=dgx_a100", "system.devices=16",
+        "system.hbm_gb=[80]",
+    )  # fmt: skip
+    assert set(result) == RESULT_KEYS
+    compared = result["baselines"]
+    assert "one GPU design" in compared["tpuv4_optimal_placement"]["not_applicable"]
+    assert compared["tpuv4_optimal_placement"]["plan"] is None and result["speedup_vs_tpuv4"] is None
+    default = compared["megatron_default_plan"]["plan"]
+    assert (default["tp"], default["pp"], default["dp"]) == (1, 1, 16)
+    # The DP searches every split and width, the default plan's among them: it is never faster.
+    speedup = result["speedup_vs_megatron_default"]
+    default_throughput = compared["megatron_default_plan"]["throughput_samples_per_s"]
+    assert speedup == result["throughput_samples_per_s"] / default_throughput
+    assert speedup >= 1.0
+    # The model's fixed plan (pp 8 x dp 128) needs 1024 devices: not applicable on 16.
+    assert "not_applicable" in compared["found_design_megatron_plan"]
+    assert "vs default" in result_table(result)
 
 
 def test_a_gpu_space_leaves_the_tpuv4_its_own_device_model() -> None:

@@ -14,7 +14,10 @@
 // for bit.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "phazec/dag.hpp"
@@ -188,8 +191,37 @@ struct PlanFigures {
   IterationTime iteration;
 };
 
-/// Solves every variant; throws std::invalid_argument on malformed input (sizes, a cycle).
-std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants);
+/// Thrown out of a solve when its `cancelled` callback says so.
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("placement cancelled") {}
+};
+
+/// Asks a `cancelled` callback, at most once per `kInterval`, whether to stop; throws `Cancelled` when
+/// it says yes. The work between two polls is a few milliseconds, so a solve stops well within a
+/// second of its caller's request (a signal, for the bindings).
+class CancelPoll {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{20};
+  explicit CancelPoll(std::function<bool()> cancelled) : cancelled_(std::move(cancelled)) {}
+  void operator()() {
+    if (!cancelled_ || ++calls_ % kCallsPerClock != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_) return;
+    next_ = now + kInterval;
+    if (cancelled_()) throw Cancelled();
+  }
+
+ private:
+  static constexpr unsigned kCallsPerClock = 16;  // the clock is read every 16th call
+  std::function<bool()> cancelled_;
+  unsigned calls_ = 0;
+  std::chrono::steady_clock::time_point next_{};
+};
+
+/// Solves every variant; throws std::invalid_argument on malformed input (sizes, a cycle), and
+/// `Cancelled` when `cancelled` (polled every few milliseconds; empty: never) returns true.
+std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
+                                         std::function<bool()> cancelled = {});
 
 /// The figures of one plan: `stages` holds the layer ids of each stage, first stage first, in
 /// pipeline order (no edge runs back); t is the variant's width. The plan is timed whether or not

@@ -25,8 +25,10 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
     """The optimal plan of each variant, solved in one C++ call that shares work between them.
 
     The downsets and stage pairs are built once; the per-stage figures once per t; the other
-    settings only change the DP. The GIL is released while solving. An infeasible variant reports
-    the least memory with the optimizer state unsharded (d = 1).
+    settings only change the DP. The GIL is released while solving and taken back every 20 ms to run
+    Python's signal handlers: an exception one raises (`Interrupted` on Ctrl-C) stops the solve and is
+    raised here. An infeasible variant reports the least memory with the optimizer state unsharded
+    (d = 1).
 
     Raises:
         PhazecError: a variant names a t the problem has no figures for, or a bad HBM size.

@@ -6,6 +6,7 @@ exactly: what this checks is the DP's search.
 """
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -168,9 +169,65 @@ def check_against_brute_force(drawn: Drawn) -> None:
         assert evaluate_plan(problem, variant, [s.layers for s in result.stages], result.d) == result
 
 
+def table_shared_across_d() -> PlacementProblem:
+    """Five layers on 8 devices in nodes of 3, 3 microbatches, 51 bytes of HBM: no plan fits (stage 1
+    alone keeps 14 bytes for each of its 3 microbatches in flight at position 4 of 5). The DP once
+    shared a frontier table between widths d whose in-flight counts differed at the deeper positions:
+    made for d = 2 (2 microbatches each, so at most 2 in flight), it served d = 1 and took five
+    one-layer stages (stage 1 at 62 bytes) for a plan that fits."""
+    n = 5
+    zeros = np.zeros((1, n), dtype=np.int64)
+    return PlacementProblem(
+        t_values=np.array([1]),
+        forward_latency_s=np.array([[1.0, 2.0, 1.0, 1.0, 1.0]]),
+        backward_latency_s=np.array([[1.0, 2.0, 1.0, 1.0, 1.0]]),
+        param_bytes=np.array([[7, 10, 6, 5, 14]]),
+        activation_bytes=zeros,
+        stash_bytes=np.array([[7, 14, 12, 5, 10]]),
+        input_bytes=zeros,
+        tensor_parallel=np.ones((1, n), dtype=bool),
+        edges=np.array([(v - 1, v) for v in range(1, n)]),
+        edge_bytes=np.full(n - 1, 18),
+        device_count=8,
+        microbatch_count=3,
+        samples_per_microbatch=1,
+        tiers=(NetworkTier(3, 25.0, 0.0), NetworkTier(8, 3.0, 0.0)),
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=False))
+@example(drawn=(table_shared_across_d(), 51, {}))
 def test_chains_match_brute_force(drawn: Drawn) -> None:
+    check_against_brute_force(drawn)
+
+
+@st.composite
+def block_chains(draw: st.DrawFn) -> Drawn:
+    """A random chain made a transformer's shape: every layer between the first (the embedding) and the
+    last (the head) a copy of the second, and every edge the same bytes. Equal stages tie everywhere:
+    the DP's skips must keep the first of equal plans, as the brute force's order does."""
+    problem, hbm_bytes, others = draw(problems_and_settings(branching=False))
+    n = problem.layer_count
+
+    def blocks(a: NDArray[Any]) -> NDArray[Any]:
+        out = a.copy()
+        if n > 3:
+            out[:, 2 : n - 1] = out[:, 1:2]
+        return out
+
+    per_layer = (
+        "forward_latency_s", "backward_latency_s", "param_bytes", "activation_bytes", "stash_bytes",
+        "input_bytes", "selective_stash_bytes", "selective_recompute_s", "tensor_parallel",
+    )  # fmt: skip
+    changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
+    edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
+    return replace(problem, **changed, edge_bytes=edge_bytes), hbm_bytes, others
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_chains())
+def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
