@@ -40,7 +40,7 @@ def test_a_row_waits_for_the_knobs_it_needs_then_plans_with_them() -> None:
     assert run.run.layers_per_stage == (15, 16, 16, 16, 16, 16, 16, 15)
     # 1536 x 8192 tokens at 800 tokens/s on each of 256 GPUs.
     assert run.run.measured_s == 1536 * 8192 / (800 * 256)
-    assert (run.dims()["num_key_value_heads"], run.dims()["num_hidden_layers"]) == (8, 2)
+    assert (run.dims()["num_key_value_heads"], run.dims()["num_hidden_layers"]) == (8, 126)
 
 
 @pytest.mark.parametrize(
