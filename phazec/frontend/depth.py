@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from phazec.errors import PhazecError
+from phazec.frontend.config_json import model_kwargs
 from phazec.frontend.export import build_config, cache_key
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Layer, LayerKind, Model
@@ -85,9 +86,12 @@ def shallow(cfg: ModelConfig, cache_dir: Path) -> Shallow | None:
     if runs is None or all(run <= EXPORTED_PER_RUN for run in runs):
         return None
     exported = tuple(min(run, EXPORTED_PER_RUN) for run in runs)
-    keys = {decided["depth_key"]: sum(exported)}
+    keys: dict[str, Any] = {decided["depth_key"]: sum(exported)}
     if len(runs) == 2:  # DeepSeek: its dense blocks first
         keys["first_k_dense_replace"] = exported[0]
+    for name, value in model_kwargs(cfg).items():  # a per-layer list given (layer_types), one value a layer
+        if isinstance(value, list) and len(value) == sum(runs):
+            keys[name] = value[: sum(exported)]
     return Shallow(replace(cfg, hf_config={**cfg.hf_config, **keys}), runs)
 
 

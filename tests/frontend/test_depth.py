@@ -39,6 +39,11 @@ TINY_QWEN3_MOE = tiny(
     "tiny_qwen3_moe", "Qwen3MoeForCausalLM", intermediate_size=128, moe_intermediate_size=32,
     num_hidden_layers=4, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
 )  # fmt: skip
+TINY_QWEN3 = tiny(
+    "tiny_qwen3", "Qwen3ForCausalLM", intermediate_size=128, num_hidden_layers=4, num_key_value_heads=2,
+    head_dim=16, layer_types=["full_attention"] * 4,
+)  # fmt: skip
+"""A per-layer list given in the config: the shallow export's is cut to its blocks."""
 TINY_DEEPSEEK = tiny(
     "tiny_deepseek_v3", "DeepseekV3ForCausalLM", intermediate_size=128, moe_intermediate_size=32,
     num_hidden_layers=6, first_k_dense_replace=3, num_key_value_heads=4, n_shared_experts=1,
@@ -74,10 +79,11 @@ def assert_same(deep: Model, whole: Model) -> None:
         (TINY_GPT2, (5,)),
         (TINY_LLAMA, (4,)),
         (TINY_QWEN3_MOE, (4,)),
+        (TINY_QWEN3, (4,)),
         (TINY_DEEPSEEK, (3, 3)),
         (replace(TINY_DEEPSEEK, hf_config={**TINY_DEEPSEEK.hf_config, "first_k_dense_replace": 1}), (1, 5)),
     ],
-    ids=["gpt2", "llama", "qwen3_moe", "deepseek_v3", "deepseek_v3_one_dense"],
+    ids=["gpt2", "llama", "qwen3_moe", "qwen3_layer_types", "deepseek_v3", "deepseek_v3_one_dense"],
 )
 def test_two_blocks_a_run_repeated_are_the_whole_export(
     cfg: ModelConfig, runs: tuple[int, ...], tmp_path: Path
