@@ -373,6 +373,20 @@ def test_a_signal_held_by_the_system_is_handled_when_the_block_ends() -> None:
     assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the mask is back
 
 
+def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt() -> None:
+    """OmegaConf re-creates an error raised inside a merge from its type and a message, and
+    `Interrupted` takes a signal number: a SIGTERM during the command's config checks left as a
+    ValueError, exit 1 with a traceback (CI of this stop)."""
+    with pytest.raises(Interrupted) as stopped, interruptible():
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except Exception as err:  # as such a library does: its own error in place of the one raised
+            raise ValueError("not a valid Signals") from err
+    assert stopped.value.exit_status == 143
+    with pytest.raises(ValueError, match="no signal"), interruptible():
+        raise ValueError("no signal")  # without a signal, an error stays itself
+
+
 def test_two_searches_share_one_new_store_and_cache(tmp_path: Path, cache_dir: Path) -> None:
     """Two `phazec` processes started at once on one new SQLite store and one cold cache: both finish,
     both runs are recorded (the store is created once), and both give the same answer."""

@@ -39,7 +39,12 @@ class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
         return 128 + self.signum
 
 
+RECEIVED: list[int] = []
+"""Every signal `interruptible`'s handler has raised, in order (see `interruptible`)."""
+
+
 def _raise(signum: int, frame: FrameType | None) -> NoReturn:
+    RECEIVED.append(signum)
     raise Interrupted(signum)
 
 
@@ -75,12 +80,22 @@ def held_by_the_system() -> Iterator[None]:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back after."""
+    """Within the block, SIGINT and SIGTERM raise `Interrupted`; the old handlers come back after. An
+    error that leaves the block after a signal arrived in it is that signal's `Interrupted`: a library
+    may put an error of its own in place of the one raised inside it (OmegaConf re-creates an
+    exception from its type and a message, which `Interrupted` does not take)."""
     old = {s: signal.signal(s, _raise) for s in SIGNALS}
+    before = len(RECEIVED)
     try:
         yield
     except KeyboardInterrupt as err:  # a SIGINT that arrived before the handler was installed
         raise Interrupted(signal.SIGINT) from err
+    except Interrupted:
+        raise
+    except Exception as err:
+        if len(RECEIVED) > before:
+            raise Interrupted(RECEIVED[before]) from err
+        raise
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
