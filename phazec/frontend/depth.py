@@ -44,7 +44,12 @@ class Shallow:
     @property
     def exported(self) -> tuple[int, ...]:
         """Blocks of each run in the shallow export."""
-        return tuple(min(run, EXPORTED_PER_RUN) for run in self.runs)
+        return exported_blocks(self.runs)
+
+
+def exported_blocks(runs: tuple[int, ...]) -> tuple[int, ...]:
+    """Blocks of each run that a shallow export holds: at most `EXPORTED_PER_RUN`."""
+    return tuple(min(run, EXPORTED_PER_RUN) for run in runs)
 
 
 def block_runs(config: Any) -> tuple[int, ...] | None:
@@ -85,7 +90,7 @@ def shallow(cfg: ModelConfig, cache_dir: Path) -> Shallow | None:
     runs = tuple(decided["runs"]) if decided["runs"] is not None else None
     if runs is None or all(run <= EXPORTED_PER_RUN for run in runs):
         return None
-    exported = tuple(min(run, EXPORTED_PER_RUN) for run in runs)
+    exported = exported_blocks(runs)
     keys: dict[str, Any] = {decided["depth_key"]: sum(exported)}
     if len(runs) == 2:  # DeepSeek: its dense blocks first
         keys["first_k_dense_replace"] = exported[0]
