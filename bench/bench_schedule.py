@@ -16,9 +16,11 @@ printed beside them. The last lines split the bench's CPU into building the prob
 preset whose ONNX file is not cached yet, lowering, pricing), HiGHS and Gurobi, so a slower bench
 says where its time went (an export on an empty ONNX cache costs minutes of CPU that no solve does).
 
-Run: .venv/bin/python bench/bench_schedule.py   (exports the presets to the ONNX cache first)
+Run: .venv/bin/python bench/bench_schedule.py [--models NAME ...]   (exports the presets to the ONNX
+cache first; `--models qwen3_30b_a3b gpt_oss_120b` times those presets' blocks instead of issue 45's)
 """
 
+import argparse
 import os
 import statistics
 import time
@@ -50,7 +52,18 @@ from phazec.solvers.schema import SolverConfig
 T = TypeVar("T")
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-PRESETS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "onnx")
+PRESETS = (
+    "bert_large",
+    "gpt2_xl",
+    "gpt3_175b",
+    "llama2_7b",
+    "megatron_bert",
+    "megatron_gpt2_2_5b",
+    "megatron_gpt2_8_3b",
+    "opt_350m",
+)
+"""The presets of issue 45's 504 problems (main 529c9d2); `--models` times others against the same
+targets."""
 RANDOM_DESIGNS = 20
 MICROBATCH = 1
 LICENCE_LIMIT = 2000
@@ -78,10 +91,10 @@ def design_sets() -> list[tuple[str, Designs]]:
     ]
 
 
-def cases(solver: SolverConfig) -> Iterator[tuple[str, ScheduleProblem]]:
-    """(label, problem) for every preset, t in {smallest, largest}, design and direction."""
+def cases(solver: SolverConfig, models: list[str]) -> Iterator[tuple[str, ScheduleProblem]]:
+    """(label, problem) for every preset of `models`, t in {smallest, largest}, design and direction."""
     sets = design_sets()
-    for name in PRESETS:
+    for name in models:
         cfg = config(f"model={name}")
         model_cfg = typed(ModelConfig, cfg.model, "model")
         assert isinstance(model_cfg, ModelConfig)
@@ -145,6 +158,10 @@ class Clock:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(PRESETS), metavar="NAME",
+                        help="model presets to take blocks from (default: issue 45's)")  # fmt: skip
+    models = parser.parse_args().models
     load_before = os.getloadavg()[0]
     highs, gurobi = (SolverConfig(backend=b, mip_gap=MIP_GAP) for b in ("highs", "gurobi"))
     building, highs_clock, gurobi_clock = Clock(), Clock(), Clock()
@@ -154,7 +171,7 @@ def main() -> None:
     gurobi_optimal = 0
     worst: tuple[float, float, str] = (0.0, 0.0, "")
     vars_max = rows_max = not_fitting = not_optimal = disagree = ops_max = 0
-    problems = cases(highs)
+    problems = cases(highs, models)
     while (case := building.time(next, problems, None)[0]) is not None:
         label, problem = case
         found, elapsed_s, elapsed_wall_s = highs_clock.time(schedule, problem, highs)
