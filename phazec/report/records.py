@@ -10,7 +10,7 @@ from typing import Any
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.validation import NO_VALIDATION, Band, Validation, band, band_record, overlap
 from phazec.predict.evaluator import Candidate, Timings
-from phazec.predict.training import SEARCHED
+from phazec.predict.training import RECORDED, SEARCHED
 from phazec.predict.usage import USAGE_COLUMNS, Usage, usage_cells
 from phazec.search.loop import Found
 from phazec.solvers.placement.problem import Placement
@@ -31,12 +31,12 @@ def design_record(designs: Designs, i: int, hbm_bytes: int) -> dict[str, Any]:
 
 
 def plan_record(candidate: Candidate) -> dict[str, Any]:
-    """The `plan` entry of result.json: the searched knobs' settings (`SEARCHED`), the widths and the
-    stages."""
+    """The `plan` entry of result.json: the settings of the knobs plan.json names (`RECORDED`: the
+    searched ones, the optimizer, the expert-parallel width), the widths and the stages."""
     placement = candidate.result
     assert isinstance(placement, Placement)
     return {
-        **{name: getattr(candidate.training, name) for name in SEARCHED},
+        **{name: getattr(candidate.training, name) for name in RECORDED},
         "tp": placement.t,
         "pp": placement.stage_count,
         "dp": placement.d,

@@ -88,11 +88,12 @@ def _design_text(design: dict[str, Any] | None) -> str:
     )
 
 
-def _plan_text(plan: dict[str, Any] | None, ep: int = 1) -> str:
-    """A plan in a few words; `ep` (the search's `train.ep`) when its experts are spread."""
+def _plan_text(plan: dict[str, Any] | None) -> str:
+    """A plan in a few words, its expert-parallel width where its experts are spread."""
     if plan is None:
         return "no plan fits"
     recompute = "stash" if plan["recompute"] in (False, "none") else f"recompute {plan['recompute']}"
+    ep = int(plan.get("ep", 1))
     experts = f" ep={ep}" if ep > 1 else ""
     return f"mb {plan['microbatch']}, {recompute}, t={plan['tp']} p={plan['pp']} d={plan['dp']}{experts}"
 
@@ -121,7 +122,6 @@ def result_table(result: dict[str, Any]) -> str:
     each entry's plan, devices used and throughput, then its core utilisation and energy, in tables
     of at most `TABLE_COLUMNS` characters, and what the columns compare with."""
     found = {"design": result["design"], "plan": result["plan"], **result}
-    ep = int(result.get("config", {}).get("train", {}).get("ep", 1))
     compared = result["baselines"]
     named = [(name, compared[name]) for name in BASELINES if name in compared]
     rows = [("found design, optimal plan", found), *named]
@@ -134,7 +134,7 @@ def result_table(result: dict[str, Any]) -> str:
     plans = [
         [
             name,
-            "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"], ep),
+            "not applicable (below)" if "not_applicable" in entry else _plan_text(entry["plan"]),
             _devices_text(entry["plan"], devices),
             *_throughput_text(entry["throughput_samples_per_s"], reference, entry.get("within_model_error")),
         ]

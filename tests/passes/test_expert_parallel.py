@@ -191,6 +191,7 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     from phazec.commands.plan import predict_plan
     from phazec.commands.search import run_search
     from phazec.config.settings import tpuv4_space
+    from phazec.report.table import result_table
 
     report = predict_plan(settings_from_config(compose_config(*MOE_PLAN, f"cache_dir={cache_dir}")))
     assert report.fits and report.breakdown.ep_communication_s > 0
@@ -204,6 +205,8 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
     assert result["plan"]["dp"] % 8 == 0
+    assert (result["plan"]["ep"], result["plan"]["optimizer"]) == (8, "adam")
+    assert f"d={result['plan']['dp']} ep=8" in result_table(result)
 
 
 def test_toy_iteration_by_hand_on_two_devices() -> None:

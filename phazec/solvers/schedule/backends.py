@@ -100,6 +100,12 @@ def check_config(config: SolverConfig) -> None:
             f"solver.search_node_limit={search!r}; it must be a whole number of nodes >= 0 (0: no exact "
             "search, the ILP alone)."
         )
+    most = config.ilp_max_ops
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise PhazecError(
+            f"solver.ilp_max_ops={most!r}; it must be a whole number of ops >= 1 (the largest graph the "
+            "ILP solves; larger ones go to the exact search alone)."
+        )
     if config.threads < 1:
         raise PhazecError(f"solver.threads={config.threads!r}; it must be at least 1.")
 

@@ -242,7 +242,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 6,
+        "version": 7,
         "ops": [
             [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex(), float(op.hbm_s).hex()]
             for op in problem.ops
@@ -258,6 +258,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
             config.node_limit,
             config.seed,
             config.search_node_limit,
+            config.ilp_max_ops,
         ],
     }
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()

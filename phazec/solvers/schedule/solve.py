@@ -17,7 +17,7 @@ Every solve is replayed and checked, and recorded in the result.
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from phazec.errors import PhazecError
@@ -184,17 +184,45 @@ def schedule(
     if cache is not None and (hit := cache.get(key)) is not None:
         logger.debug("schedule cache hit %s", key[:12])
         return hit
+    large = len(problem.ops) > config.ilp_max_ops
+    if large:
+        config = replace(config, search_node_limit=search_nodes(len(problem.ops), config))
     best = _incumbent(problem)
     lower_s = modelled_modes(problem, best)[1].lower_s
     if not _meets(best, lower_s, config):
         lower_s = max(lower_s, _exclusive_s(problem, config, best))
     if _meets(best, lower_s, config):
         found = _schedule(problem, best, lower_s, "optimal", ())
+    elif large:
+        found = _search_alone(problem, config, best, lower_s)
     else:
         found = optimize(problem, config, best, lower_s, model_dir)
     if cache is not None:
         cache.put(key, found)
     return found
+
+
+def search_nodes(ops: int, config: SolverConfig) -> int:
+    """The exact search's nodes on a graph of `ops` ops above `solver.ilp_max_ops`:
+    `search_node_limit` scaled by (ilp_max_ops / ops)^2, at least 1 where the limit is not 0."""
+    limit = config.search_node_limit
+    return min(limit, max(1, limit * config.ilp_max_ops**2 // ops**2))
+
+
+def _search_alone(
+    problem: ScheduleProblem, config: SolverConfig, best: Incumbent, lower_s: float
+) -> Schedule:
+    """The schedule of a graph above `solver.ilp_max_ops`: the exact search from the list schedule
+    (none when `search_node_limit` is 0), the exclusive-op bound again on a shorter schedule."""
+    if config.search_node_limit == 0:
+        return _schedule(problem, best, lower_s, "node_limit", ())
+    first_s = best.makespan_s
+    best, lower_s, record = _search(problem, config, best, lower_s)
+    proven = record.status == "optimal"
+    if not proven and best.makespan_s < first_s:
+        lower_s = max(lower_s, _exclusive_s(problem, config, best))
+        proven = _meets(best, lower_s, config)
+    return _schedule(problem, best, lower_s, "optimal" if proven else record.status, (record,))
 
 
 def optimize(

@@ -18,7 +18,7 @@ from phazec.solvers.schedule.problem import (
     contract_free_ops,
 )
 from phazec.solvers.schedule.replay import replay
-from phazec.solvers.schedule.solve import ScheduleCache, optimize, schedule
+from phazec.solvers.schedule.solve import ScheduleCache, optimize, schedule, search_nodes
 from phazec.solvers.schema import SolverConfig
 
 TC, VC, FUSED, COLL = OpKind.TC, OpKind.VC, OpKind.FUSED, OpKind.COLLECTIVE
@@ -246,8 +246,31 @@ def test_bad_config_is_a_clear_error() -> None:
         schedule(problem, SolverConfig(node_limit=0))
     with pytest.raises(PhazecError, match=r"solver.search_node_limit=-1; it must be a whole number"):
         schedule(problem, SolverConfig(search_node_limit=-1))
+    with pytest.raises(PhazecError, match=r"solver\.ilp_max_ops=0; it must be a whole number of ops >= 1"):
+        schedule(problem, SolverConfig(ilp_max_ops=0))
     with pytest.raises(PhazecError, match=r"solver\.write_lp=true needs a directory for the model files"):
         schedule(problem, SolverConfig(write_lp=True))
+
+
+def test_a_graph_above_ilp_max_ops_goes_to_the_exact_search_alone() -> None:
+    # The diamond of test_diamond_needs_core_capacity: s -> {a, b, c} -> e on 2 TCs, all 1 s; the
+    # bounds say 1 + 3/2 + 1 = 3.5 (a, b and c share 2 cores), the optimum is 1 + 2 + 1 = 4. Its 5
+    # ops are above ilp_max_ops=4, so no ILP runs: one record, of the search, with
+    # 500,000 * 4^2 // 5^2 = 320,000 nodes, which proves the 4.
+    ops = (op("s", TC, 1.0), op("a", TC, 1.0), op("b", TC, 1.0), op("c", TC, 1.0), op("e", TC, 1.0))
+    deps = ((0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4))
+    problem = ScheduleProblem(ops, deps, num_tc=2, num_vc=1)
+    config = SolverConfig(ilp_max_ops=4)
+    assert search_nodes(5, config) == 320_000
+    assert search_nodes(99, SolverConfig()) == 500_000 * 64**2 // 99**2 == 208_958
+    assert search_nodes(1000, SolverConfig(search_node_limit=10)) == 1
+    found = schedule(problem, config)
+    assert (found.makespan_s, found.optimal) == (4.0, True)
+    assert [record.backend for record in found.solves] == ["search"]
+    assert schedule(problem, SolverConfig(ilp_max_ops=5)).solves[0].backend in ("gurobi", "highs")  # ILP
+    # Without the search the list schedule stands, unproven.
+    alone = schedule(problem, SolverConfig(ilp_max_ops=4, search_node_limit=0))
+    assert (alone.makespan_s, alone.bound_s, alone.status, alone.solves) == (4.0, 3.5, "node_limit", ())
 
 
 def test_contract_free_ops_links_around_views() -> None:
