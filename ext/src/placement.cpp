@@ -97,6 +97,7 @@ StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeS
   for (int32_t v : members(stage)) {
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
+    c.expert_param_bytes += f.expert_param_bytes[v];
     c.largest_layer_bytes = std::max(c.largest_layer_bytes, f.param_bytes[v]);
     c.stash_bytes += f.stash_bytes[v];
     c.selective_bytes += f.selective_bytes[v];
@@ -200,6 +201,22 @@ struct PlanModel {
   /// context-parallel devices (Megatron's data- and context-parallel group).
   int64_t group(int64_t d) const { return d * settings.cp; }
 
+  /// The devices a routed expert's gradient is reduced over, and a ZeRO stage shards its weights, gradients
+  /// and state over, at width d: Megatron-Core's expert-data-parallel group, the group(d) devices of a
+  /// stage's data- and context-parallel replicas of one expert-parallel rank (t = 1 where a layer has
+  /// experts, expert tensor parallelism 1): group(d) / ep, at least 1 (below ep, at d = 1 for the least
+  /// memory of an infeasible problem, unsharded).
+  int64_t expert_group(int64_t d) const { return std::max<int64_t>(1, group(d) / settings.ep); }
+
+  /// `bytes` sharded over `devices` (rounded up).
+  static int64_t shard_of(int64_t bytes, int64_t devices) { return (bytes + devices - 1) / devices; }
+
+  /// A stage's `weights` bytes, `expert` of them routed experts', sharded by a ZeRO stage at width d: the
+  /// dense ones over group(d), the experts' over expert_group(d).
+  int64_t sharded_bytes(int64_t weights, int64_t expert, int64_t d) const {
+    return shard_of(weights - expert, group(d)) + shard_of(expert, expert_group(d));
+  }
+
   /// The devices of a stage: its cost's (t when it holds a tensor-parallel layer, else 1) times cp.
   int64_t stage_devices(const StageCost& c) const { return c.devices * settings.cp; }
 
@@ -231,10 +248,11 @@ struct PlanModel {
     return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, microbatches_per_replica(d) * v);
   }
 
-  /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
-  int64_t state_bytes(int64_t weights, int64_t d) const {
-    const int64_t state = (in.optimizer_factor - 2) * weights;
-    return shards_state() ? (state + group(d) - 1) / group(d) : state;
+  /// Optimizer state per device of a stage with `weights` bytes, `expert` of them routed experts', at
+  /// data-parallel width d.
+  int64_t state_bytes(int64_t weights, int64_t expert, int64_t d) const {
+    const int64_t factor = in.optimizer_factor - 2;
+    return shards_state() ? sharded_bytes(factor * weights, factor * expert, d) : factor * weights;
   }
 
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
@@ -249,20 +267,22 @@ struct PlanModel {
       working = c.full_working_bytes;
     }
     const int64_t u = in_flight(q, total, d);
-    const int64_t shard = (c.param_bytes + group(d) - 1) / group(d);
+    const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
     // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
     const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
     int64_t gradients = c.param_bytes;
     if (shards_gradients()) gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
-    return {weights, gradients, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
+    return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), (kept * u + v - 1) / v,
+            working, u};
   }
 
   /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
   /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
-  /// is 1/d of the weights and gradients; otherwise all of them).
+  /// is 1/d of the weights and gradients; otherwise all of them). It counts the routed experts' shard as
+  /// a dense one (1/d: the DP sums a later stage's weights into one figure, `Point`).
   int64_t step_bytes(int64_t weights, int64_t d) const {
     const int64_t shard = shards_state() ? (weights + group(d) - 1) / group(d) : weights;
-    return weights + 3 * shard + 2 * state_bytes(weights, d);
+    return weights + 3 * shard + 2 * state_bytes(weights, 0, d);
   }
 
   /// The windows (reduction, all-gather) a stage's DP sync hides behind, from the first stage's cost
@@ -605,17 +625,23 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const PlanModel& plan = model.plan;
   const LayerFigures& f = model.in().widths[model.variant.width_index];
   const auto group = static_cast<double>(plan.group(d));
-  double params = 0.0, kept = 0.0;
+  // The experts' group as a real number: at most the integer one at every narrower d that tiles ep.
+  const double expert_group = std::max(1.0, group / static_cast<double>(plan.settings.ep));
+  double params = 0.0, experts = 0.0, kept = 0.0;
   for (std::size_t v = 0; v < f.param_bytes.size(); ++v) {
     params += static_cast<double>(f.param_bytes[v]);
+    experts += static_cast<double>(f.expert_param_bytes[v]);
     int64_t own = f.stash_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
     kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
   }
-  const double weights = plan.shards_weights() ? params / group : params;
-  const double gradients = plan.shards_gradients() ? params / group : params;
-  const double state = static_cast<double>(model.in().optimizer_factor - 2) * params / (plan.shards_state() ? group : 1.0);
+  const double dense = params - experts;
+  const double shard = dense / group + experts / expert_group;
+  const double weights = plan.shards_weights() ? shard : params;
+  const double gradients = plan.shards_gradients() ? shard : params;
+  const auto factor = static_cast<double>(model.in().optimizer_factor - 2);
+  const double state = plan.shards_state() ? factor * dense / group + factor * experts / expert_group : factor * params;
   const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
   const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
   // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
@@ -886,6 +912,13 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       }
     }
     if (f.tensor_parallel.size() != n) fail("tensor-parallel flags must be n values");
+    if (f.expert_param_bytes.size() != n) fail("expert parameter bytes must be n values");
+    for (std::size_t v = 0; v < n; ++v) {
+      if (f.expert_param_bytes[v] < 0 || f.expert_param_bytes[v] > f.param_bytes[v]) {
+        fail("expert parameter bytes must be between 0 and the layer's parameter bytes");
+      }
+      if (f.expert_param_bytes[v] > 0 && f.t != 1) fail("layers with experts need t = 1");
+    }
   }
   if (std::any_of(in.edge_bytes.begin(), in.edge_bytes.end(), [](int64_t x) { return x < 0; })) {
     fail("edge bytes must be >= 0");

@@ -20,7 +20,10 @@ from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Routing, Tensor
 from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.predict.layer_costs import Split, op_table
+from phazec.solvers.placement.evaluate import plan_figures
+from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
+from tests.solvers.placement.placement_reference import best_placement, plan_settings
 
 # --- The toy: one MoE block, 2 experts, top-1 ------------------------------------------------------
 # Per sample s = 4 tokens of h = 2 (bf16); top-1 over E = 2 experts puts C = 4 x 1 / 2 = 2 tokens on
@@ -107,8 +110,9 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     memory = split.memory
     assert memory is not None
     assert (memory.parameter_count, memory.parameter_bytes, memory.gradient_bytes) == (8, 16, 16)
+    assert memory.expert_parameter_bytes == 16  # every weight of the toy is an expert's
     whole = training_pipeline(1).run(toy_model())[0].classes[0].memory
-    assert whole is not None and whole.parameter_bytes == 32
+    assert whole is not None and (whole.parameter_bytes, whole.expert_parameter_bytes) == (32, 32)
 
 
 def test_expert_parallelism_needs_experts_it_divides() -> None:
@@ -206,6 +210,33 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     assert result["plan"]["dp"] % 8 == 0
 
 
+def toy_problem(
+    devices: int, param_bytes: int, expert_bytes: int, optimizer_factor: int = 2
+) -> PlacementProblem:
+    """The toy block in the placement model, on `devices` devices and as many microbatches of 2 samples:
+    forward 1 s of compute and its two all-to-alls of 1.75 s each (the previous test's) = 4.5 s,
+    backward 2 s + 2 x 1.75 = 5.5 s, 2 x 32 B of stash; `param_bytes` of weights per device,
+    `expert_bytes` of them the routed experts'; one tier of 16 B/s and 0.5 s."""
+    return PlacementProblem(
+        t_values=np.array([1]),
+        forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
+        backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
+        param_bytes=np.array([[param_bytes]]),
+        expert_param_bytes=np.array([[expert_bytes]]),
+        activation_bytes=np.array([[64]]),
+        stash_bytes=np.array([[64]]),
+        input_bytes=np.array([[16]]),
+        tensor_parallel=np.zeros((1, 1), dtype=bool),
+        edges=np.zeros((0, 2), dtype=np.int64),
+        edge_bytes=np.zeros(0, dtype=np.int64),
+        device_count=devices,
+        microbatch_count=devices,
+        samples_per_microbatch=2,
+        tiers=(NetworkTier(devices, 16.0, 0.5),),
+        optimizer_factor=optimizer_factor,
+    )
+
+
 def test_toy_iteration_by_hand_on_two_devices() -> None:
     """The toy block on 2 devices with ep 2, 2 microbatches of 2 samples, in the placement model. Its
     per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
@@ -216,26 +247,7 @@ def test_toy_iteration_by_hand_on_two_devices() -> None:
     16 + 16, one microbatch's 64 B in flight: 96 B. (Megatron reduces expert gradients over
     devices / (ep x pp) = 1 device: no sync; phazec reduces every gradient over the d replicas, a
     simplification docs/model/moe.md lists.)"""
-    from phazec.hw.system import NetworkTier
-    from phazec.solvers.placement.problem import Placement, PlacementProblem
-    from tests.solvers.placement.placement_reference import best_placement, plan_settings
-
-    problem = PlacementProblem(
-        t_values=np.array([1]),
-        forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
-        backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
-        param_bytes=np.array([[16]]),
-        activation_bytes=np.array([[64]]),
-        stash_bytes=np.array([[64]]),
-        input_bytes=np.array([[16]]),
-        tensor_parallel=np.zeros((1, 1), dtype=bool),
-        edges=np.zeros((0, 2), dtype=np.int64),
-        edge_bytes=np.zeros(0, dtype=np.int64),
-        device_count=2,
-        microbatch_count=2,
-        samples_per_microbatch=2,
-        tiers=(NetworkTier(2, 16.0, 0.5),),
-    )
+    problem = toy_problem(2, 16, 16)
     placed = best_placement(problem, 10**6, plan_settings(ep=2))
     assert isinstance(placed, Placement)
     assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 12.0)
@@ -243,3 +255,59 @@ def test_toy_iteration_by_hand_on_two_devices() -> None:
     # On one device no data-parallel width makes an expert-parallel group of 2: no plan.
     alone = best_placement(replace(problem, device_count=1), 10**6, plan_settings(ep=2))
     assert not isinstance(alone, Placement)
+
+
+@pytest.mark.parametrize(
+    ("devices", "zero_stage", "parts"),
+    [
+        (2, 1, (48, 48, 192)),
+        (2, 2, (48, 32, 192)),
+        (2, 3, (128, 80, 192)),
+        (4, 1, (48, 48, 96)),
+        (4, 2, (48, 16, 96)),
+        (4, 3, (112, 64, 96)),
+    ],
+)
+def test_expert_state_is_sharded_over_the_expert_data_parallel_group_by_hand(
+    devices: int, zero_stage: int, parts: tuple[int, int, int]
+) -> None:
+    """The toy block with a dense part besides its experts, with mixed-precision Adam (6 B of state per
+    weight byte) and a distributed optimizer, ep 2 at d = 2 (ep = dp) and d = 4 (dp = 2 ep), one
+    microbatch per replica (64 B in flight). Per device: 48 B of weights, 32 B dense (attention, router)
+    and 16 B of the routed experts (one expert of two). Megatron-Core shards the dense ones over the d
+    data-parallel replicas and the experts' over the expert-data-parallel group, d / ep devices: 1 at
+    d = 2 (nothing sharded), 2 at d = 4.
+      state (ZeRO >= 1): 6 x 32 / d + 6 x 16 / (d / ep): d = 2: 96 + 96 = 192; d = 4: 48 + 48 = 96
+        (sharded as dense it was 6 x 48 / d = 144 and 72);
+      gradients (ZeRO >= 2): 32 / d + 16 / (d / ep): d = 2: 16 + 16 = 32; d = 4: 8 + 8 = 16; ZeRO-3 adds
+        the gathered layer's 48: 80 and 64;
+      weights (ZeRO-3): the same shard, 32 and 16, plus the gathered layer and the next, 2 x 48: 128, 112.
+    Memory = weights + gradients + state + 64."""
+    problem = toy_problem(devices, 48, 16, optimizer_factor=8)
+    variant = Variant(1, 10**6, plan_settings(ep=2, zero_stage=zero_stage))
+    figures = plan_figures(problem, variant, ((0,),), devices)
+    memory = figures.memories[0]
+    assert (memory.weights_bytes, memory.gradients_bytes, memory.optimizer_state_bytes) == parts
+    assert figures.placement.stages[0].memory_bytes == sum(parts) + 64
+    assert figures.costs[0].expert_param_bytes == 16
+    # The DP takes the same figures: its plan is this one (the only d that ep tiles at 2 devices; at 4,
+    # d = 2 would leave 2 devices idle and twice the microbatches), and it fits in exactly its bytes.
+    placed = best_placement(problem, sum(parts) + 64, variant.settings)
+    assert isinstance(placed, Placement)
+    assert (placed.d, placed.time_per_batch_s) == (devices, figures.placement.time_per_batch_s)
+    assert not isinstance(best_placement(problem, sum(parts) + 63, variant.settings), Placement)
+
+
+def test_expert_bytes_without_a_distributed_optimizer_are_not_sharded() -> None:
+    """Without ZeRO nothing is sharded: 48 + 48 + 6 x 48 + 64 = 448 B whatever the expert bytes."""
+    variant = Variant(1, 10**6, plan_settings(ep=2))
+    for expert_bytes in (0, 16):
+        figures = plan_figures(toy_problem(4, 48, expert_bytes, optimizer_factor=8), variant, ((0,),), 4)
+        assert figures.placement.stages[0].memory_bytes == 448
+
+
+def test_expert_bytes_are_refused_beyond_the_layers_or_at_t_above_1() -> None:
+    with pytest.raises(PhazecError, match=r"expert_param_bytes\[0, 0\] = 17 is not valid"):
+        toy_problem(2, 16, 17)
+    with pytest.raises(PhazecError, match="expert_param_bytes at t = 2 is not valid"):
+        replace(toy_problem(2, 16, 16), t_values=np.array([2]), tensor_parallel=np.ones((1, 1), dtype=bool))

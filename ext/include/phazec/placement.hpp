@@ -7,8 +7,9 @@
 // DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
 // cores, full: forward again; the last stage recomputes only under Megatron's rule) + 2 v transfers
 // of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
-// (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3) and the activations kept for the model-chunk microbatches in flight plus the working
-// set a recomputation rebuilds; time per batch = max load * (m + (s - 1) / v) + the latest exposed
+// (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
+// experts' over the expert-data-parallel group, d cp / ep devices) and the activations kept for the
+// model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch = max load * (m + (s - 1) / v) + the latest exposed
 // DP sync + optimizer step of a stage. `solve_placements` searches it; `evaluate_plan` times one
 // given plan with the same functions, so the DP's optimum and the evaluation of its plan agree bit
 // for bit.
@@ -37,6 +38,7 @@ struct LayerFigures {
   std::vector<double> forward_s;
   std::vector<double> backward_s;
   std::vector<int64_t> param_bytes;
+  std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (t = 1 where any)
   std::vector<int64_t> activation_bytes;
   std::vector<int64_t> stash_bytes;      // kept without recompute
   std::vector<int64_t> selective_bytes;  // kept under selective recompute
@@ -112,6 +114,7 @@ struct StageCost {
   double backward_s = 0.0;              // backward critical path
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
+  int64_t expert_param_bytes = 0;       // of them, the routed experts' (sharded over the expert DP group)
   int64_t largest_layer_bytes = 0;      // the weights of its largest layer (ZeRO-3 gathers one at a time)
   int64_t stash_bytes = 0;              // kept without recomputation
   int64_t selective_bytes = 0;          // kept under selective recompute
