@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -210,14 +211,12 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     assert result["plan"]["dp"] % 8 == 0
 
 
-def toy_problem(
-    devices: int, param_bytes: int, expert_bytes: int, optimizer_factor: int = 2
-) -> PlacementProblem:
+def toy_problem(devices: int, param_bytes: int, expert_bytes: int, **others: Any) -> PlacementProblem:
     """The toy block in the placement model, on `devices` devices and as many microbatches of 2 samples:
     forward 1 s of compute and its two all-to-alls of 1.75 s each (the previous test's) = 4.5 s,
     backward 2 s + 2 x 1.75 = 5.5 s, 2 x 32 B of stash; `param_bytes` of weights per device,
-    `expert_bytes` of them the routed experts'; one tier of 16 B/s and 0.5 s."""
-    return PlacementProblem(
+    `expert_bytes` of them the routed experts'; one tier of 16 B/s and 0.5 s; `others` replace fields."""
+    problem = PlacementProblem(
         t_values=np.array([1]),
         forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
         backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
@@ -233,8 +232,8 @@ def toy_problem(
         microbatch_count=devices,
         samples_per_microbatch=2,
         tiers=(NetworkTier(devices, 16.0, 0.5),),
-        optimizer_factor=optimizer_factor,
     )
+    return replace(problem, **others)
 
 
 def test_toy_iteration_by_hand_on_two_devices() -> None:
@@ -242,15 +241,14 @@ def test_toy_iteration_by_hand_on_two_devices() -> None:
     per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
     path (the previous test's) = 4.5 s; backward 2 s + 2 x 1.75 = 5.5 s; 16 B of weights (one expert
     of two), 2 x 32 B of stash. ep 2 leaves only d = 2 (one replica per device, one microbatch each):
-    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce of the 16 B over the 2 devices:
-    2 x 1/2 x 16 / 16 + 2 x 1 x 0.5 = 2 s: 12 s per batch. Memory per device: weights and gradients
-    16 + 16, one microbatch's 64 B in flight: 96 B. (Megatron reduces expert gradients over
-    devices / (ep x pp) = 1 device: no sync; phazec reduces every gradient over the d replicas, a
-    simplification docs/model/moe.md lists.)"""
+    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce. Its 16 B are all the experts', reduced
+    over the expert-data-parallel group, d / ep = 1 device: nothing to send. The dense gradients' all-reduce
+    over the 2 replicas has 0 B here and still pays its latency, 2 x 1 x 0.5 = 1 s: 11 s per batch.
+    Memory per device: weights and gradients 16 + 16, one microbatch's 64 B in flight: 96 B."""
     problem = toy_problem(2, 16, 16)
     placed = best_placement(problem, 10**6, plan_settings(ep=2))
     assert isinstance(placed, Placement)
-    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 12.0)
+    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 11.0)
     assert [s.memory_bytes for s in placed.stages] == [96]
     # On one device no data-parallel width makes an expert-parallel group of 2: no plan.
     alone = best_placement(replace(problem, device_count=1), 10**6, plan_settings(ep=2))
@@ -311,3 +309,47 @@ def test_expert_bytes_are_refused_beyond_the_layers_or_at_t_above_1() -> None:
         toy_problem(2, 16, 17)
     with pytest.raises(PhazecError, match="expert_param_bytes at t = 2 is not valid"):
         replace(toy_problem(2, 16, 16), t_values=np.array([2]), tensor_parallel=np.ones((1, 1), dtype=bool))
+
+
+# The toy block with a dense part, 48 B of weights a device of which 16 B are the routed experts', with
+# mixed-precision Adam, a distributed optimizer and the step timed at 96 B/s (`toy_problem`).
+ADAM = {"optimizer_factor": 8, "hbm_bytes_per_s": 96.0}
+
+
+def test_expert_gradients_reduce_over_no_device_where_ep_is_dp_by_hand() -> None:
+    """ep = dp = 2 on 2 devices (one tier of 16 B/s, 0.5 s): the expert-data-parallel group is 1 device,
+    so only the 32 dense bytes are reduced, over the 2 replicas: 2 x 1/2 x 32 / 16 + 2 x 1 x 0.5 = 3 s,
+    a reduce-scatter and an all-gather of 1.5 s each, none hidden. The step zeroes the 48 B of
+    gradients, reads its shard of them and reads and writes its shard of the weights, 32 / 2 + 16 / 1
+    = 32 B, and its state, 6 x 32 / 2 + 6 x 16 / 1 = 192 B: 48 + 3 x 32 + 2 x 192 = 528 B, 5.5 s.
+    Time 10 (one microbatch) + 3 + 5.5 = 18.5 s. (Reduced over the dense group, all 48 B would take
+    4 s, and the step 4.25 s.)"""
+    problem = toy_problem(2, 48, 16, **ADAM)
+    settings = plan_settings(ep=2, zero_stage=1)
+    figures = plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 2)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (3.0, 5.5)
+    assert figures.placement.time_per_batch_s == 18.5
+    placed = best_placement(problem, 10**6, settings)
+    assert isinstance(placed, Placement) and (placed.d, placed.time_per_batch_s) == (2, 18.5)
+
+
+def test_expert_gradients_reduce_across_nodes_where_dp_is_twice_ep_by_hand() -> None:
+    """dp = 2 ep = 4 on 4 devices in nodes of 2 (16 B/s inside a node, 4 B/s and 0.5 s between). Megatron-Core
+    orders a stage's ranks ep before dp: the expert-parallel groups are devices {0, 1} and {2, 3}, one
+    node each, and the expert-data-parallel groups every ep-th device, {0, 2} and {1, 3}, across the
+    nodes on one link each: 4 B/s. The dense group of the 4 replicas spans both nodes with 2 members in
+    each, on two links: min(2 x 4, 16) = 8 B/s.
+      dense: 2 x 3/4 x 32 / 8 + 2 x 3 x 0.5 = 6 + 3 = 9 s; experts: 2 x 1/2 x 16 / 4 + 2 x 1 x 0.5 = 5 s;
+      14 s, a reduce-scatter and an all-gather of 7 s each, none hidden.
+      step: 48 + 3 x (32 / 4 + 16 / 2) + 2 x (6 x 32 / 4 + 6 x 16 / 2) = 48 + 48 + 192 = 288 B, 3 s.
+    Time 10 + 14 + 3 = 27 s. At d = 2 (2 microbatches a replica) it would be 20 + 3 + 5.5 = 28.5 s (the
+    previous test's sync and step, inside a node): the DP takes d = 4."""
+    tiers = (NetworkTier(2, 16.0, 0.5), NetworkTier(4, 4.0, 0.5))
+    problem = toy_problem(4, 48, 16, tiers=tiers, **ADAM)
+    settings = plan_settings(ep=2, zero_stage=1)
+    figures = plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 4)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (14.0, 3.0)
+    assert figures.placement.time_per_batch_s == 27.0
+    assert plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 2).placement.time_per_batch_s == 28.5
+    placed = best_placement(problem, 10**6, settings)
+    assert isinstance(placed, Placement) and (placed.d, placed.time_per_batch_s) == (4, 27.0)

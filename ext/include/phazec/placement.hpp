@@ -152,8 +152,7 @@ struct StageMemory {
 struct SyncTime {
   double exposed_s = 0.0;
   double step_s = 0.0;
-  /// When the stage's work after the flush ends.
-  double end_s() const { return exposed_s + step_s; }
+  double end_s = 0.0;  // when the stage's work after the flush ends: exposed_s + step_s (up to rounding)
 };
 
 /// One stage of an evaluated plan.
@@ -236,6 +235,13 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
 
 /// The first tier whose aligned group holds devices first..last (the last tier if none).
 std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int64_t last);
+
+/// The tiers a stage's DP gradient all-reduce runs on: its dense gradients' over the data-parallel group,
+/// its routed experts' over the expert-data-parallel group.
+struct SyncTiers {
+  NetworkTier dense;
+  NetworkTier expert;
+};
 
 /// The tier a DP gradient all-reduce runs on, for d replicas of k devices each, the first stage
 /// `width` devices wide (replica r on r*k..r*k+k-1): the first tier whose aligned group holds the
