@@ -1,6 +1,7 @@
 #include "phazec/placement.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -443,7 +444,7 @@ struct VariantModel {
   }
 
   /// Whether a layer at the variant's width holds routed experts: a later stage's sync then depends on
-  /// its dense and its expert bytes apart, and the DP keeps its `SyncKeys` at each d and k.
+  /// its dense and its expert bytes apart, and the DP keeps its `SyncKeys` at each d.
   bool experts() const {
     const auto& bytes = in().widths[variant.width_index].expert_param_bytes;
     return std::any_of(bytes.begin(), bytes.end(), [](int64_t x) { return x > 0; });
@@ -517,9 +518,9 @@ MinMaxTable minmax_partition(const VariantModel& model, std::size_t stages, Cost
 
 /// A partition of a set into stages, summarised for the time per batch: its largest stage load and
 /// its largest stage weights, or, where layers hold routed experts, the maxima of its stages'
-/// `SyncKeys` (at the table's d and k; a stage's sync then depends on its dense and its expert bytes
-/// apart). `pair` forms the set's first stage; `rest` indexes the point of the remaining set's partition
-/// that it extends (-1: none, a single stage).
+/// `SyncKeys` (at the table's d and sync tiers; a stage's sync then depends on its dense and its expert
+/// bytes apart). `pair` forms the set's first stage; `rest` indexes the point of the remaining set's
+/// partition that it extends (-1: none, a single stage).
 struct Point {
   double load_s;
   int64_t weights;
@@ -534,8 +535,9 @@ bool ends_by(const SyncKeys& a, const SyncKeys& b) {
 }
 
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
-/// on the devices, those no other beats on both the largest load and the largest weights, load
-/// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
+/// on the devices, those no other beats on both the largest load and the largest weights (with experts:
+/// on the largest load and every sync figure, `keep_sync_frontier`), load ascending. The time per batch
+/// never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
 /// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
 /// extend those into s - 1), only as far as the DP asks: stage p is priced load(p) at each position s
@@ -627,13 +629,24 @@ void extend_frontier(const std::vector<Point>& before, double load_s, int64_t we
   }
 }
 
-/// Appends to `here` the extension of every point of `before` by a stage of load `load_s` and sync figures
-/// `keys` (`keep_sync_frontier` keeps those no other beats).
+/// Appends to `here` the extensions by a stage of load `load_s` and sync figures `keys` of the points of
+/// `before` (a frontier, load ascending) that no other extension beats: of the points whose load is at
+/// most `load_s`, which all extend to it, the first whose figures end by `keys` (its extension, `keys`,
+/// beats theirs), else every one; then those of larger load up to the first whose figures end by `keys`
+/// (the later extend to at least `keys` with more load). `keep_sync_frontier` keeps the same points as
+/// from every extension.
 void extend_sync_frontier(const std::vector<Point>& before, double load_s, const SyncKeys& keys, int32_t pair,
                           std::vector<Point>& here) {
-  for (std::size_t i = 0; i < before.size(); ++i) {
-    const Point& x = before[i];
-    here.push_back({std::max(load_s, x.load_s), 0, pair, static_cast<int32_t>(i), latest(keys, x.keys)});
+  const auto begin = before.begin();
+  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+  const auto light = std::find_if(begin, within, [&](const Point& x) { return ends_by(x.keys, keys); });
+  for (auto it = light == within ? begin : light; it != within; ++it) {
+    here.push_back({load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
+    if (it == light) break;
+  }
+  for (auto it = within; it != before.end(); ++it) {
+    here.push_back({it->load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
+    if (ends_by(it->keys, keys)) break;
   }
 }
 
@@ -865,11 +878,12 @@ PlanResult solve_variant(const VariantModel& model) {
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
   // under interleaving, per d with a sharded optimizer or experts, else per cap on the microbatches in
   // flight where it binds (below).
-  std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
+  // With experts, also per tiers of a later stage's syncs (their bandwidths and latencies).
+  std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t, std::array<double, 4>>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
   const bool experts = model.experts();  // a point keeps its later stages' sync figures at d and k
   const bool per_d = model.plan.shards_state() || experts;
-  const bool per_k = model.plan.shards_weights() || experts;  // a load or a sync depends on the DP groups' tiers
+  const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
   // The tiers of a later stage's DP groups (t cp devices wide, at most k).
   auto later_tiers = [&](int64_t d, int64_t k) { return model.plan.sync_tiers(in.tiers, d, k, std::min(t * cp, k)); };
   // The table for plans of `total` stages, filled as far as they need.
@@ -885,7 +899,11 @@ PlanResult solve_variant(const VariantModel& model) {
         per_total ? total : std::min(static_cast<int64_t>(model.max_stages()), in.devices / (d * cp));
     const bool uncapped = cap >= model.plan.in_flight(positions, total, 1);
     const int64_t priced_d = per_d || !uncapped ? d : 1;
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0);
+    const SyncTiers later = experts ? later_tiers(d, k) : SyncTiers{};
+    const std::array<double, 4> sync_tiers{later.dense.bandwidth_bytes_per_s, later.dense.latency_s,
+                                           later.expert.bandwidth_bytes_per_s, later.expert.latency_s};
+    const auto key =
+        std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0, sync_tiers);
     auto it = tables.find(key);
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
@@ -896,9 +914,9 @@ PlanResult solve_variant(const VariantModel& model) {
             return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
           },
           [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); },
-          experts ? std::function<SyncKeys(std::size_t)>([&, d, k](std::size_t p) {
+          experts ? std::function<SyncKeys(std::size_t)>([&, d, later](std::size_t p) {
             const StageCost& c = model.tab.cost[p];
-            return model.plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, later_tiers(d, k));
+            return model.plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, later);
           })
                   : std::function<SyncKeys(std::size_t)>());
       it = tables.emplace(key, std::move(table)).first;

@@ -74,8 +74,8 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   S/2 + P - F, S + P - W - F) with a distributed optimizer), the exposed sync + step; each term grows
   with one of P, S/2 + P and S + P, so the latest end of several stages is that of their maxima, bit
   for bit. With experts a stage's figures depend on its dense and its expert bytes apart: the DP then
-  keeps, per set of stages and per d and k, the plans no other beats on the largest load and the
-  three maxima.
+  keeps, per set of stages, per d and per tiers of a later stage's syncs, the plans no other beats on
+  the largest load and the three maxima.
   A stage's optimizer step zeroes every gradient for the next iteration, reads its shard
   of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
   shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
