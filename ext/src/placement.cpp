@@ -193,11 +193,17 @@ SyncKeys latest(const SyncKeys& a, const SyncKeys& b) {
           std::max(a.whole_s, b.whole_s)};
 }
 
+/// Whether a layer at width `f` holds routed experts.
+bool has_experts(const LayerFigures& f) {
+  return std::any_of(f.expert_param_bytes.begin(), f.expert_param_bytes.end(), [](int64_t x) { return x > 0; });
+}
+
 /// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
 /// settings, each a function of a stage's cost: what the DP searches and `evaluate_plan` times.
 struct PlanModel {
   const PlacementInput& in;
   const PlanSettings& settings;
+  bool experts = false;  // a layer at the plan's width holds routed experts (`has_experts`)
 
   /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
   Recompute mode(bool last) const {
@@ -353,14 +359,23 @@ struct PlanModel {
     return k;
   }
 
-  /// When a stage's work after the flush ends, its sync hidden behind `windows_s` (a plain all-reduce
-  /// behind the reduction's, exposed max(0, S - w1); a sharded optimizer's reduce-scatter, half of it,
-  /// behind the reduction's and its all-gather behind the other's, max(0, S/2 - w1) + max(0, S/2 - w2)),
-  /// then its step P: max(P, S + P - w1), or max(P, S/2 + P - w1, S/2 + P - w2, S + P - w1 - w2). Each
-  /// term grows with one figure of `SyncKeys`, so the latest end of several stages is this of their
-  /// figures' maxima, bit for bit (subtracting a window keeps the order of doubles), never falls as a
-  /// stage's bytes grow, and falls by at most the windows' growth.
+  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed: a plain all-reduce hides behind
+  /// the reduction's window, max(0, S - w1); a sharded optimizer's reduce-scatter, half of it, behind the
+  /// reduction's and its all-gather behind the other's, max(0, S/2 - w1) + max(0, S/2 - w2).
+  double exposed_s(double sync_s, std::pair<double, double> windows_s) const {
+    const auto [w1, w2] = windows_s;
+    if (!shards_state()) return std::max(0.0, sync_s - w1);
+    return std::max(0.0, sync_s / 2.0 - w1) + std::max(0.0, sync_s / 2.0 - w2);
+  }
+
+  /// When a stage's work after the flush ends: its exposed sync, then its step P. With experts it is
+  /// written as the same sum's maximum of terms, max(P, S + P - w1), or max(P, S/2 + P - w1,
+  /// S/2 + P - w2, S + P - w1 - w2), each growing with one figure of `SyncKeys`: the latest end of
+  /// several stages is then this of their figures' maxima, bit for bit (subtracting a window keeps the
+  /// order of doubles). Either never falls as a stage's bytes grow, and falls by at most the windows'
+  /// growth.
   double end_s(const SyncKeys& k, std::pair<double, double> windows_s) const {
+    if (!experts) return exposed_s(k.sync_s, windows_s) + k.step_s;
     const auto [w1, w2] = windows_s;
     if (!shards_state()) return std::max(k.step_s, k.whole_s - w1);
     return std::max({k.step_s, k.half_s - w1, k.half_s - w2, k.whole_s - w1 - w2});
@@ -368,16 +383,7 @@ struct PlanModel {
 
   /// What a stage adds after the flush: its sync's exposed part, its step and their end (`end_s`).
   SyncTime sync_time(const SyncKeys& k, std::pair<double, double> windows_s) const {
-    const auto [w1, w2] = windows_s;
-    SyncTime out;
-    if (shards_state()) {
-      out.exposed_s = std::max(0.0, k.sync_s / 2.0 - w1) + std::max(0.0, k.sync_s / 2.0 - w2);
-    } else {
-      out.exposed_s = std::max(0.0, k.sync_s - w1);
-    }
-    out.step_s = k.step_s;
-    out.end_s = end_s(k, windows_s);
-    return out;
+    return {exposed_s(k.sync_s, windows_s), k.step_s, end_s(k, windows_s)};
   }
 
   /// (s - 1) / v: the bubble of interleaved 1F1B over `total` stages, in stage loads.
@@ -445,10 +451,7 @@ struct VariantModel {
 
   /// Whether a layer at the variant's width holds routed experts: a later stage's sync then depends on
   /// its dense and its expert bytes apart, and the DP keeps its `SyncKeys` at each d.
-  bool experts() const {
-    const auto& bytes = in().widths[variant.width_index].expert_param_bytes;
-    return std::any_of(bytes.begin(), bytes.end(), [](int64_t x) { return x > 0; });
-  }
+  bool experts() const { return plan.experts; }
 };
 
 /// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets into at most
@@ -1157,7 +1160,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
     poll();
-    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}));
+    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
+    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}));
   }
   return out;
 }
@@ -1169,7 +1173,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   const LayerGraph graph = make_layer_graph(in);
   const std::vector<NodeSet> sets = plan_sets(in, stages);
   const LayerFigures& f = in.widths[variant.width_index];
-  const PlanModel plan{in, variant.settings};
+  const PlanModel plan{in, variant.settings, has_experts(f)};
   const std::size_t s = sets.size();
   const auto total = static_cast<int64_t>(s);
 

@@ -11,9 +11,9 @@
 // experts' over the expert-data-parallel group, d cp / ep devices) and the activations kept for the
 // model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
 // max load * (m + (s - 1) / v) + the latest exposed DP sync (a MoE block's routed experts' gradients
-// reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements` searches it; `evaluate_plan` times one
-// given plan with the same functions, so the DP's optimum and the evaluation of its plan agree bit
-// for bit.
+// reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
+// searches it; `evaluate_plan` times one given plan with the same functions, so the DP's optimum and
+// the evaluation of its plan agree bit for bit.
 #pragma once
 
 #include <chrono>

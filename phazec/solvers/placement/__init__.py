@@ -69,13 +69,14 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   d cp) + ring(X, d cp / ep) (none of the second without experts, nothing where ep = d cp).
   Megatron-Core orders a stage's ranks tp, cp, ep, dp, so the expert-data-parallel group is every
   ep-th of them: where cp divides ep, the same device of every (ep / cp)-th replica, on the tier (and
-  rails) of d cp / ep replicas k ep / cp ids apart; otherwise the dense group's tier. The end of a
-  stage's work after the flush, sync S and step P, is max(P, S + P - W) (max(P, S/2 + P - W,
-  S/2 + P - F, S + P - W - F) with a distributed optimizer), the exposed sync + step; each term grows
-  with one of P, S/2 + P and S + P, so the latest end of several stages is that of their maxima, bit
-  for bit. With experts a stage's figures depend on its dense and its expert bytes apart: the DP then
-  keeps, per set of stages, per d and per tiers of a later stage's syncs, the plans no other beats on
-  the largest load and the three maxima.
+  rails) of d cp / ep replicas k ep / cp ids apart; otherwise the dense group's tier. With experts a
+  stage's exposed sync + step depends on its dense and its expert bytes apart, not on its weights
+  alone. Its end after the flush, sync S and step P, is then written as the same sum's maximum of
+  terms: max(P, S + P - W), or max(P, S/2 + P - W, S/2 + P - F, S + P - W - F) with a distributed
+  optimizer. Each term grows with one of P, S/2 + P and S + P, so the latest end of several stages is
+  that of their maxima, bit for bit. The DP then keeps, per set of stages, per d and per tiers of a
+  later stage's syncs, the plans no other beats on the largest load and the three maxima. (Without
+  experts the end stays the sum, to the bit as before.)
   A stage's optimizer step zeroes every gradient for the next iteration, reads its shard
   of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
   shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
