@@ -110,8 +110,9 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
   return [body](int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
                 const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
                 const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
-                const Matrix<int64_t>& activation_bytes, const Matrix<int64_t>& stash_bytes,
-                const Matrix<int64_t>& selective_bytes, const Matrix<int64_t>& input_bytes,
+                const Matrix<int64_t>& expert_param_bytes, const Matrix<int64_t>& activation_bytes,
+                const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& selective_bytes,
+                const Matrix<int64_t>& input_bytes,
                 const Matrix<bool>& tensor_parallel, int64_t devices, int64_t microbatches,
                 const Vector<int64_t>& tier_group_sizes, const Vector<double>& tier_bandwidth_bytes_per_s,
                 const Vector<double>& tier_latency_s, int64_t optimizer_factor, double hbm_bytes_per_s,
@@ -143,6 +144,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
       f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
       f.selective_s = matrix_row(selective_s, w, widths, cols, "selective_s");
       f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
+      f.expert_param_bytes = matrix_row(expert_param_bytes, w, widths, cols, "expert_param_bytes");
       f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
       f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
       f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
@@ -159,10 +161,11 @@ template <typename Fn, typename... Extra>
 void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc, Extra... extra) {
   m.def(name, taking_problem(fn), nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"), nb::arg("t_values"),
         nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
-        nb::arg("activation_bytes"), nb::arg("stash_bytes"), nb::arg("selective_bytes"), nb::arg("input_bytes"),
-        nb::arg("tensor_parallel"), nb::arg("devices"), nb::arg("microbatches"), nb::arg("tier_group_sizes"),
-        nb::arg("tier_bandwidth_bytes_per_s"), nb::arg("tier_latency_s"), nb::arg("optimizer_factor"),
-        nb::arg("hbm_bytes_per_s"), nb::arg("bound_sync_windows"), extra..., doc);
+        nb::arg("expert_param_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
+        nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("tensor_parallel"), nb::arg("devices"),
+        nb::arg("microbatches"), nb::arg("tier_group_sizes"), nb::arg("tier_bandwidth_bytes_per_s"),
+        nb::arg("tier_latency_s"), nb::arg("optimizer_factor"), nb::arg("hbm_bytes_per_s"),
+        nb::arg("bound_sync_windows"), extra..., doc);
 }
 
 /// Solves with the GIL released, taking it back every few milliseconds to run Python's signal
@@ -280,6 +283,7 @@ NB_MODULE(_core, m) {
       .def_ro("backward_s", &StageCost::backward_s)
       .def_ro("selective_s", &StageCost::selective_s)
       .def_ro("param_bytes", &StageCost::param_bytes)
+      .def_ro("expert_param_bytes", &StageCost::expert_param_bytes)
       .def_ro("largest_layer_bytes", &StageCost::largest_layer_bytes)
       .def_ro("stash_bytes", &StageCost::stash_bytes)
       .def_ro("selective_bytes", &StageCost::selective_bytes)

@@ -68,6 +68,9 @@ def solve_placements(
     param_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    expert_param_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     activation_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -116,6 +119,8 @@ class StageCost:
     def selective_s(self) -> float: ...
     @property
     def param_bytes(self) -> int: ...
+    @property
+    def expert_param_bytes(self) -> int: ...
     @property
     def largest_layer_bytes(self) -> int: ...
     @property
@@ -250,6 +255,9 @@ def evaluate_plan(
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     param_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    expert_param_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     activation_bytes: Annotated[

@@ -1,6 +1,7 @@
 #include "phazec/placement.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -97,6 +98,7 @@ StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeS
   for (int32_t v : members(stage)) {
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
+    c.expert_param_bytes += f.expert_param_bytes[v];
     c.largest_layer_bytes = std::max(c.largest_layer_bytes, f.param_bytes[v]);
     c.stash_bytes += f.stash_bytes[v];
     c.selective_bytes += f.selective_bytes[v];
@@ -176,11 +178,32 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
          2.0 * steps * tier.latency_s;
 }
 
+/// A stage's work after the pipeline's flush, as figures that each grow with its dense and its expert
+/// bytes: its DP sync S and optimizer step P, S/2 + P and S + P (`PlanModel::end_s` reads them).
+struct SyncKeys {
+  double sync_s = 0.0;
+  double step_s = 0.0;
+  double half_s = 0.0;
+  double whole_s = 0.0;
+};
+
+/// The figures of several stages' syncs that fix when the last of them ends: their maxima.
+SyncKeys latest(const SyncKeys& a, const SyncKeys& b) {
+  return {std::max(a.sync_s, b.sync_s), std::max(a.step_s, b.step_s), std::max(a.half_s, b.half_s),
+          std::max(a.whole_s, b.whole_s)};
+}
+
+/// Whether a layer at width `f` holds routed experts.
+bool has_experts(const LayerFigures& f) {
+  return std::any_of(f.expert_param_bytes.begin(), f.expert_param_bytes.end(), [](int64_t x) { return x > 0; });
+}
+
 /// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
 /// settings, each a function of a stage's cost: what the DP searches and `evaluate_plan` times.
 struct PlanModel {
   const PlacementInput& in;
   const PlanSettings& settings;
+  bool experts = false;  // a layer at the plan's width holds routed experts (`has_experts`)
 
   /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
   Recompute mode(bool last) const {
@@ -200,28 +223,65 @@ struct PlanModel {
   /// context-parallel devices (Megatron's data- and context-parallel group).
   int64_t group(int64_t d) const { return d * settings.cp; }
 
+  /// The devices a routed expert's gradient is reduced over, and a ZeRO stage shards its weights, gradients
+  /// and state over, at width d: Megatron-Core's expert-data-parallel group, the group(d) devices of a
+  /// stage's data- and context-parallel replicas of one expert-parallel rank (t = 1 where a layer has
+  /// experts, expert tensor parallelism 1): group(d) / ep, at least 1 (below ep, at d = 1 for the least
+  /// memory of an infeasible problem, unsharded).
+  int64_t expert_group(int64_t d) const { return std::max<int64_t>(1, group(d) / settings.ep); }
+
+  /// `bytes` sharded over `devices` (rounded up).
+  static int64_t shard_of(int64_t bytes, int64_t devices) { return (bytes + devices - 1) / devices; }
+
+  /// A stage's `weights` bytes, `expert` of them routed experts', sharded by a ZeRO stage at width d: the
+  /// dense ones over group(d), the experts' over expert_group(d).
+  int64_t sharded_bytes(int64_t weights, int64_t expert, int64_t d) const {
+    return shard_of(weights - expert, group(d)) + shard_of(expert, expert_group(d));
+  }
+
   /// The devices of a stage: its cost's (t when it holds a tensor-parallel layer, else 1) times cp.
   int64_t stage_devices(const StageCost& c) const { return c.devices * settings.cp; }
 
-  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tier`: its weights are
+  /// The tiers of the DP groups of a stage `width` devices wide at width d, replicas of k devices each
+  /// (replica r on r k..r k + k - 1, the stage's devices at the same place in each). Megatron-Core orders
+  /// a stage's ranks tp, cp, ep, dp (the fastest first): with tp 1 an expert-parallel group is ep
+  /// consecutive of its data- and context-parallel ranks and the expert-data-parallel group every ep-th
+  /// of them. Where cp divides ep that is the same device of every (ep / cp)-th replica, d cp / ep
+  /// replicas k ep / cp devices apart (`dp_sync_tier`); otherwise it spans the replicas the dense
+  /// group spans, and reduces on its tier.
+  SyncTiers sync_tiers(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width) const {
+    const NetworkTier dense = dp_sync_tier(tiers, d, k, width);
+    if (settings.ep % settings.cp != 0) return {dense, dense};
+    const int64_t stride = settings.ep / settings.cp;
+    return {dense, dp_sync_tier(tiers, std::max<int64_t>(1, d / stride), stride * k, width)};
+  }
+
+  /// The all-reduce of a stage's gradients at width d: its dense ones' over group(d), then its routed
+  /// experts' over expert_group(d) (none without expert bytes).
+  double reduce_s(int64_t weights, int64_t expert, int64_t d, const SyncTiers& tiers) const {
+    const double dense_s = allreduce_s(weights - expert, group(d), tiers.dense);
+    return expert == 0 ? dense_s : dense_s + allreduce_s(expert, expert_group(d), tiers.expert);
+  }
+
+  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tiers`: its weights are
   /// all-gathered before the forward pass and again before the backward pass, and its gradients
-  /// reduce-scattered after it (each half a ring all-reduce of its weights); each layer's gather is
-  /// prefetched during the layer before it, so a pass hides as much as it lasts.
-  double shard_s(const StageCost& c, int64_t d, const NetworkTier& shard_tier) const {
+  /// reduce-scattered after it (each half a ring all-reduce of its weights, `reduce_s`); each layer's
+  /// gather is prefetched during the layer before it, so a pass hides as much as it lasts.
+  double shard_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
     if (!shards_weights() || group(d) == 1) return 0.0;
-    const double half_s = allreduce_s(c.param_bytes, group(d), shard_tier) / 2.0;
+    const double half_s = reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0;
     return std::max(0.0, half_s - c.forward_s) + std::max(0.0, 2.0 * half_s - c.backward_s);
   }
 
   /// Time per microbatch of a stage in a recompute mode at width d, its pipeline transfers on `tier`
-  /// and its ZeRO-3 gathers on `shard_tier`.
+  /// and its ZeRO-3 gathers on `shard_tiers`.
   StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier, int64_t d,
-                 const NetworkTier& shard_tier) const {
+                 const SyncTiers& shard_tiers) const {
     double recompute_s = 0.0;
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(c.cut_bytes, tier);
-    return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tier)};
+    return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
   }
 
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
@@ -231,10 +291,11 @@ struct PlanModel {
     return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, microbatches_per_replica(d) * v);
   }
 
-  /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
-  int64_t state_bytes(int64_t weights, int64_t d) const {
-    const int64_t state = (in.optimizer_factor - 2) * weights;
-    return shards_state() ? (state + group(d) - 1) / group(d) : state;
+  /// Optimizer state per device of a stage with `weights` bytes, `expert` of them routed experts', at
+  /// data-parallel width d.
+  int64_t state_bytes(int64_t weights, int64_t expert, int64_t d) const {
+    const int64_t factor = in.optimizer_factor - 2;
+    return shards_state() ? sharded_bytes(factor * weights, factor * expert, d) : factor * weights;
   }
 
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
@@ -249,20 +310,21 @@ struct PlanModel {
       working = c.full_working_bytes;
     }
     const int64_t u = in_flight(q, total, d);
-    const int64_t shard = (c.param_bytes + group(d) - 1) / group(d);
+    const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
     // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
     const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
     int64_t gradients = c.param_bytes;
     if (shards_gradients()) gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
-    return {weights, gradients, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
+    return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), (kept * u + v - 1) / v,
+            working, u};
   }
 
-  /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
-  /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard
-  /// is 1/d of the weights and gradients; otherwise all of them).
-  int64_t step_bytes(int64_t weights, int64_t d) const {
-    const int64_t shard = shards_state() ? (weights + group(d) - 1) / group(d) : weights;
-    return weights + 3 * shard + 2 * state_bytes(weights, d);
+  /// HBM bytes of the optimizer step at width d of `weights` bytes, `expert` of them routed experts': it
+  /// zeroes every gradient, reads its shard of them and reads and writes its shard of the weights and its
+  /// optimizer state (a distributed optimizer's shard: `sharded_bytes`; otherwise all of them).
+  int64_t step_bytes(int64_t weights, int64_t expert, int64_t d) const {
+    const int64_t shard = shards_state() ? sharded_bytes(weights, expert, d) : weights;
+    return weights + 3 * shard + 2 * state_bytes(weights, expert, d);
   }
 
   /// The windows (reduction, all-gather) a stage's DP sync hides behind, from the first stage's cost
@@ -286,22 +348,42 @@ struct PlanModel {
     return {reduce_s, gather ? first.forward_s : 0.0};
   }
 
-  /// What a stage with `weights` bytes adds after the flush at width d: its DP sync on `tier` less the
-  /// windows it hides behind (a plain all-reduce behind the reduction's; a sharded optimizer's
-  /// reduce-scatter, half the bytes, behind the reduction's and its all-gather behind the other;
-  /// none under ZeRO-3, whose passes gather and reduce-scatter), and its optimizer step. Their sum
-  /// never falls as `weights` grows.
-  SyncTime sync_time(int64_t weights, int64_t d, const NetworkTier& tier, std::pair<double, double> windows_s) const {
-    const double sync_s = shards_weights() ? 0.0 : allreduce_s(weights, group(d), tier);
-    SyncTime out;
-    if (shards_state()) {
-      out.exposed_s =
-          std::max(0.0, sync_s / 2.0 - windows_s.first) + std::max(0.0, sync_s / 2.0 - windows_s.second);
-    } else {
-      out.exposed_s = std::max(0.0, sync_s - windows_s.first);
-    }
-    if (in.hbm_bytes_per_s > 0.0) out.step_s = static_cast<double>(step_bytes(weights, d)) / in.hbm_bytes_per_s;
-    return out;
+  /// A stage's work after the flush at width d, of `weights` bytes, `expert` of them routed experts', its
+  /// DP sync on `tiers` (none under ZeRO-3, whose passes gather and reduce-scatter).
+  SyncKeys sync_keys(int64_t weights, int64_t expert, int64_t d, const SyncTiers& tiers) const {
+    SyncKeys k;
+    k.sync_s = shards_weights() ? 0.0 : reduce_s(weights, expert, d, tiers);
+    if (in.hbm_bytes_per_s > 0.0) k.step_s = static_cast<double>(step_bytes(weights, expert, d)) / in.hbm_bytes_per_s;
+    k.half_s = k.sync_s / 2.0 + k.step_s;
+    k.whole_s = k.sync_s + k.step_s;
+    return k;
+  }
+
+  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed: a plain all-reduce hides behind
+  /// the reduction's window, max(0, S - w1); a sharded optimizer's reduce-scatter, half of it, behind the
+  /// reduction's and its all-gather behind the other's, max(0, S/2 - w1) + max(0, S/2 - w2).
+  double exposed_s(double sync_s, std::pair<double, double> windows_s) const {
+    const auto [w1, w2] = windows_s;
+    if (!shards_state()) return std::max(0.0, sync_s - w1);
+    return std::max(0.0, sync_s / 2.0 - w1) + std::max(0.0, sync_s / 2.0 - w2);
+  }
+
+  /// When a stage's work after the flush ends: its exposed sync, then its step P. With experts it is
+  /// written as the same sum's maximum of terms, max(P, S + P - w1), or max(P, S/2 + P - w1,
+  /// S/2 + P - w2, S + P - w1 - w2), each growing with one figure of `SyncKeys`: the latest end of
+  /// several stages is then this of their figures' maxima, bit for bit (subtracting a window keeps the
+  /// order of doubles). Either never falls as a stage's bytes grow, and falls by at most the windows'
+  /// growth.
+  double end_s(const SyncKeys& k, std::pair<double, double> windows_s) const {
+    if (!experts) return exposed_s(k.sync_s, windows_s) + k.step_s;
+    const auto [w1, w2] = windows_s;
+    if (!shards_state()) return std::max(k.step_s, k.whole_s - w1);
+    return std::max({k.step_s, k.half_s - w1, k.half_s - w2, k.whole_s - w1 - w2});
+  }
+
+  /// What a stage adds after the flush: its sync's exposed part, its step and their end (`end_s`).
+  SyncTime sync_time(const SyncKeys& k, std::pair<double, double> windows_s) const {
+    return {exposed_s(k.sync_s, windows_s), k.step_s, end_s(k, windows_s)};
   }
 
   /// (s - 1) / v: the bubble of interleaved 1F1B over `total` stages, in stage loads.
@@ -357,15 +439,19 @@ struct VariantModel {
   /// Stage p's load, its transfers on tier `tier`, at width d with replicas of k devices (its ZeRO-3
   /// gathers over its DP group, `dp_sync_tier`).
   double load_s(std::size_t p, std::size_t tier, int64_t d, int64_t k) const {
-    // The DP group's tier matters only to ZeRO-3's gathers.
-    const NetworkTier group = plan.shards_weights() ? shard_tier(p, d, k) : in().tiers[0];
-    return plan.time(tab.cost[p], mode(p), in().tiers[tier], d, group).load_s();
+    // The DP groups' tiers matter only to ZeRO-3's gathers.
+    const SyncTiers groups = plan.shards_weights() ? shard_tiers(p, d, k) : SyncTiers{in().tiers[0], in().tiers[0]};
+    return plan.time(tab.cost[p], mode(p), in().tiers[tier], d, groups).load_s();
   }
 
-  /// The tier of stage p's DP group at width d with replicas of k devices.
-  NetworkTier shard_tier(std::size_t p, int64_t d, int64_t k) const {
-    return dp_sync_tier(in().tiers, d, k, std::min(stage_devices(p), k));
+  /// The tiers of stage p's DP groups at width d with replicas of k devices.
+  SyncTiers shard_tiers(std::size_t p, int64_t d, int64_t k) const {
+    return plan.sync_tiers(in().tiers, d, k, std::min(stage_devices(p), k));
   }
+
+  /// Whether a layer at the variant's width holds routed experts: a later stage's sync then depends on
+  /// its dense and its expert bytes apart, and the DP keeps its `SyncKeys` at each d.
+  bool experts() const { return plan.experts; }
 };
 
 /// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets into at most
@@ -434,18 +520,27 @@ MinMaxTable minmax_partition(const VariantModel& model, std::size_t stages, Cost
 }
 
 /// A partition of a set into stages, summarised for the time per batch: its largest stage load and
-/// its largest stage weights. `pair` forms the set's first stage; `rest` indexes the point of the
-/// remaining set's partition that it extends (-1: none, a single stage).
+/// its largest stage weights, or, where layers hold routed experts, the maxima of its stages'
+/// `SyncKeys` (at the table's d and sync tiers; a stage's sync then depends on its dense and its expert
+/// bytes apart). `pair` forms the set's first stage; `rest` indexes the point of the remaining set's
+/// partition that it extends (-1: none, a single stage).
 struct Point {
   double load_s;
   int64_t weights;
   int32_t pair;
   int32_t rest;
+  SyncKeys keys{};
 };
 
+/// Whether sync figures `a` end no later than `b` under any windows (`PlanModel::end_s`).
+bool ends_by(const SyncKeys& a, const SyncKeys& b) {
+  return a.step_s <= b.step_s && a.half_s <= b.half_s && a.whole_s <= b.whole_s;
+}
+
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
-/// on the devices, those no other beats on both the largest load and the largest weights, load
-/// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
+/// on the devices, those no other beats on both the largest load and the largest weights (with experts:
+/// on the largest load and every sync figure, `keep_sync_frontier`), load ascending. The time per batch
+/// never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
 /// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
 /// extend those into s - 1), only as far as the DP asks: stage p is priced load(p) at each position s
@@ -456,17 +551,21 @@ struct FrontierTable : TableShape {
   std::size_t built = 0;  // stage counts 1..built are filled
   std::function<bool(std::size_t, int64_t)> fits;
   std::function<double(std::size_t)> load;
+  std::function<SyncKeys(std::size_t)> sync;  // a later stage's sync figures; empty without experts
   std::vector<double> loads;   // per pair, priced on first use (NaN before)
   std::vector<uint8_t> unfit;  // per pair: 1 once it did not fit at a position
 
   FrontierTable(const VariantModel& model, std::size_t stages, std::function<bool(std::size_t, int64_t)> fits_,
-                std::function<double(std::size_t)> load_)
+                std::function<double(std::size_t)> load_, std::function<SyncKeys(std::size_t)> sync_)
       : TableShape(model, stages),
         points(size(model.lat)),
         fits(std::move(fits_)),
         load(std::move(load_)),
+        sync(std::move(sync_)),
         loads(model.lat.stage.size(), std::numeric_limits<double>::quiet_NaN()),
         unfit(model.lat.stage.size(), 0) {}
+
+  bool experts() const { return static_cast<bool>(sync); }
 
   /// Stage p's load, priced once.
   double price(std::size_t p) {
@@ -480,6 +579,22 @@ struct FrontierTable : TableShape {
     return unfit[p] == 0;
   }
 };
+
+/// Keeps the points no other beats on the load and every sync figure (of equal ones, the first made),
+/// load ascending.
+void keep_sync_frontier(std::vector<Point>& points) {
+  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return std::tie(a.load_s, a.keys.step_s, a.keys.half_s, a.keys.whole_s, a.pair, a.rest) <
+           std::tie(b.load_s, b.keys.step_s, b.keys.half_s, b.keys.whole_s, b.pair, b.rest);
+  });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto beaten = std::any_of(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(kept),
+                                    [&](const Point& x) { return ends_by(x.keys, points[i].keys); });
+    if (!beaten) points[kept++] = points[i];
+  }
+  points.resize(kept);
+}
 
 /// Keeps the points no other beats on both load and weights (of equal ones, the first made), load
 /// ascending and weights descending.
@@ -517,6 +632,27 @@ void extend_frontier(const std::vector<Point>& before, double load_s, int64_t we
   }
 }
 
+/// Appends to `here` the extensions by a stage of load `load_s` and sync figures `keys` of the points of
+/// `before` (a frontier, load ascending) that no other extension beats: of the points whose load is at
+/// most `load_s`, which all extend to it, the first whose figures end by `keys` (its extension, `keys`,
+/// beats theirs), else every one; then those of larger load up to the first whose figures end by `keys`
+/// (the later extend to at least `keys` with more load). `keep_sync_frontier` keeps the same points as
+/// from every extension.
+void extend_sync_frontier(const std::vector<Point>& before, double load_s, const SyncKeys& keys, int32_t pair,
+                          std::vector<Point>& here) {
+  const auto begin = before.begin();
+  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+  const auto light = std::find_if(begin, within, [&](const Point& x) { return ends_by(x.keys, keys); });
+  for (auto it = light == within ? begin : light; it != within; ++it) {
+    here.push_back({load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
+    if (it == light) break;
+  }
+  for (auto it = within; it != before.end(); ++it) {
+    here.push_back({it->load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
+    if (ends_by(it->keys, keys)) break;
+  }
+}
+
 /// Fills the table's stage counts up to `stages` (at most its own most): the partitions of every set
 /// but the whole into s stages, from those of the remaining sets into s - 1, pair by pair as the sets'
 /// pairs come, so that `keep_frontier` keeps the first made of equal points.
@@ -529,11 +665,13 @@ void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t st
       for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
         const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
         const std::size_t narrow = model.tab.narrow[p];
-        const int64_t weights = model.tab.cost[p].param_bytes;
+        const int64_t weights = table.experts() ? 0 : model.tab.cost[p].param_bytes;
         if ((rest == 0) != (s == 1)) continue;
         if (rest == 0) {
           if (table.fits_at(p, 1) && model.stage_devices(p) <= model.in().devices) {
-            table.points[table.at(set, 1, narrow)].push_back({table.price(p), weights, static_cast<int32_t>(p), -1});
+            const SyncKeys keys = table.experts() ? table.sync(p) : SyncKeys{};
+            table.points[table.at(set, 1, narrow)].push_back(
+                {table.price(p), weights, static_cast<int32_t>(p), -1, keys});
           }
           continue;
         }
@@ -541,13 +679,22 @@ void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t st
           continue;
         }
         const double c = table.price(p);
+        const SyncKeys keys = table.experts() ? table.sync(p) : SyncKeys{};
         for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
           if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
-          extend_frontier(table.points[table.at(rest, s - 1, q - narrow)], c, weights, static_cast<int32_t>(p),
-                          table.points[table.at(set, s, q)]);
+          const auto& before = table.points[table.at(rest, s - 1, q - narrow)];
+          auto& here = table.points[table.at(set, s, q)];
+          if (table.experts()) {
+            extend_sync_frontier(before, c, keys, static_cast<int32_t>(p), here);
+          } else {
+            extend_frontier(before, c, weights, static_cast<int32_t>(p), here);
+          }
         }
       }
-      for (std::size_t q = 0; q <= table.max_narrow; ++q) keep_frontier(table.points[table.at(set, s, q)]);
+      for (std::size_t q = 0; q <= table.max_narrow; ++q) {
+        auto& here = table.points[table.at(set, s, q)];
+        table.experts() ? keep_sync_frontier(here) : keep_frontier(here);
+      }
     }
     table.built = s;
   }
@@ -605,17 +752,23 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const PlanModel& plan = model.plan;
   const LayerFigures& f = model.in().widths[model.variant.width_index];
   const auto group = static_cast<double>(plan.group(d));
-  double params = 0.0, kept = 0.0;
+  // The experts' group as a real number: at most the integer one at every narrower d that tiles ep.
+  const double expert_group = std::max(1.0, group / static_cast<double>(plan.settings.ep));
+  double params = 0.0, experts = 0.0, kept = 0.0;
   for (std::size_t v = 0; v < f.param_bytes.size(); ++v) {
     params += static_cast<double>(f.param_bytes[v]);
+    experts += static_cast<double>(f.expert_param_bytes[v]);
     int64_t own = f.stash_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
     kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
   }
-  const double weights = plan.shards_weights() ? params / group : params;
-  const double gradients = plan.shards_gradients() ? params / group : params;
-  const double state = static_cast<double>(model.in().optimizer_factor - 2) * params / (plan.shards_state() ? group : 1.0);
+  const double dense = params - experts;
+  const double shard = dense / group + experts / expert_group;
+  const double weights = plan.shards_weights() ? shard : params;
+  const double gradients = plan.shards_gradients() ? shard : params;
+  const auto factor = static_cast<double>(model.in().optimizer_factor - 2);
+  const double state = plan.shards_state() ? factor * dense / group + factor * experts / expert_group : factor * params;
   const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
   const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
   // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
@@ -726,12 +879,16 @@ PlanResult solve_variant(const VariantModel& model) {
   const int64_t hbm_bytes = model.variant.hbm_bytes;
   const std::size_t all = lat.sets.size() - 1;
   // One table per network tier that pipeline transfers use, built on first use; and per stage count
-  // under interleaving, per d with a sharded optimizer, else per cap on the microbatches in flight where
-  // it binds (below).
-  std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t>, FrontierTable> tables;
+  // under interleaving, per d with a sharded optimizer or experts, else per cap on the microbatches in
+  // flight where it binds (below).
+  // With experts, also per tiers of a later stage's syncs (their bandwidths and latencies).
+  std::map<std::tuple<std::size_t, int64_t, int64_t, int64_t, std::array<double, 4>>, FrontierTable> tables;
   const bool per_total = model.interleave() > 1;
-  const bool per_d = model.plan.shards_state();
+  const bool experts = model.experts();  // a point keeps its later stages' sync figures at d and k
+  const bool per_d = model.plan.shards_state() || experts;
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
+  // The tiers of a later stage's DP groups (t cp devices wide, at most k).
+  auto later_tiers = [&](int64_t d, int64_t k) { return model.plan.sync_tiers(in.tiers, d, k, std::min(t * cp, k)); };
   // The table for plans of `total` stages, filled as far as they need.
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
     // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
@@ -745,7 +902,11 @@ PlanResult solve_variant(const VariantModel& model) {
         per_total ? total : std::min(static_cast<int64_t>(model.max_stages()), in.devices / (d * cp));
     const bool uncapped = cap >= model.plan.in_flight(positions, total, 1);
     const int64_t priced_d = per_d || !uncapped ? d : 1;
-    const auto key = std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0);
+    const SyncTiers later = experts ? later_tiers(d, k) : SyncTiers{};
+    const std::array<double, 4> sync_tiers{later.dense.bandwidth_bytes_per_s, later.dense.latency_s,
+                                           later.expert.bandwidth_bytes_per_s, later.expert.latency_s};
+    const auto key =
+        std::make_tuple(tier, per_total ? total : 0, per_d ? d : (uncapped ? 0 : cap), per_k ? k : 0, sync_tiers);
     auto it = tables.find(key);
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
@@ -755,7 +916,12 @@ PlanResult solve_variant(const VariantModel& model) {
           [&, total, priced_d](std::size_t p, int64_t s) {
             return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
           },
-          [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); });
+          [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); },
+          experts ? std::function<SyncKeys(std::size_t)>([&, d, later](std::size_t p) {
+            const StageCost& c = model.tab.cost[p];
+            return model.plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, later);
+          })
+                  : std::function<SyncKeys(std::size_t)>());
       it = tables.emplace(key, std::move(table)).first;
     }
     fill_layers(model, it->second, static_cast<std::size_t>(total) - 1);
@@ -778,13 +944,14 @@ PlanResult solve_variant(const VariantModel& model) {
       const int64_t max_d = std::min(in.microbatches, in.devices / k);
       if (memory_bound(model, total, max_d) > hbm_bytes) continue;  // no plan of s stages fits at any d
       // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
-      // and the DP sync's tier for a stage one device and t devices wide (a later stage: t, at most k).
+      // and the DP sync's tiers for a stage one device and t devices wide (a later stage: t, at most k).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
-      std::vector<NetworkTier> narrow_sync{in.tiers[0]}, wide_sync{in.tiers[0]};
+      const SyncTiers none{in.tiers[0], in.tiers[0]};
+      std::vector<SyncTiers> narrow_sync{none}, wide_sync{none};
       for (int64_t d = 1; d <= max_d; ++d) {
         pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
-        narrow_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(cp, k)));
-        wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
+        narrow_sync.push_back(model.plan.sync_tiers(in.tiers, d, k, std::min(cp, k)));
+        wide_sync.push_back(later_tiers(d, k));
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         model.poll();
@@ -799,13 +966,12 @@ PlanResult solve_variant(const VariantModel& model) {
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
           const double slots = model.plan.slots(total, d);
-          const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
+          const StageCost& first = model.tab.cost[p];
+          const SyncKeys first_keys = model.plan.sync_keys(first.param_bytes, first.expert_param_bytes, d,
+                                                           narrow != 0 ? narrow_sync[d] : wide_sync[d]);
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
           auto first_end_s = [&](double bottleneck_s) {
-            return model.plan
-                .sync_time(model.tab.cost[p].param_bytes, d, first_sync,
-                           model.plan.sync_windows_s(model.tab.cost[p], false, bottleneck_s))
-                .end_s();
+            return model.plan.end_s(first_keys, model.plan.sync_windows_s(first, false, bottleneck_s));
           };
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
@@ -818,11 +984,9 @@ PlanResult solve_variant(const VariantModel& model) {
           for (std::size_t i = 0; i < rest.size(); ++i) {
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
-            const double rest_end_s =
-                model.plan
-                    .sync_time(rest[i].weights, d, wide_sync[d],
-                               model.plan.sync_windows_s(model.tab.cost[p], true, bottleneck_s))
-                    .end_s();
+            // The later stages' sync figures: their maxima, or those of their largest weights.
+            const SyncKeys keys = experts ? rest[i].keys : model.plan.sync_keys(rest[i].weights, 0, d, wide_sync[d]);
+            const double rest_end_s = model.plan.end_s(keys, model.plan.sync_windows_s(first, true, bottleneck_s));
             const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, static_cast<int32_t>(i)};
           }
@@ -886,6 +1050,13 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       }
     }
     if (f.tensor_parallel.size() != n) fail("tensor-parallel flags must be n values");
+    if (f.expert_param_bytes.size() != n) fail("expert parameter bytes must be n values");
+    for (std::size_t v = 0; v < n; ++v) {
+      if (f.expert_param_bytes[v] < 0 || f.expert_param_bytes[v] > f.param_bytes[v]) {
+        fail("expert parameter bytes must be between 0 and the layer's parameter bytes");
+      }
+      if (f.expert_param_bytes[v] > 0 && f.t != 1) fail("layers with experts need t = 1");
+    }
   }
   if (std::any_of(in.edge_bytes.begin(), in.edge_bytes.end(), [](int64_t x) { return x < 0; })) {
     fail("edge bytes must be >= 0");
@@ -989,7 +1160,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
     poll();
-    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}));
+    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
+    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}));
   }
   return out;
 }
@@ -1001,7 +1173,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   const LayerGraph graph = make_layer_graph(in);
   const std::vector<NodeSet> sets = plan_sets(in, stages);
   const LayerFigures& f = in.widths[variant.width_index];
-  const PlanModel plan{in, variant.settings};
+  const PlanModel plan{in, variant.settings, has_experts(f)};
   const std::size_t s = sets.size();
   const auto total = static_cast<int64_t>(s);
 
@@ -1028,7 +1200,7 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
     stage.devices = plan.stage_devices(stage.cost);
     stage.recompute = static_cast<int64_t>(mode);
     stage.time = plan.time(stage.cost, mode, in.tiers[pipeline_tier], d,
-                           dp_sync_tier(in.tiers, d, k, std::min(stage.devices, k)));
+                           plan.sync_tiers(in.tiers, d, k, std::min(stage.devices, k)));
     stage.memory = plan.memory(stage.cost, mode, total - static_cast<int64_t>(i), total, d);
     stage.load_s = stage.time.load_s();
     stage.memory_bytes = stage.memory.total_bytes();
@@ -1036,21 +1208,22 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   }
   const double bottleneck_s = out.stages[top].load_s;
   // The DP sync of the first stage runs on its own width's tier, every later one's on t's (at most k).
-  const NetworkTier first_sync = dp_sync_tier(in.tiers, d, k, out.stages[0].devices);
-  const NetworkTier later_sync = dp_sync_tier(in.tiers, d, k, std::min(f.t * variant.settings.cp, k));
+  const SyncTiers first_sync = plan.sync_tiers(in.tiers, d, k, out.stages[0].devices);
+  const SyncTiers later_sync = plan.sync_tiers(in.tiers, d, k, std::min(f.t * variant.settings.cp, k));
   std::size_t last = 0;
   SyncTime last_sync;
   for (std::size_t i = 0; i < s; ++i) {
-    const SyncTime sync = plan.sync_time(out.stages[i].cost.param_bytes, d, i == 0 ? first_sync : later_sync,
-                                         plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
+    const StageCost& c = out.stages[i].cost;
+    const SyncKeys keys = plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, i == 0 ? first_sync : later_sync);
+    const SyncTime sync = plan.sync_time(keys, plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
     out.stages[i].sync = sync;
-    if (i == 0 || sync.end_s() > last_sync.end_s()) {
+    if (i == 0 || sync.end_s > last_sync.end_s) {
       last = i;
       last_sync = sync;
     }
   }
   out.microbatches_per_pipeline = m;
-  out.time_per_batch_s = bottleneck_s * plan.slots(total, d) + last_sync.end_s();
+  out.time_per_batch_s = bottleneck_s * plan.slots(total, d) + last_sync.end_s;
   out.fits_hbm = std::all_of(out.stages.begin(), out.stages.end(),
                              [&](const PlanStage& stage) { return stage.memory_bytes <= variant.hbm_bytes; });
   const StageTime& slowest = out.stages[top].time;

@@ -200,6 +200,10 @@ class LayerMemory:
     """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
     checkpoint_per_sample_bytes: int = 0
     """Floating-point layer inputs per sample: what full recompute keeps of each layer."""
+    expert_parameter_bytes: int = 0
+    """Of the parameter bytes, those of a Mixture-of-Experts block's routed experts held by one device
+    (`Routing.expert_parameters`, 1/ep of them after the expert-parallel pass): a distributed optimizer
+    shards them over the expert-data-parallel group, not the data-parallel one."""
 
     def stash_bytes(self, microbatch: int) -> int:
         """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""

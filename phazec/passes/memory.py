@@ -63,6 +63,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         )
     forward = cls.graph
     parameter_bytes = sum(forward.tensors[w].nbytes() for w in forward.weights)
+    experts = model.routing.expert_parameters if model.routing is not None else ()
+    expert_bytes = sum(forward.tensors[w].nbytes() for w in forward.weights if w in experts)
     count = forward.parameter_count()
     stash = [n for n in cls.backward.inputs if n in forward.tensors]
     stash_fixed, stash_per_sample = split_bytes(cls.backward, stash)
@@ -85,6 +87,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         core_per_sample_bytes=split_bytes(cls.backward, core)[1],
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
+        expert_parameter_bytes=expert_bytes,
     )
 
 

@@ -247,6 +247,7 @@ class Evaluator:
             forward_latency_s=np.stack([latencies[t][j, 0] for t in widths]),
             backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
             param_bytes=np.stack([r.param_bytes for r in rows]),
+            expert_param_bytes=np.stack([r.expert_param_bytes for r in rows]),
             activation_bytes=np.stack([r.stash_bytes for r in rows]),  # what full recompute rebuilds
             stash_bytes=np.stack([r.stash_bytes for r in rows]),
             input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
@@ -411,6 +412,8 @@ class LayerArrays:
     """Per-layer figures of a training graph at one microbatch size (one entry per layer)."""
 
     param_bytes: NDArray[np.int64]
+    expert_param_bytes: NDArray[np.int64]
+    """Of the parameter bytes, the routed experts' (`LayerMemory.expert_parameter_bytes`)."""
     stash_bytes: NDArray[np.int64]
     selective_bytes: NDArray[np.int64]
     checkpoint_bytes: NDArray[np.int64]
@@ -420,9 +423,9 @@ class LayerArrays:
 def layer_arrays(
     model: Model, microbatch: int, sequence_parallel: bool = False, context_parallel: int = 1
 ) -> LayerArrays:
-    """Per layer: parameter bytes, activation bytes per recompute mode (`megatron_bytes`; sequence
-    parallelism splits a tensor-parallel layer's replicated activations t ways, context parallelism
-    every per-sample byte cp ways) and the TP flag."""
+    """Per layer: parameter bytes (and the routed experts' of them), activation bytes per recompute
+    mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
+    t ways, context parallelism every per-sample byte cp ways) and the TP flag."""
     rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
@@ -430,9 +433,11 @@ def layer_arrays(
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
         split = sequence_split_width(cls, sequence_parallel)
         figures = megatron_bytes(cls.memory, microbatch, split, context_parallel)
-        rows.append((cls.memory.parameter_bytes, figures, cls.tp_width > 1))
+        memory = cls.memory
+        rows.append((memory.parameter_bytes, figures, cls.tp_width > 1, memory.expert_parameter_bytes))
     return LayerArrays(
         param_bytes=np.array([r[0] for r in rows], dtype=np.int64),
+        expert_param_bytes=np.array([r[3] for r in rows], dtype=np.int64),
         stash_bytes=np.array([r[1].stash_bytes for r in rows], dtype=np.int64),
         selective_bytes=np.array([r[1].selective_bytes for r in rows], dtype=np.int64),
         checkpoint_bytes=np.array([r[1].checkpoint_bytes for r in rows], dtype=np.int64),

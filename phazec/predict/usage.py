@@ -74,6 +74,10 @@ class PlanWork:
     """Per stage, the bytes crossing the cut after it, per microbatch."""
     param_bytes: tuple[int, ...]
     """Per stage, the parameter (and gradient) bytes on one of its devices."""
+    expert_param_bytes: tuple[int, ...]
+    """Per stage, the routed experts' of them, reduced over the expert-data-parallel group."""
+    ep: int
+    """The expert-parallel width: the expert-data-parallel group is d / ep of the d replicas."""
     samples_per_batch: int
     forward_runs: tuple[float, ...]
     """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
@@ -180,7 +184,13 @@ def plan_usage(placement: Placement, work: LayerWork, plan: PlanWork) -> dict[st
         for part in ENERGY_PARTS
     }
     transfers = 2.0 * m * d * sum(plan.cut_bytes)
-    allreduce = 2.0 * (d - 1) * float((devices * np.array(plan.param_bytes, dtype=np.float64)).sum())
+    experts = np.array(plan.expert_param_bytes, dtype=np.float64)
+    dense = np.array(plan.param_bytes, dtype=np.float64) - experts
+    # A ring all-reduce over g of the d replicas sends 2 (g - 1) / g of its bytes from each of them; the
+    # routed experts' over the expert-data-parallel group, d / ep of them.
+    expert_group = max(1.0, d / plan.ep)
+    allreduce = 2.0 * (d - 1) * float((devices * dense).sum())
+    allreduce += 2.0 * (expert_group - 1.0) * d / expert_group * float((devices * experts).sum())
     iteration_j["network"] += (transfers + allreduce) * LINK_BYTE_J
     iteration_j["total"] = sum(iteration_j[part] for part in ENERGY_PARTS)
     usage["energy_per_iteration_j"] = iteration_j
@@ -242,6 +252,8 @@ class Usage:
             num_vc=int(design.num_vc[0]),
             cut_bytes=tuple(c.cut_bytes for c in costs),
             param_bytes=tuple(c.param_bytes for c in costs),
+            expert_param_bytes=tuple(c.expert_param_bytes for c in costs),
+            ep=training.ep,
             samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
             forward_runs=tuple(1.0 + float(mode == "full") for mode in figures.modes),
             core_runs=tuple(float(mode == "selective") for mode in figures.modes),

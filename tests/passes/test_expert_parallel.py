@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,10 @@ from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Routing, Tensor
 from phazec.passes.pipeline import GraphSettings, training_pipeline
 from phazec.predict.layer_costs import Split, op_table
+from phazec.solvers.placement.evaluate import plan_figures
+from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
+from tests.solvers.placement.placement_reference import best_placement, plan_settings
 
 # --- The toy: one MoE block, 2 experts, top-1 ------------------------------------------------------
 # Per sample s = 4 tokens of h = 2 (bf16); top-1 over E = 2 experts puts C = 4 x 1 / 2 = 2 tokens on
@@ -107,8 +111,9 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     memory = split.memory
     assert memory is not None
     assert (memory.parameter_count, memory.parameter_bytes, memory.gradient_bytes) == (8, 16, 16)
+    assert memory.expert_parameter_bytes == 16  # every weight of the toy is an expert's
     whole = training_pipeline(1).run(toy_model())[0].classes[0].memory
-    assert whole is not None and whole.parameter_bytes == 32
+    assert whole is not None and (whole.parameter_bytes, whole.expert_parameter_bytes) == (32, 32)
 
 
 def test_expert_parallelism_needs_experts_it_divides() -> None:
@@ -209,40 +214,145 @@ def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, t
     assert f"d={result['plan']['dp']} ep=8" in result_table(result)
 
 
-def test_toy_iteration_by_hand_on_two_devices() -> None:
-    """The toy block on 2 devices with ep 2, 2 microbatches of 2 samples, in the placement model. Its
-    per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
-    path (the previous test's) = 4.5 s; backward 2 s + 2 x 1.75 = 5.5 s; 16 B of weights (one expert
-    of two), 2 x 32 B of stash. ep 2 leaves only d = 2 (one replica per device, one microbatch each):
-    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce of the 16 B over the 2 devices:
-    2 x 1/2 x 16 / 16 + 2 x 1 x 0.5 = 2 s: 12 s per batch. Memory per device: weights and gradients
-    16 + 16, one microbatch's 64 B in flight: 96 B. (Megatron reduces expert gradients over
-    devices / (ep x pp) = 1 device: no sync; phazec reduces every gradient over the d replicas, a
-    simplification docs/model/moe.md lists.)"""
-    from phazec.hw.system import NetworkTier
-    from phazec.solvers.placement.problem import Placement, PlacementProblem
-    from tests.solvers.placement.placement_reference import best_placement, plan_settings
-
+def toy_problem(devices: int, param_bytes: int, expert_bytes: int, **others: Any) -> PlacementProblem:
+    """The toy block in the placement model, on `devices` devices and as many microbatches of 2 samples:
+    forward 1 s of compute and its two all-to-alls of 1.75 s each (the previous test's) = 4.5 s,
+    backward 2 s + 2 x 1.75 = 5.5 s, 2 x 32 B of stash; `param_bytes` of weights per device,
+    `expert_bytes` of them the routed experts'; one tier of 16 B/s and 0.5 s; `others` replace fields."""
     problem = PlacementProblem(
         t_values=np.array([1]),
         forward_latency_s=np.array([[1.0 + 2 * 1.75]]),
         backward_latency_s=np.array([[2.0 + 2 * 1.75]]),
-        param_bytes=np.array([[16]]),
+        param_bytes=np.array([[param_bytes]]),
+        expert_param_bytes=np.array([[expert_bytes]]),
         activation_bytes=np.array([[64]]),
         stash_bytes=np.array([[64]]),
         input_bytes=np.array([[16]]),
         tensor_parallel=np.zeros((1, 1), dtype=bool),
         edges=np.zeros((0, 2), dtype=np.int64),
         edge_bytes=np.zeros(0, dtype=np.int64),
-        device_count=2,
-        microbatch_count=2,
+        device_count=devices,
+        microbatch_count=devices,
         samples_per_microbatch=2,
-        tiers=(NetworkTier(2, 16.0, 0.5),),
+        tiers=(NetworkTier(devices, 16.0, 0.5),),
     )
+    return replace(problem, **others)
+
+
+def test_toy_iteration_by_hand_on_two_devices() -> None:
+    """The toy block on 2 devices with ep 2, 2 microbatches of 2 samples, in the placement model. Its
+    per-device figures: forward 1 s of compute and its two all-to-alls of 1.75 s each on the critical
+    path (the previous test's) = 4.5 s; backward 2 s + 2 x 1.75 = 5.5 s; 16 B of weights (one expert
+    of two), 2 x 32 B of stash. ep 2 leaves only d = 2 (one replica per device, one microbatch each):
+    1 x (4.5 + 5.5) = 10 s of work, then the gradient all-reduce. Its 16 B are all the experts', reduced
+    over the expert-data-parallel group, d / ep = 1 device: nothing to send. The dense gradients' all-reduce
+    over the 2 replicas has 0 B here and still pays its latency, 2 x 1 x 0.5 = 1 s: 11 s per batch.
+    Memory per device: weights and gradients 16 + 16, one microbatch's 64 B in flight: 96 B."""
+    problem = toy_problem(2, 16, 16)
     placed = best_placement(problem, 10**6, plan_settings(ep=2))
     assert isinstance(placed, Placement)
-    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 12.0)
+    assert (placed.d, placed.microbatches_per_pipeline, placed.time_per_batch_s) == (2, 1, 11.0)
     assert [s.memory_bytes for s in placed.stages] == [96]
     # On one device no data-parallel width makes an expert-parallel group of 2: no plan.
     alone = best_placement(replace(problem, device_count=1), 10**6, plan_settings(ep=2))
     assert not isinstance(alone, Placement)
+
+
+@pytest.mark.parametrize(
+    ("devices", "zero_stage", "parts"),
+    [
+        (2, 1, (48, 48, 192)),
+        (2, 2, (48, 32, 192)),
+        (2, 3, (128, 80, 192)),
+        (4, 1, (48, 48, 96)),
+        (4, 2, (48, 16, 96)),
+        (4, 3, (112, 64, 96)),
+    ],
+)
+def test_expert_state_is_sharded_over_the_expert_data_parallel_group_by_hand(
+    devices: int, zero_stage: int, parts: tuple[int, int, int]
+) -> None:
+    """The toy block with a dense part besides its experts, with mixed-precision Adam (6 B of state per
+    weight byte) and a distributed optimizer, ep 2 at d = 2 (ep = dp) and d = 4 (dp = 2 ep), one
+    microbatch per replica (64 B in flight). Per device: 48 B of weights, 32 B dense (attention, router)
+    and 16 B of the routed experts (one expert of two). Megatron-Core shards the dense ones over the d
+    data-parallel replicas and the experts' over the expert-data-parallel group, d / ep devices: 1 at
+    d = 2 (nothing sharded), 2 at d = 4.
+      state (ZeRO >= 1): 6 x 32 / d + 6 x 16 / (d / ep): d = 2: 96 + 96 = 192; d = 4: 48 + 48 = 96
+        (sharded as dense it was 6 x 48 / d = 144 and 72);
+      gradients (ZeRO >= 2): 32 / d + 16 / (d / ep): d = 2: 16 + 16 = 32; d = 4: 8 + 8 = 16; ZeRO-3 adds
+        the gathered layer's 48: 80 and 64;
+      weights (ZeRO-3): the same shard, 32 and 16, plus the gathered layer and the next, 2 x 48: 128, 112.
+    Memory = weights + gradients + state + 64."""
+    problem = toy_problem(devices, 48, 16, optimizer_factor=8)
+    variant = Variant(1, 10**6, plan_settings(ep=2, zero_stage=zero_stage))
+    figures = plan_figures(problem, variant, ((0,),), devices)
+    memory = figures.memories[0]
+    assert (memory.weights_bytes, memory.gradients_bytes, memory.optimizer_state_bytes) == parts
+    assert figures.placement.stages[0].memory_bytes == sum(parts) + 64
+    assert figures.costs[0].expert_param_bytes == 16
+    # The DP takes the same figures: its plan is this one (the only d that ep tiles at 2 devices; at 4,
+    # d = 2 would leave 2 devices idle and twice the microbatches), and it fits in exactly its bytes.
+    placed = best_placement(problem, sum(parts) + 64, variant.settings)
+    assert isinstance(placed, Placement)
+    assert (placed.d, placed.time_per_batch_s) == (devices, figures.placement.time_per_batch_s)
+    assert not isinstance(best_placement(problem, sum(parts) + 63, variant.settings), Placement)
+
+
+def test_expert_bytes_without_a_distributed_optimizer_are_not_sharded() -> None:
+    """Without ZeRO nothing is sharded: 48 + 48 + 6 x 48 + 64 = 448 B whatever the expert bytes."""
+    variant = Variant(1, 10**6, plan_settings(ep=2))
+    for expert_bytes in (0, 16):
+        figures = plan_figures(toy_problem(4, 48, expert_bytes, optimizer_factor=8), variant, ((0,),), 4)
+        assert figures.placement.stages[0].memory_bytes == 448
+
+
+def test_expert_bytes_are_refused_beyond_the_layers_or_at_t_above_1() -> None:
+    with pytest.raises(PhazecError, match=r"expert_param_bytes\[0, 0\] = 17 is not valid"):
+        toy_problem(2, 16, 17)
+    with pytest.raises(PhazecError, match="expert_param_bytes at t = 2 is not valid"):
+        replace(toy_problem(2, 16, 16), t_values=np.array([2]), tensor_parallel=np.ones((1, 1), dtype=bool))
+
+
+# The toy block with a dense part, 48 B of weights a device of which 16 B are the routed experts', with
+# mixed-precision Adam, a distributed optimizer and the step timed at 96 B/s (`toy_problem`).
+ADAM = {"optimizer_factor": 8, "hbm_bytes_per_s": 96.0}
+
+
+def test_expert_gradients_reduce_over_no_device_where_ep_is_dp_by_hand() -> None:
+    """ep = dp = 2 on 2 devices (one tier of 16 B/s, 0.5 s): the expert-data-parallel group is 1 device,
+    so only the 32 dense bytes are reduced, over the 2 replicas: 2 x 1/2 x 32 / 16 + 2 x 1 x 0.5 = 3 s,
+    a reduce-scatter and an all-gather of 1.5 s each, none hidden. The step zeroes the 48 B of
+    gradients, reads its shard of them and reads and writes its shard of the weights, 32 / 2 + 16 / 1
+    = 32 B, and its state, 6 x 32 / 2 + 6 x 16 / 1 = 192 B: 48 + 3 x 32 + 2 x 192 = 528 B, 5.5 s.
+    Time 10 (one microbatch) + 3 + 5.5 = 18.5 s. (Reduced over the dense group, all 48 B would take
+    4 s, and the step 4.25 s.)"""
+    problem = toy_problem(2, 48, 16, **ADAM)
+    settings = plan_settings(ep=2, zero_stage=1)
+    figures = plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 2)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (3.0, 5.5)
+    assert figures.placement.time_per_batch_s == 18.5
+    placed = best_placement(problem, 10**6, settings)
+    assert isinstance(placed, Placement) and (placed.d, placed.time_per_batch_s) == (2, 18.5)
+
+
+def test_expert_gradients_reduce_across_nodes_where_dp_is_twice_ep_by_hand() -> None:
+    """dp = 2 ep = 4 on 4 devices in nodes of 2 (16 B/s inside a node, 4 B/s and 0.5 s between). Megatron-Core
+    orders a stage's ranks ep before dp: the expert-parallel groups are devices {0, 1} and {2, 3}, one
+    node each, and the expert-data-parallel groups every ep-th device, {0, 2} and {1, 3}, across the
+    nodes on one link each: 4 B/s. The dense group of the 4 replicas spans both nodes with 2 members in
+    each, on two links: min(2 x 4, 16) = 8 B/s.
+      dense: 2 x 3/4 x 32 / 8 + 2 x 3 x 0.5 = 6 + 3 = 9 s; experts: 2 x 1/2 x 16 / 4 + 2 x 1 x 0.5 = 5 s;
+      14 s, a reduce-scatter and an all-gather of 7 s each, none hidden.
+      step: 48 + 3 x (32 / 4 + 16 / 2) + 2 x (6 x 32 / 4 + 6 x 16 / 2) = 48 + 48 + 192 = 288 B, 3 s.
+    Time 10 + 14 + 3 = 27 s. At d = 2 (2 microbatches a replica) it would be 20 + 3 + 5.5 = 28.5 s (the
+    previous test's sync and step, inside a node): the DP takes d = 4."""
+    tiers = (NetworkTier(2, 16.0, 0.5), NetworkTier(4, 4.0, 0.5))
+    problem = toy_problem(4, 48, 16, tiers=tiers, **ADAM)
+    settings = plan_settings(ep=2, zero_stage=1)
+    figures = plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 4)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (14.0, 3.0)
+    assert figures.placement.time_per_batch_s == 27.0
+    assert plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 2).placement.time_per_batch_s == 28.5
+    placed = best_placement(problem, 10**6, settings)
+    assert isinstance(placed, Placement) and (placed.d, placed.time_per_batch_s) == (4, 27.0)

@@ -110,6 +110,8 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
         num_vc=1,
         cut_bytes=(100, 0),
         param_bytes=(1000, 500),
+        expert_param_bytes=(0, 0),
+        ep=1,
         samples_per_batch=64,
         forward_runs=(2.0, 1.0),
         core_runs=(0.0, 0.0),
@@ -128,6 +130,14 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
     iteration = usage["energy_per_iteration_j"]
     assert [iteration[part] for part in ("compute", "buffers", "hbm")] == [168.0, 336.0, 504.0]
     assert iteration["network"] == pytest.approx(672.0 + (1600 + 5000) * 80 * PJ, rel=1e-15)
+    # With 400 B of stage 0's 1000 routed experts' at ep 2, the 2 replicas make expert-data-parallel
+    # groups of 1: only the dense bytes are reduced, 2 x (2 - 1) x (2 x 600 + 500) = 3400. At ep 1 the
+    # experts' group is both replicas, and the bytes are those of the dense model, 5000.
+    for ep, synced in ((2, 3400), (1, 5000)):
+        moe = plan_usage(_placement(), work, replace(plan, expert_param_bytes=(400, 0), ep=ep))
+        assert moe["energy_per_iteration_j"]["network"] == pytest.approx(
+            672.0 + (1600 + synced) * 80 * PJ, rel=1e-15
+        )
     assert iteration["total"] == pytest.approx(168 * 10 + 6600 * 80 * PJ, rel=1e-15)
     assert usage["energy_per_sample_j"]["total"] == pytest.approx(iteration["total"] / 64, rel=1e-15)
     # Selective recompute in stage 0 instead: it repeats its layers' attention cores, 2 + 4 + 1 = 7

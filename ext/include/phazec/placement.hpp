@@ -7,11 +7,13 @@
 // DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
 // cores, full: forward again; the last stage recomputes only under Megatron's rule) + 2 v transfers
 // of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
-// (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3) and the activations kept for the model-chunk microbatches in flight plus the working
-// set a recomputation rebuilds; time per batch = max load * (m + (s - 1) / v) + the latest exposed
-// DP sync + optimizer step of a stage. `solve_placements` searches it; `evaluate_plan` times one
-// given plan with the same functions, so the DP's optimum and the evaluation of its plan agree bit
-// for bit.
+// (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
+// experts' over the expert-data-parallel group, d cp / ep devices) and the activations kept for the
+// model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
+// max load * (m + (s - 1) / v) + the latest exposed DP sync (a MoE block's routed experts' gradients
+// reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
+// searches it; `evaluate_plan` times one given plan with the same functions, so the DP's optimum and
+// the evaluation of its plan agree bit for bit.
 #pragma once
 
 #include <chrono>
@@ -37,6 +39,7 @@ struct LayerFigures {
   std::vector<double> forward_s;
   std::vector<double> backward_s;
   std::vector<int64_t> param_bytes;
+  std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (t = 1 where any)
   std::vector<int64_t> activation_bytes;
   std::vector<int64_t> stash_bytes;      // kept without recompute
   std::vector<int64_t> selective_bytes;  // kept under selective recompute
@@ -112,6 +115,7 @@ struct StageCost {
   double backward_s = 0.0;              // backward critical path
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
+  int64_t expert_param_bytes = 0;       // of them, the routed experts' (sharded over the expert DP group)
   int64_t largest_layer_bytes = 0;      // the weights of its largest layer (ZeRO-3 gathers one at a time)
   int64_t stash_bytes = 0;              // kept without recomputation
   int64_t selective_bytes = 0;          // kept under selective recompute
@@ -149,8 +153,7 @@ struct StageMemory {
 struct SyncTime {
   double exposed_s = 0.0;
   double step_s = 0.0;
-  /// When the stage's work after the flush ends.
-  double end_s() const { return exposed_s + step_s; }
+  double end_s = 0.0;  // when the stage's work after the flush ends: exposed_s + step_s (up to rounding)
 };
 
 /// One stage of an evaluated plan.
@@ -233,6 +236,13 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
 
 /// The first tier whose aligned group holds devices first..last (the last tier if none).
 std::size_t span_tier(const std::vector<NetworkTier>& tiers, int64_t first, int64_t last);
+
+/// The tiers a stage's DP gradient all-reduce runs on: its dense gradients' over the data-parallel group,
+/// its routed experts' over the expert-data-parallel group.
+struct SyncTiers {
+  NetworkTier dense;
+  NetworkTier expert;
+};
 
 /// The tier a DP gradient all-reduce runs on, for d replicas of k devices each, the first stage
 /// `width` devices wide (replica r on r*k..r*k+k-1): the first tier whose aligned group holds the

@@ -37,6 +37,8 @@ class StageCost:
     selective_s: float
     """Sum of the layers' attention-core forward latencies (selective recompute)."""
     param_bytes: int
+    expert_param_bytes: int
+    """Of the parameter bytes, the routed experts' (sharded over the expert-data-parallel group)."""
     largest_layer_bytes: int
     """The weights of its largest layer (ZeRO-3 gathers a layer at a time)."""
     stash_bytes: int

@@ -79,6 +79,10 @@ class PlacementProblem:
     """Bytes kept for the backward pass under selective recompute (None: the stash bytes)."""
     selective_recompute_s: NDArray[np.float64] | None = None
     """Forward latency of the layer's attention core, recomputed under selective (None: 0)."""
+    expert_param_bytes: NDArray[np.int64] | None = None
+    """Of `param_bytes`, those of a Mixture-of-Experts block's routed experts (None: 0), which a
+    distributed optimizer shards over the expert-data-parallel group (d cp / ep devices, Megatron-Core's)
+    instead of the data-parallel one; only at t = 1 (expert tensor parallelism is not modelled)."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
     bound_sync_windows: bool = False
@@ -91,6 +95,8 @@ class PlacementProblem:
             object.__setattr__(self, "selective_stash_bytes", self.stash_bytes)
         if self.selective_recompute_s is None:
             object.__setattr__(self, "selective_recompute_s", np.zeros_like(self.forward_latency_s))
+        if self.expert_param_bytes is None:
+            object.__setattr__(self, "expert_param_bytes", np.zeros_like(self.param_bytes))
         for name, value in _validated_arrays(self).items():
             object.__setattr__(self, name, value)
         _validate_scalars(self)
@@ -106,6 +112,12 @@ class PlacementProblem:
         """The selective stash bytes (set by construction)."""
         assert self.selective_stash_bytes is not None
         return self.selective_stash_bytes
+
+    @property
+    def expert_bytes(self) -> NDArray[np.int64]:
+        """The routed experts' parameter bytes (set by construction)."""
+        assert self.expert_param_bytes is not None
+        return self.expert_param_bytes
 
     @property
     def selective_s(self) -> NDArray[np.float64]:
@@ -238,6 +250,7 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "forward_latency_s": (np.float64, 2),
     "backward_latency_s": (np.float64, 2),
     "param_bytes": (np.int64, 2),
+    "expert_param_bytes": (np.int64, 2),
     "activation_bytes": (np.int64, 2),
     "stash_bytes": (np.int64, 2),
     "input_bytes": (np.int64, 2),
@@ -292,6 +305,7 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "forward_latency_s",
         "backward_latency_s",
         "param_bytes",
+        "expert_param_bytes",
         "activation_bytes",
         "stash_bytes",
         "input_bytes",
@@ -307,13 +321,15 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
             raise PhazecError(
                 f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be {valid}."
             )
-    over = np.argwhere(out["selective_stash_bytes"] > out["stash_bytes"])
-    if over.size:
-        i, v = (int(x) for x in over[0])
+    _check_part(out, "expert_param_bytes", "param_bytes", "the routed experts' bytes are part of the layer's")
+    experts = zip(out["t_values"], out["expert_param_bytes"], strict=True)
+    wide = [int(t) for t, e in experts if t > 1 and e.any()]
+    if wide:
         raise PhazecError(
-            f"selective_stash_bytes[{i}, {v}] = {out['selective_stash_bytes'][i, v]} is not valid: selective "
-            f"recompute keeps part of the stash, at most stash_bytes[{i}, {v}] = {out['stash_bytes'][i, v]}."
+            f"expert_param_bytes at t = {wide[0]} is not valid: layers with routed experts run at t = 1 "
+            f"(expert tensor parallelism is not modelled); give 0 expert bytes at every t > 1."
         )
+    _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
     idle = [
         int(t)
         for t, f, b in zip(out["t_values"], out["forward_latency_s"], out["backward_latency_s"], strict=True)
@@ -325,6 +341,17 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
             f"layer must take time, or the time per batch would be 0."
         )
     return out
+
+
+def _check_part(out: dict[str, NDArray[Any]], part: str, whole: str, why: str) -> None:
+    """Refuses a per-layer byte count `part` above `whole` of the same layer, saying `why`."""
+    over = np.argwhere(out[part] > out[whole])
+    if over.size:
+        i, v = (int(x) for x in over[0])
+        raise PhazecError(
+            f"{part}[{i}, {v}] = {out[part][i, v]} is not valid: {why}, at most {whole}[{i}, {v}] = "
+            f"{out[whole][i, v]}."
+        )
 
 
 def _validate_scalars(problem: PlacementProblem) -> None:
@@ -392,6 +419,7 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "backward_s": problem.backward_latency_s,
         "selective_s": problem.selective_s,
         "param_bytes": problem.param_bytes,
+        "expert_param_bytes": problem.expert_bytes,
         "activation_bytes": problem.activation_bytes,
         "stash_bytes": problem.stash_bytes,
         "selective_bytes": problem.selective_stash,

@@ -93,11 +93,16 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     group_sizes = sorted(draw(st.sets(st.integers(1, 16), max_size=2)) | {16})
     stash = np.array(matrix(size))
     kept_share = np.array(matrix(st.floats(0.0, 1.0)))
+    params = np.array(matrix(size))
+    # Routed experts' share of each layer's weights, at t = 1 only (as in a MoE model).
+    at_t1 = (np.array(t_values) == 1)[:, None]
+    expert_share = np.array(matrix(st.sampled_from([0.0, 0.0, 0.5, 1.0]))) * at_t1
     return PlacementProblem(
         t_values=np.array(t_values),
         forward_latency_s=np.array(matrix(st.floats(0.001, 10.0))),
         backward_latency_s=np.array(matrix(latency)),
-        param_bytes=np.array(matrix(size)),
+        param_bytes=params,
+        expert_param_bytes=np.floor(params * expert_share).astype(np.int64),
         activation_bytes=np.array(matrix(size)),
         stash_bytes=stash,
         input_bytes=np.array(matrix(size)),
@@ -217,8 +222,8 @@ def block_chains(draw: st.DrawFn) -> Drawn:
         return out
 
     per_layer = (
-        "forward_latency_s", "backward_latency_s", "param_bytes", "activation_bytes", "stash_bytes",
-        "input_bytes", "selective_stash_bytes", "selective_recompute_s", "tensor_parallel",
+        "forward_latency_s", "backward_latency_s", "param_bytes", "expert_param_bytes", "activation_bytes",
+        "stash_bytes", "input_bytes", "selective_stash_bytes", "selective_recompute_s", "tensor_parallel",
     )  # fmt: skip
     changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
     edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
