@@ -68,33 +68,47 @@ int64_t incoming_bytes(const LayerGraph& graph, const NodeSet& targets, const No
   return total;
 }
 
-/// Longest path through the stage's layers, each weighing its latency; backward walks the edges
-/// in reverse. finish(v) = max(finish of v's neighbours before it in the stage, 0) + latency(v).
-double critical_path_s(const LayerGraph& graph, const NodeSet& stage, const std::vector<double>& latency_s,
-                       bool backward, std::vector<double>& finish) {
-  double longest = 0.0;
-  for (std::size_t i = 0; i < graph.order.size(); ++i) {
-    const int32_t v = graph.order[backward ? graph.order.size() - 1 - i : i];
-    if (!contains(stage, v)) continue;
+/// Longest paths through a stage's layers, each weighing its latency, as when each layer finishes:
+/// forward, finish(v) = max(finish of v's predecessors in the stage, 0) + latency(v); backward the
+/// same over its successors. A stage is a downset `upto` (closed under successors) less a smaller one
+/// `after`, and no predecessor of a stage's layer lies in `after` (it would hold the layer too), so
+/// its predecessors in the stage are those in `upto`: forward finishes depend on `upto` alone, and
+/// backward ones, likewise, on `after` alone. `forward_finish` sets finish(v) of every v in `upto`,
+/// `backward_finish` of every v outside `after`; a stage's critical path is its layers' largest.
+void forward_finish(const LayerGraph& graph, const std::vector<double>& latency_s, const NodeSet& upto,
+                    double* finish) {
+  for (int32_t v : graph.order) {
+    if (!contains(upto, v)) continue;
     double start = 0.0;
-    for (int32_t u : backward ? graph.g.succ[v] : graph.g.pred[v]) {
-      if (contains(stage, u)) start = std::max(start, finish[u]);
+    for (int32_t u : graph.g.pred[v]) {
+      if (contains(upto, u)) start = std::max(start, finish[u]);
     }
     finish[v] = start + latency_s[v];
-    longest = std::max(longest, finish[v]);
   }
-  return longest;
 }
 
-/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it; `finish` is scratch space
-/// of n entries.
-StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes,
-                     std::vector<double>& finish) {
+void backward_finish(const LayerGraph& graph, const std::vector<double>& latency_s, const NodeSet& after,
+                     double* finish) {
+  for (auto it = graph.order.rbegin(); it != graph.order.rend(); ++it) {
+    const int32_t v = *it;
+    if (contains(after, v)) continue;
+    double start = 0.0;
+    for (int32_t u : graph.g.succ[v]) {
+      if (!contains(after, u)) start = std::max(start, finish[u]);
+    }
+    finish[v] = start + latency_s[v];
+  }
+}
+
+/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it, from its layers' forward
+/// and backward finishes (`forward_finish`, `backward_finish`).
+StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes, const double* forward,
+                     const double* backward) {
   StageCost c;
-  c.forward_s = critical_path_s(graph, stage, f.forward_s, false, finish);
-  c.backward_s = critical_path_s(graph, stage, f.backward_s, true, finish);
   bool any_tensor_parallel = false;
   for (int32_t v : members(stage)) {
+    c.forward_s = std::max(c.forward_s, forward[v]);
+    c.backward_s = std::max(c.backward_s, backward[v]);
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
     c.largest_layer_bytes = std::max(c.largest_layer_bytes, f.param_bytes[v]);
@@ -155,10 +169,20 @@ struct StageTable {
 StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
   StageTable tab;
   tab.t = f.t;
-  std::vector<double> finish(lat.graph.g.n);
-  for (std::size_t p = 0; p < lat.stage.size(); ++p) {
-    tab.cost.push_back(stage_cost(lat.graph, f, lat.stage[p], lat.cut_bytes[lat.inner[p]], finish));
-    tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
+  const auto n = static_cast<std::size_t>(lat.graph.g.n);
+  std::vector<double> backward(lat.sets.size() * n);  // per set: the backward finishes of the layers outside it
+  for (std::size_t set = 0; set < lat.sets.size(); ++set) {
+    backward_finish(lat.graph, f.backward_s, lat.sets[set], &backward[set * n]);
+  }
+  std::vector<double> forward(n);  // the forward finishes of the layers of the outer set of the pairs at hand
+  for (std::size_t set = 0; set < lat.sets.size(); ++set) {
+    if (lat.first_pair[set] == lat.first_pair[set + 1]) continue;
+    forward_finish(lat.graph, f.forward_s, lat.sets[set], forward.data());
+    for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
+      const auto inner = static_cast<std::size_t>(lat.inner[p]);
+      tab.cost.push_back(stage_cost(f, lat.stage[p], lat.cut_bytes[inner], forward.data(), &backward[inner * n]));
+      tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
+    }
   }
   if (f.t > 1) {
     tab.max_narrow = std::count(f.tensor_parallel.begin(), f.tensor_parallel.end(), uint8_t{0});
@@ -224,12 +248,16 @@ struct PlanModel {
     return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tier)};
   }
 
+  /// The m v model-chunk microbatches a replica's m microbatches make at width d.
+  int64_t chunks_per_replica(int64_t d) const { return microbatches_per_replica(d) * settings.interleave; }
+
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
-  /// Megatron's warm-up plus one, never more than the m v chunks a replica's m microbatches make.
-  int64_t in_flight(int64_t q, int64_t total, int64_t d) const {
+  /// Megatron's warm-up plus one, never more than `chunks` (`chunks_per_replica(d)` at width d).
+  int64_t in_flight_of(int64_t q, int64_t total, int64_t chunks) const {
     const int64_t v = settings.interleave;
-    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, microbatches_per_replica(d) * v);
+    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, chunks);
   }
+  int64_t in_flight(int64_t q, int64_t total, int64_t d) const { return in_flight_of(q, total, chunks_per_replica(d)); }
 
   /// Optimizer state per device of a stage with `weights` bytes at data-parallel width d.
   int64_t state_bytes(int64_t weights, int64_t d) const {
@@ -237,24 +265,32 @@ struct PlanModel {
     return shards_state() ? (state + group(d) - 1) / group(d) : state;
   }
 
+  /// The activation bytes of a stage in a recompute mode: those it keeps per model-chunk microbatch in
+  /// flight, and the working set a recomputation rebuilds at once.
+  std::pair<int64_t, int64_t> activation_bytes(const StageCost& c, Recompute mode) const {
+    if (mode == Recompute::kSelective) return {c.selective_bytes, c.selective_working_bytes};
+    if (mode == Recompute::kFull) return {c.input_bytes, c.full_working_bytes};
+    return {c.stash_bytes, 0};
+  }
+
+  /// The bytes kept for u model-chunk microbatches in flight, `kept` per microbatch of the stage.
+  int64_t stash_bytes(int64_t kept, int64_t u) const {
+    const int64_t v = settings.interleave;
+    return v == 1 ? kept * u : (kept * u + v - 1) / v;  // the division is the DP's hot spot
+  }
+
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
   StageMemory memory(const StageCost& c, Recompute mode, int64_t q, int64_t total, int64_t d) const {
-    const int64_t v = settings.interleave;
-    int64_t kept = c.stash_bytes, working = 0;
-    if (mode == Recompute::kSelective) {
-      kept = c.selective_bytes;
-      working = c.selective_working_bytes;
-    } else if (mode == Recompute::kFull) {
-      kept = c.input_bytes;
-      working = c.full_working_bytes;
-    }
+    const auto [kept, working] = activation_bytes(c, mode);
     const int64_t u = in_flight(q, total, d);
-    const int64_t shard = (c.param_bytes + group(d) - 1) / group(d);
-    // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
-    const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
-    int64_t gradients = c.param_bytes;
-    if (shards_gradients()) gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
-    return {weights, gradients, state_bytes(c.param_bytes, d), (kept * u + v - 1) / v, working, u};
+    int64_t weights = c.param_bytes, gradients = c.param_bytes;
+    if (shards_gradients()) {
+      const int64_t shard = (c.param_bytes + group(d) - 1) / group(d);
+      // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
+      gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
+      if (shards_weights()) weights = shard + 2 * c.largest_layer_bytes;
+    }
+    return {weights, gradients, state_bytes(c.param_bytes, d), stash_bytes(kept, u), working, u};
   }
 
   /// HBM bytes of the optimizer step at width d: it zeroes every gradient, reads its shard of them and
@@ -336,6 +372,15 @@ struct VariantModel {
   }
   int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
+  /// The fewest slots (`PlanModel::slots`) of any plan of more than s stages: the slots grow with the
+  /// stage count and fall with d, which is at most the microbatches and the replicas of the fewest
+  /// devices s + 1 stages take fit on the devices.
+  double least_slots(int64_t s) const {
+    const int64_t k = devices(s + 1, std::min(s + 1, tab.max_narrow));
+    const int64_t widest = std::max<int64_t>(1, std::min(in().microbatches, in().devices / k));
+    return plan.slots(s + 1, widest);
+  }
+
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
   /// (no pipeline), or at least v layers (a chunk holds at least one).
   bool chunks_fit(std::size_t p, int64_t total) const {
@@ -354,6 +399,19 @@ struct VariantModel {
     return memory(p, q, total, d).total_bytes();
   }
 
+  /// Stage p's memory_bytes at each position q from the end of `total` stages at width d: the bytes no
+  /// position changes, plus the stash of the model-chunk microbatches in flight at q.
+  struct PositionMemory {
+    const PlanModel& plan;
+    int64_t total, chunks, fixed, kept;
+    int64_t at(int64_t q) const { return fixed + plan.stash_bytes(kept, plan.in_flight_of(q, total, chunks)); }
+  };
+  PositionMemory position_memory(std::size_t p, int64_t total, int64_t d) const {
+    const StageMemory first = memory(p, 1, total, d);
+    return {plan, total, plan.chunks_per_replica(d), first.total_bytes() - first.stash_bytes,
+            plan.activation_bytes(tab.cost[p], mode(p)).first};
+  }
+
   /// Stage p's load, its transfers on tier `tier`, at width d with replicas of k devices (its ZeRO-3
   /// gathers over its DP group, `dp_sync_tier`).
   double load_s(std::size_t p, std::size_t tier, int64_t d, int64_t k) const {
@@ -367,6 +425,25 @@ struct VariantModel {
     return dp_sync_tier(in().tiers, d, k, std::min(stage_devices(p), k));
   }
 };
+
+/// The last x in [lo, hi] such that `holds` holds on [lo, x] (lo - 1 if it fails at lo), for `holds`
+/// that holds on a run from lo and nowhere after it: galloping from lo, then halving.
+template <typename Holds>
+int64_t run_end(int64_t lo, int64_t hi, Holds holds) {
+  int64_t good = lo - 1, bad = hi + 1;
+  for (int64_t step = 1; good + step < bad; step *= 2) {
+    if (!holds(good + step)) {
+      bad = good + step;
+      break;
+    }
+    good += step;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (holds(mid) ? good : bad) = mid;
+  }
+  return good;
+}
 
 /// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets into at most
 /// `max_stages` stages (a partition into more is never looked up).
@@ -443,41 +520,76 @@ struct Point {
   int32_t rest;
 };
 
+/// The kept points of one entry of a frontier table, a view into the table's store.
+struct Frontier {
+  const Point* first = nullptr;
+  std::size_t size = 0;
+  const Point& operator[](std::size_t i) const { return first[i]; }
+  const Point* begin() const { return first; }
+  const Point* end() const { return first + size; }
+};
+
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
 /// on the devices, those no other beats on both the largest load and the largest weights, load
 /// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
 /// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
-/// extend those into s - 1), only as far as the DP asks: stage p is priced load(p) at each position s
-/// from the end where fits(p, s), which once false stays false at every later position (a stage's
-/// memory never falls as its position grows).
+/// extend those into s - 1), only as far as the DP asks: stage p is priced `load_s(p, tier, d, k)` at
+/// each position s from the end where it fits in HBM at width `priced_d` in a plan of `total` stages,
+/// which once false stays false at every later position (a stage's memory never falls as its position
+/// grows): the last position it fits at is searched once, galloping then halving.
 struct FrontierTable : TableShape {
-  std::vector<std::vector<Point>> points;
-  std::size_t built = 0;  // stage counts 1..built are filled
-  std::function<bool(std::size_t, int64_t)> fits;
-  std::function<double(std::size_t)> load;
-  std::vector<double> loads;   // per pair, priced on first use (NaN before)
-  std::vector<uint8_t> unfit;  // per pair: 1 once it did not fit at a position
+  int64_t total = 0;
+  int64_t priced_d = 1;
+  std::size_t tier = 0;
+  int64_t d = 1;
+  int64_t k = 1;
+  std::vector<Point> store;  // the points of every filled entry, entry after entry
+  std::vector<std::pair<std::size_t, std::size_t>> span;  // per entry: its first point in `store` and its count
+  std::size_t built = 0;                          // stage counts 1..built are filled
+  std::vector<double> loads;                      // per pair, priced on first use (NaN before)
+  std::vector<int32_t> last_fit;                  // per pair: the last position it fits at (-1: not searched)
+  std::vector<std::vector<Point>> made;           // per narrow count: the points one entry is made of
+  std::vector<int32_t> live;  // per set from its first pair on: the pairs that may still extend, in order
+  std::vector<std::size_t> live_end;  // per set: the end of its run in `live`
 
-  FrontierTable(const VariantModel& model, std::size_t stages, std::function<bool(std::size_t, int64_t)> fits_,
-                std::function<double(std::size_t)> load_)
+  FrontierTable(const VariantModel& model, std::size_t stages, int64_t total_, int64_t priced_d_, std::size_t tier_,
+                int64_t d_, int64_t k_)
       : TableShape(model, stages),
-        points(size(model.lat)),
-        fits(std::move(fits_)),
-        load(std::move(load_)),
+        total(total_),
+        priced_d(priced_d_),
+        tier(tier_),
+        d(d_),
+        k(k_),
+        span(size(model.lat), {0, 0}),
         loads(model.lat.stage.size(), std::numeric_limits<double>::quiet_NaN()),
-        unfit(model.lat.stage.size(), 0) {}
+        last_fit(model.lat.stage.size(), -1),
+        made(max_narrow + 1),
+        live(model.lat.stage.size()),
+        live_end(model.lat.first_pair.begin() + 1, model.lat.first_pair.end()) {
+    std::iota(live.begin(), live.end(), 0);
+  }
+
+  Frontier points(std::size_t entry) const {
+    return {store.data() + span[entry].first, span[entry].second};
+  }
 
   /// Stage p's load, priced once.
-  double price(std::size_t p) {
-    if (std::isnan(loads[p])) loads[p] = load(p);
+  double price(const VariantModel& model, std::size_t p) {
+    if (std::isnan(loads[p])) loads[p] = model.load_s(p, tier, d, k);
     return loads[p];
   }
 
-  /// Whether stage p fits at position s (positions asked in ascending order).
-  bool fits_at(std::size_t p, int64_t s) {
-    if (unfit[p] == 0 && !fits(p, s)) unfit[p] = 1;
-    return unfit[p] == 0;
+  /// Whether stage p fits at position s.
+  bool fits_at(const VariantModel& model, std::size_t p, int64_t s) {
+    if (last_fit[p] < 0) {
+      // Positions above max_stages are never asked.
+      const auto bytes = model.position_memory(p, total, priced_d);
+      const auto fits = [&](int64_t at) { return bytes.at(at) <= model.variant.hbm_bytes; };
+      const int64_t last = model.chunks_fit(p, total) ? run_end(1, static_cast<int64_t>(max_stages), fits) : 0;
+      last_fit[p] = static_cast<int32_t>(last);
+    }
+    return s <= last_fit[p];
   }
 };
 
@@ -502,16 +614,15 @@ void keep_frontier(std::vector<Point>& points) {
 /// first whose weights are at most `weights` (all extend to them), else the last (the least weights);
 /// then those of larger load up to the first whose weights are at most `weights` (the later extend to
 /// the same weights with more load). `keep_frontier` keeps the same points as from every extension.
-void extend_frontier(const std::vector<Point>& before, double load_s, int64_t weights, int32_t pair,
-                     std::vector<Point>& here) {
-  const auto begin = before.begin();
-  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+void extend_frontier(const Frontier& before, double load_s, int64_t weights, int32_t pair, std::vector<Point>& here) {
+  const Point* begin = before.begin();
+  const Point* within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
   if (within != begin) {
-    auto light = std::partition_point(begin, within, [&](const Point& x) { return x.weights > weights; });
+    const Point* light = std::partition_point(begin, within, [&](const Point& x) { return x.weights > weights; });
     if (light == within) --light;
     here.push_back({load_s, std::max(weights, light->weights), pair, static_cast<int32_t>(light - begin)});
   }
-  for (auto it = within; it != before.end(); ++it) {
+  for (const Point* it = within; it != before.end(); ++it) {
     here.push_back({it->load_s, std::max(weights, it->weights), pair, static_cast<int32_t>(it - begin)});
     if (it->weights <= weights) break;
   }
@@ -519,35 +630,53 @@ void extend_frontier(const std::vector<Point>& before, double load_s, int64_t we
 
 /// Fills the table's stage counts up to `stages` (at most its own most): the partitions of every set
 /// but the whole into s stages, from those of the remaining sets into s - 1, pair by pair as the sets'
-/// pairs come, so that `keep_frontier` keeps the first made of equal points.
-void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages) {
+/// pairs come, so that `keep_frontier` keeps the first made of equal points. A partition whose largest
+/// load times the fewest slots of a plan it can be part of reaches `best_s` (the best time found) is
+/// never part of a better plan, nor is any extension of it (more load, more slots): it is not kept. A
+/// pair that cannot extend at s (its remaining set has fewer than s - 1 layers, it does not fit at
+/// position s, or its own load is such) cannot at any later s: it leaves its set's run of live pairs.
+void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages, double best_s) {
   const Lattice& lat = model.lat;
   for (std::size_t s = table.built + 1; s <= std::min(stages, table.max_stages); ++s) {
+    const double slots = model.least_slots(static_cast<int64_t>(s));
+    const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
     for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
       if (static_cast<std::size_t>(lat.set_size[set]) < s) continue;
       model.poll();
-      for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
-        const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
-        const std::size_t narrow = model.tab.narrow[p];
-        const int64_t weights = model.tab.cost[p].param_bytes;
-        if ((rest == 0) != (s == 1)) continue;
-        if (rest == 0) {
-          if (table.fits_at(p, 1) && model.stage_devices(p) <= model.in().devices) {
-            table.points[table.at(set, 1, narrow)].push_back({table.price(p), weights, static_cast<int32_t>(p), -1});
-          }
-          continue;
-        }
-        if (static_cast<std::size_t>(lat.set_size[rest]) + 1 < s || !table.fits_at(p, static_cast<int64_t>(s))) {
-          continue;
-        }
-        const double c = table.price(p);
-        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
-          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
-          extend_frontier(table.points[table.at(rest, s - 1, q - narrow)], c, weights, static_cast<int32_t>(p),
-                          table.points[table.at(set, s, q)]);
+      if (s == 1) {
+        const std::size_t p = lat.first_pair[set];  // the whole set as one stage (its inner set is the empty one)
+        if (table.fits_at(model, p, 1) && model.stage_devices(p) <= model.in().devices &&
+            !hopeless(table.price(model, p))) {
+          table.made[model.tab.narrow[p]].push_back(
+              {table.price(model, p), model.tab.cost[p].param_bytes, static_cast<int32_t>(p), -1});
         }
       }
-      for (std::size_t q = 0; q <= table.max_narrow; ++q) keep_frontier(table.points[table.at(set, s, q)]);
+      std::size_t kept = lat.first_pair[set];
+      for (std::size_t i = lat.first_pair[set]; s > 1 && i < table.live_end[set]; ++i) {
+        const auto p = static_cast<std::size_t>(table.live[i]);
+        const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
+        if (rest == 0 || static_cast<std::size_t>(lat.set_size[rest]) + 1 < s ||
+            !table.fits_at(model, p, static_cast<int64_t>(s)) || hopeless(table.price(model, p))) {
+          continue;
+        }
+        table.live[kept++] = static_cast<int32_t>(p);
+        const std::size_t narrow = model.tab.narrow[p];
+        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
+          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
+          extend_frontier(table.points(table.at(rest, s - 1, q - narrow)), table.price(model, p),
+                          model.tab.cost[p].param_bytes, static_cast<int32_t>(p), table.made[q]);
+        }
+      }
+      if (s > 1) table.live_end[set] = kept;
+      for (std::size_t q = 0; q <= table.max_narrow; ++q) {
+        std::vector<Point>& made = table.made[q];
+        made.erase(std::remove_if(made.begin(), made.end(), [&](const Point& x) { return hopeless(x.load_s); }),
+                   made.end());
+        keep_frontier(made);
+        table.span[table.at(set, s, q)] = {table.store.size(), made.size()};
+        table.store.insert(table.store.end(), made.begin(), made.end());
+        made.clear();
+      }
     }
     table.built = s;
   }
@@ -561,7 +690,7 @@ std::vector<std::size_t> frontier_pairs(const VariantModel& model, const Frontie
   std::size_t set = static_cast<std::size_t>(model.lat.inner[first]);
   q -= model.tab.narrow[first];
   for (--s; s >= 1; --s) {
-    const Point& at = table.points[table.at(set, s, q)][static_cast<std::size_t>(point)];
+    const Point& at = table.points(table.at(set, s, q))[static_cast<std::size_t>(point)];
     const auto p = static_cast<std::size_t>(at.pair);
     pairs.push_back(p);
     q -= model.tab.narrow[p];
@@ -642,9 +771,16 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   int64_t best_total = 0;
   for (const auto& [bound, total] : totals) {
     if (bound > best) continue;
+    std::optional<VariantModel::PositionMemory> bytes;  // of the pair at hand (the table asks pair by pair)
+    std::size_t bytes_of = 0;
     const auto table = minmax_partition(
         model, static_cast<std::size_t>(per_total ? total : max_stages), [&](std::size_t p, int64_t s) {
-          return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
+          if (!model.chunks_fit(p, total)) return kNone<int64_t>;
+          if (!bytes || bytes_of != p) {
+            bytes.emplace(model.position_memory(p, total, 1));
+            bytes_of = p;
+          }
+          return bytes->at(s);
         });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
@@ -718,7 +854,19 @@ struct LoadBound {
   }
 };
 
-PlanResult solve_variant(const VariantModel& model) {
+/// A variant's width index and settings: what the least memory of its plans depends on (not its HBM).
+std::vector<int64_t> memory_key(const Variant& variant) {
+  std::vector<int64_t> key{variant.width_index};
+#define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(variant.settings.name));
+  PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_KEY)
+#undef PHAZEC_SETTING_KEY
+  return key;
+}
+
+/// The least memory of each variant's plans, by `memory_key`: variants that differ in HBM alone share it.
+using LeastMemory = std::map<std::vector<int64_t>, PlanResult>;
+
+PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in();
   const int64_t t = model.tab.t;
@@ -733,7 +881,7 @@ PlanResult solve_variant(const VariantModel& model) {
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
   // The table for plans of `total` stages, filled as far as they need.
-  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k, double best_s) -> const FrontierTable& {
     // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
     // in flight at its position q, min(Megatron's count(q), m v), and the count grows with q. When m v is
     // at least the count at the deepest position the DP can use at d (the stage count under
@@ -750,15 +898,9 @@ PlanResult solve_variant(const VariantModel& model) {
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
       const std::size_t stages = per_total ? static_cast<std::size_t>(total) - 1 : model.max_stages() - 1;
-      FrontierTable table(
-          model, stages,
-          [&, total, priced_d](std::size_t p, int64_t s) {
-            return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
-          },
-          [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); });
-      it = tables.emplace(key, std::move(table)).first;
+      it = tables.emplace(key, FrontierTable(model, stages, total, priced_d, tier, d, k)).first;
     }
-    fill_layers(model, it->second, static_cast<std::size_t>(total) - 1);
+    fill_layers(model, it->second, static_cast<std::size_t>(total) - 1, best_s);
     return it->second;
   };
   struct Best {
@@ -779,26 +921,33 @@ PlanResult solve_variant(const VariantModel& model) {
       if (memory_bound(model, total, max_d) > hbm_bytes) continue;  // no plan of s stages fits at any d
       // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
       // and the DP sync's tier for a stage one device and t devices wide (a later stage: t, at most k).
+      // And the load bound of s stages at d (kNone where the expert-parallel groups do not tile the stage).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
       std::vector<NetworkTier> narrow_sync{in.tiers[0]}, wide_sync{in.tiers[0]};
+      std::vector<double> bound_s(static_cast<std::size_t>(max_d) + 1, kNone<double>);
       for (int64_t d = 1; d <= max_d; ++d) {
         pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
         narrow_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(cp, k)));
         wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
+        if ((d * t * cp) % model.plan.settings.ep == 0) bound_s[d] = bound.time_s(total, d, in.tiers[pipeline_tier[d]]);
       }
+      if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
+      std::vector<const FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         model.poll();
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
-        for (int64_t d = 1; d <= max_d; ++d) {
-          if ((d * t * cp) % model.plan.settings.ep != 0) continue;  // the expert-parallel groups tile the stage
-          // No plan of s stages at d beats the best.
-          if (bound.time_s(total, d, in.tiers[pipeline_tier[d]]) >= best.time_s) continue;
-          if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
+        // The first stage fits from the narrowest d at which it fits on: its memory never grows with d.
+        const auto fits = [&](int64_t d) { return model.memory_bytes(p, total, total, d) <= hbm_bytes; };
+        if (!fits(max_d)) continue;
+        const int64_t narrowest = run_end(1, max_d - 1, [&](int64_t d) { return !fits(d); }) + 1;
+        for (int64_t d = narrowest; d <= max_d; ++d) {
+          if (bound_s[d] >= best.time_s) continue;  // no plan of s stages at d beats the best
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
           const double slots = model.plan.slots(total, d);
+          if (first_load_s * slots >= best.time_s) continue;  // its time is at least the product
           const NetworkTier& first_sync = narrow != 0 ? narrow_sync[d] : wide_sync[d];
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
           auto first_end_s = [&](double bottleneck_s) {
@@ -813,9 +962,11 @@ PlanResult solve_variant(const VariantModel& model) {
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, -1};
             continue;
           }
-          const FrontierTable& table = table_for(tier, total, d, k);
-          const std::vector<Point>& rest = table.points[table.at(lat.inner[p], s - 1, q - narrow)];
-          for (std::size_t i = 0; i < rest.size(); ++i) {
+          if (table_at[d] == nullptr) table_at[d] = &table_for(tier, total, d, k, best.time_s);
+          const Frontier rest = table_at[d]->points(table_at[d]->at(lat.inner[p], s - 1, q - narrow));
+          for (std::size_t i = 0; i < rest.size; ++i) {
+            // Load ascending: no later point makes a time below the best either.
+            if (rest[i].load_s * slots >= best.time_s) break;
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             const double rest_end_s =
@@ -833,8 +984,12 @@ PlanResult solve_variant(const VariantModel& model) {
   PlanResult out;
   out.t = t;
   if (best.time_s == kNone<double>) {
-    fill_infeasible(model, out);
-    return out;
+    const auto [it, made] = least_memory.try_emplace(memory_key(model.variant));
+    if (made) {
+      it->second.t = t;
+      fill_infeasible(model, it->second);
+    }
+    return it->second;
   }
   out.feasible = true;
   out.d = best.d;
@@ -842,8 +997,8 @@ PlanResult solve_variant(const VariantModel& model) {
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k), best.pair,
-                                                  best.s, best.q, best.point);
+                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k, best.time_s),
+                                                  best.pair, best.s, best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.stage_devices(pairs[i]));
@@ -981,6 +1136,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
   CancelPoll poll(std::move(cancelled));
   const Lattice lat = make_lattice(in);
   std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
+  LeastMemory least_memory;
   std::vector<PlanResult> out;
   out.reserve(variants.size());
   for (const auto& v : variants) {
@@ -989,7 +1145,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
     poll();
-    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}));
+    out.push_back(solve_variant(VariantModel{PlanModel{in, v.settings}, lat, it->second, v, poll}, least_memory));
   }
   return out;
 }
@@ -1010,11 +1166,15 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   out.d = d;
   out.stages.resize(s);
   NodeSet later((static_cast<std::size_t>(in.n) + 63) / 64, 0);
-  std::vector<double> finish(in.n);
+  std::vector<double> forward(in.n), backward(in.n);
   int64_t k = 0;
   for (std::size_t i = s; i-- > 0;) {
-    out.stages[i].cost = stage_cost(graph, f, sets[i], incoming_bytes(graph, later, later), finish);
-    for (std::size_t w = 0; w < later.size(); ++w) later[w] |= sets[i][w];
+    NodeSet upto = later;
+    for (std::size_t w = 0; w < later.size(); ++w) upto[w] |= sets[i][w];
+    forward_finish(graph, f.forward_s, upto, forward.data());
+    backward_finish(graph, f.backward_s, later, backward.data());
+    out.stages[i].cost = stage_cost(f, sets[i], incoming_bytes(graph, later, later), forward.data(), backward.data());
+    later = std::move(upto);
     k += plan.stage_devices(out.stages[i].cost);
   }
   const int64_t m = plan.microbatches_per_replica(d);
