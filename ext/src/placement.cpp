@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -372,13 +373,17 @@ struct VariantModel {
   }
   int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
-  /// The fewest slots (`PlanModel::slots`) of any plan of more than s stages: the slots grow with the
-  /// stage count and fall with d, which is at most the microbatches and the replicas of the fewest
-  /// devices s + 1 stages take fit on the devices.
-  double least_slots(int64_t s) const {
-    const int64_t k = devices(s + 1, std::min(s + 1, tab.max_narrow));
-    const int64_t widest = std::max<int64_t>(1, std::min(in().microbatches, in().devices / k));
-    return plan.slots(s + 1, widest);
+  /// The fewest slots (`PlanModel::slots`) of a plan that a partition into s stages can be part of: of
+  /// `total` stages (0: any count above s) at width d (0: any). The slots grow with the stage count and
+  /// fall with d, which is at most the microbatches and the replicas of the fewest devices the stages
+  /// take that fit on the devices.
+  double least_slots(int64_t s, int64_t total, int64_t d) const {
+    const int64_t count = total > 0 ? total : s + 1;
+    if (d == 0) {
+      const int64_t k = devices(count, std::min(count, tab.max_narrow));
+      d = std::max<int64_t>(1, std::min(in().microbatches, in().devices / k));
+    }
+    return plan.slots(count, d);
   }
 
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
@@ -544,25 +549,31 @@ struct FrontierTable : TableShape {
   std::size_t tier = 0;
   int64_t d = 1;
   int64_t k = 1;
+  int64_t plans_total = 0;  // the stage count of every plan that uses the table (0: any)
+  int64_t plans_d = 0;      // a width with as many microbatches per replica as any that uses it (0: any)
   std::vector<Point> store;  // the points of every filled entry, entry after entry
   std::vector<std::pair<std::size_t, std::size_t>> span;  // per entry: its first point in `store` and its count
   std::size_t built = 0;                          // stage counts 1..built are filled
-  std::vector<double> loads;                      // per pair, priced on first use (NaN before)
+  std::shared_ptr<std::vector<double>> loads;     // per pair, priced on first use (NaN before); shared by tables
+                                                  // whose loads are the same
   std::vector<int32_t> last_fit;                  // per pair: the last position it fits at (-1: not searched)
   std::vector<std::vector<Point>> made;           // per narrow count: the points one entry is made of
   std::vector<int32_t> live;  // per set from its first pair on: the pairs that may still extend, in order
   std::vector<std::size_t> live_end;  // per set: the end of its run in `live`
 
   FrontierTable(const VariantModel& model, std::size_t stages, int64_t total_, int64_t priced_d_, std::size_t tier_,
-                int64_t d_, int64_t k_)
+                int64_t d_, int64_t k_, int64_t plans_total_, int64_t plans_d_,
+                std::shared_ptr<std::vector<double>> loads_)
       : TableShape(model, stages),
         total(total_),
         priced_d(priced_d_),
         tier(tier_),
         d(d_),
         k(k_),
+        plans_total(plans_total_),
+        plans_d(plans_d_),
         span(size(model.lat), {0, 0}),
-        loads(model.lat.stage.size(), std::numeric_limits<double>::quiet_NaN()),
+        loads(std::move(loads_)),
         last_fit(model.lat.stage.size(), -1),
         made(max_narrow + 1),
         live(model.lat.stage.size()),
@@ -576,8 +587,9 @@ struct FrontierTable : TableShape {
 
   /// Stage p's load, priced once.
   double price(const VariantModel& model, std::size_t p) {
-    if (std::isnan(loads[p])) loads[p] = model.load_s(p, tier, d, k);
-    return loads[p];
+    double& load_s = (*loads)[p];
+    if (std::isnan(load_s)) load_s = model.load_s(p, tier, d, k);
+    return load_s;
   }
 
   /// Whether stage p fits at position s.
@@ -638,7 +650,7 @@ void extend_frontier(const Frontier& before, double load_s, int64_t weights, int
 void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages, double best_s) {
   const Lattice& lat = model.lat;
   for (std::size_t s = table.built + 1; s <= std::min(stages, table.max_stages); ++s) {
-    const double slots = model.least_slots(static_cast<int64_t>(s));
+    const double slots = model.least_slots(static_cast<int64_t>(s), table.plans_total, table.plans_d);
     const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
     for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
       if (static_cast<std::size_t>(lat.set_size[set]) < s) continue;
@@ -655,8 +667,8 @@ void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t st
       for (std::size_t i = lat.first_pair[set]; s > 1 && i < table.live_end[set]; ++i) {
         const auto p = static_cast<std::size_t>(table.live[i]);
         const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
-        if (rest == 0 || static_cast<std::size_t>(lat.set_size[rest]) + 1 < s ||
-            !table.fits_at(model, p, static_cast<int64_t>(s)) || hopeless(table.price(model, p))) {
+        if (rest == 0 || static_cast<std::size_t>(lat.set_size[rest]) + 1 < s || hopeless(table.price(model, p)) ||
+            !table.fits_at(model, p, static_cast<int64_t>(s))) {
           continue;
         }
         table.live[kept++] = static_cast<int32_t>(p);
@@ -715,17 +727,24 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
-/// A lower bound on the peak memory of every plan of `total` stages at width d: the larger of (1) its first
-/// stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at least
-/// the least memory of such a stage there, and (2) the mean of its stages' memory: their weights,
-/// gradients and optimizer state add up to at least the whole model's (sharded over the d cp devices as
-/// the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes (its mode's,
-/// or none's for the last stage) for the fewest microbatches in flight, the last stage's. A stage's memory
-/// never grows with d (more replicas shard more and leave fewer microbatches each), so the bound at the
-/// widest d is one for every narrower d too.
+/// A lower bound on the peak memory of every plan of `total` stages at width d: the largest of (1) its
+/// first stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at
+/// least the least memory of such a stage there, (2) the mean of its stages' memory: their weights,
+/// gradients and optimizer state P_i add up to at least the whole model's P (sharded over the d cp devices
+/// as the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes K_i
+/// (its mode's, or none's for the last stage; they add up to K) for the fewest microbatches in flight,
+/// the last stage's, and (3) their mean weighted by 1 / u_i, u_i the model-chunk microbatches in flight
+/// at stage i's position: the stage at position q keeps K_i u_q / v at least, so sum_i M_i / u_i >=
+/// sum_i P_i / u_i + K / v >= P / u_total + K / v, over sum_q 1 / u_q (the positions are 1..total). When
+/// the kept bytes dominate, (3) is K / v over a harmonic sum, where (2) is K u_1 / v over the stage count.
+/// A stage's memory never grows with d (more replicas shard more and leave fewer microbatches each), so
+/// the bound at the widest d is one for every narrower d too, and the bound never grows with d. kNone when
+/// no plan has `total` stages.
 int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const Lattice& lat = model.lat;
   const std::size_t all = lat.sets.size() - 1;
+  // Interleaving cuts each of several stages into v chunks of a layer at least: no plan has more stages.
+  if (total > 1 && total * model.interleave() > lat.graph.g.n) return kNone<int64_t>;
   int64_t first = kNone<int64_t>;
   for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
     if ((lat.inner[p] == 0) != (total == 1) || !model.chunks_fit(p, total)) continue;
@@ -745,10 +764,16 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const double weights = plan.shards_weights() ? params / group : params;
   const double gradients = plan.shards_gradients() ? params / group : params;
   const double state = static_cast<double>(model.in().optimizer_factor - 2) * params / (plan.shards_state() ? group : 1.0);
-  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
+  const auto v = static_cast<double>(model.interleave());
+  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / v;
   const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
+  double inverse_in_flight = 0.0;
+  for (int64_t q = 1; q <= total; ++q) inverse_in_flight += 1.0 / static_cast<double>(plan.in_flight(q, total, d));
+  const double most_in_flight = static_cast<double>(plan.in_flight(total, total, d));
+  const double weighted = ((weights + gradients + state) / most_in_flight + kept / v) / inverse_in_flight;
   // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
-  return std::max(first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)));
+  return std::max({first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)),
+                   static_cast<int64_t>(weighted * (1.0 - 1e-9))});
 }
 
 /// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
@@ -770,7 +795,9 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   int64_t best = kNone<int64_t>;
   int64_t best_total = 0;
   for (const auto& [bound, total] : totals) {
-    if (bound > best) continue;
+    if (bound > best || bound == kNone<int64_t>) continue;  // kNone: no plan of `total` stages
+    // A stage above the least peak found is in no plan that peaks at most as high: priced as one that
+    // does not fit, it leaves every entry at most that peak as it was.
     std::optional<VariantModel::PositionMemory> bytes;  // of the pair at hand (the table asks pair by pair)
     std::size_t bytes_of = 0;
     const auto table = minmax_partition(
@@ -780,7 +807,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
             bytes.emplace(model.position_memory(p, total, 1));
             bytes_of = p;
           }
-          return bytes->at(s);
+          const int64_t at = bytes->at(s);
+          return at > best ? kNone<int64_t> : at;
         });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
@@ -880,6 +908,8 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   const bool per_total = model.interleave() > 1;
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
+  std::map<std::size_t, std::shared_ptr<std::vector<double>>> tier_loads;
+  std::shared_ptr<std::vector<double>> own_loads;
   // The table for plans of `total` stages, filled as far as they need.
   auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k, double best_s) -> const FrontierTable& {
     // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
@@ -898,7 +928,17 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
       const std::size_t stages = per_total ? static_cast<std::size_t>(total) - 1 : model.max_stages() - 1;
-      it = tables.emplace(key, FrontierTable(model, stages, total, priced_d, tier, d, k)).first;
+      // Every d that shares a table keyed by d or by m v has d's m microbatches per replica.
+      const int64_t plans_d = per_d || !uncapped ? d : 0;
+      // A load depends on the tier alone, but under ZeRO-3 (on d and k too: such a table has its own).
+      std::shared_ptr<std::vector<double>>& loads = per_k ? own_loads : tier_loads[tier];
+      if (!loads || per_k) {
+        loads = std::make_shared<std::vector<double>>(lat.stage.size(), std::numeric_limits<double>::quiet_NaN());
+      }
+      it = tables
+               .emplace(key, FrontierTable(model, stages, total, priced_d, tier, d, k, per_total ? total : 0, plans_d,
+                                           loads))
+               .first;
     }
     fill_layers(model, it->second, static_cast<std::size_t>(total) - 1, best_s);
     return it->second;
@@ -931,6 +971,10 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
         wide_sync.push_back(dp_sync_tier(in.tiers, d, k, std::min(t * cp, k)));
         if ((d * t * cp) % model.plan.settings.ep == 0) bound_s[d] = bound.time_s(total, d, in.tiers[pipeline_tier[d]]);
       }
+      // No plan of s stages fits at a d whose memory bound is above the HBM: those below the narrowest
+      // that passes (the bound never grows with d).
+      const int64_t cramped = run_end(1, max_d, [&](int64_t d) { return memory_bound(model, total, d) > hbm_bytes; });
+      std::fill(bound_s.begin(), bound_s.begin() + cramped + 1, kNone<double>);
       if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
       std::vector<const FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
