@@ -534,15 +534,33 @@ struct Frontier {
   const Point* end() const { return first + size; }
 };
 
+/// Every stage's load on one tier (at one d and k under ZeRO-3), and each set's pairs by load: pairs
+/// first_pair[set]..first_pair[set + 1] - 1 of `by_load`, load ascending (pair order on a tie).
+struct PairLoads {
+  std::vector<double> load_s;
+  std::vector<int32_t> by_load;
+
+  PairLoads(const VariantModel& model, std::size_t tier, int64_t d, int64_t k) : by_load(model.lat.stage.size()) {
+    const Lattice& lat = model.lat;
+    for (std::size_t p = 0; p < lat.stage.size(); ++p) load_s.push_back(model.load_s(p, tier, d, k));
+    std::iota(by_load.begin(), by_load.end(), 0);
+    for (std::size_t set = 0; set + 1 < lat.first_pair.size(); ++set) {
+      std::sort(by_load.begin() + static_cast<std::ptrdiff_t>(lat.first_pair[set]),
+                by_load.begin() + static_cast<std::ptrdiff_t>(lat.first_pair[set + 1]),
+                [&](int32_t a, int32_t b) { return std::tie(load_s[a], a) < std::tie(load_s[b], b); });
+    }
+  }
+};
+
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
 /// on the devices, those no other beats on both the largest load and the largest weights, load
 /// ascending. The time per batch never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
-/// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
-/// extend those into s - 1), only as far as the DP asks: stage p is priced `load_s(p, tier, d, k)` at
-/// each position s from the end where it fits in HBM at width `priced_d` in a plan of `total` stages,
-/// which once false stays false at every later position (a stage's memory never falls as its position
-/// grows): the last position it fits at is searched once, galloping then halving.
+/// plan extends one of them. An entry is made when the DP first asks for it (`frontier`: the partitions
+/// into s stages extend those of the remaining sets into s - 1, made first): stage p is priced
+/// `load_s(p, tier, d, k)` at each position s from the end where it fits in HBM at width `priced_d` in a
+/// plan of `total` stages, which once false stays false at every later position (a stage's memory never
+/// falls as its position grows): the last position it fits at is searched once, galloping then halving.
 struct FrontierTable : TableShape {
   int64_t total = 0;
   int64_t priced_d = 1;
@@ -551,19 +569,17 @@ struct FrontierTable : TableShape {
   int64_t k = 1;
   int64_t plans_total = 0;  // the stage count of every plan that uses the table (0: any)
   int64_t plans_d = 0;      // a width with as many microbatches per replica as any that uses it (0: any)
-  std::vector<Point> store;  // the points of every filled entry, entry after entry
+  std::vector<Point> store;  // the points of every made entry, entry after entry
   std::vector<std::pair<std::size_t, std::size_t>> span;  // per entry: its first point in `store` and its count
-  std::size_t built = 0;                          // stage counts 1..built are filled
-  std::shared_ptr<std::vector<double>> loads;     // per pair, priced on first use (NaN before); shared by tables
-                                                  // whose loads are the same
+  std::vector<uint8_t> made;                      // per entry: 1 once made
+  std::shared_ptr<const PairLoads> loads;         // shared by the tables whose loads are the same
   std::vector<int32_t> last_fit;                  // per pair: the last position it fits at (-1: not searched)
-  std::vector<std::vector<Point>> made;           // per narrow count: the points one entry is made of
-  std::vector<int32_t> live;  // per set from its first pair on: the pairs that may still extend, in order
-  std::vector<std::size_t> live_end;  // per set: the end of its run in `live`
+  std::vector<std::vector<Point>> scratch;        // per stage count: the points of the entry being made
+  std::vector<std::vector<int32_t>> extending;    // per stage count: the pairs that extend into it
 
   FrontierTable(const VariantModel& model, std::size_t stages, int64_t total_, int64_t priced_d_, std::size_t tier_,
                 int64_t d_, int64_t k_, int64_t plans_total_, int64_t plans_d_,
-                std::shared_ptr<std::vector<double>> loads_)
+                std::shared_ptr<const PairLoads> loads_)
       : TableShape(model, stages),
         total(total_),
         priced_d(priced_d_),
@@ -573,24 +589,18 @@ struct FrontierTable : TableShape {
         plans_total(plans_total_),
         plans_d(plans_d_),
         span(size(model.lat), {0, 0}),
+        made(span.size(), 0),
         loads(std::move(loads_)),
         last_fit(model.lat.stage.size(), -1),
-        made(max_narrow + 1),
-        live(model.lat.stage.size()),
-        live_end(model.lat.first_pair.begin() + 1, model.lat.first_pair.end()) {
-    std::iota(live.begin(), live.end(), 0);
-  }
+        scratch(stages + 1),
+        extending(stages + 1) {}
 
   Frontier points(std::size_t entry) const {
     return {store.data() + span[entry].first, span[entry].second};
   }
 
-  /// Stage p's load, priced once.
-  double price(const VariantModel& model, std::size_t p) {
-    double& load_s = (*loads)[p];
-    if (std::isnan(load_s)) load_s = model.load_s(p, tier, d, k);
-    return load_s;
-  }
+  /// Stage p's load.
+  double price(std::size_t p) const { return loads->load_s[p]; }
 
   /// Whether stage p fits at position s.
   bool fits_at(const VariantModel& model, std::size_t p, int64_t s) {
@@ -640,58 +650,63 @@ void extend_frontier(const Frontier& before, double load_s, int64_t weights, int
   }
 }
 
-/// Fills the table's stage counts up to `stages` (at most its own most): the partitions of every set
-/// but the whole into s stages, from those of the remaining sets into s - 1, pair by pair as the sets'
-/// pairs come, so that `keep_frontier` keeps the first made of equal points. A partition whose largest
-/// load times the fewest slots of a plan it can be part of reaches `best_s` (the best time found) is
-/// never part of a better plan, nor is any extension of it (more load, more slots): it is not kept. A
-/// pair that cannot extend at s (its remaining set has fewer than s - 1 layers, it does not fit at
-/// position s, or its own load is such) cannot at any later s: it leaves its set's run of live pairs.
-void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages, double best_s) {
+/// Entry (set, s, q) of the table, made on first ask from the partitions of the set's remaining sets
+/// into s - 1 stages (made first, so that no entry is made while another's points are read), pair by pair
+/// as the set's pairs come, so that `keep_frontier` keeps the first made of equal points. A partition
+/// whose largest load times the fewest slots of a plan it can be part of reaches `best_s` (the best time
+/// found when the entry is made) is never part of a better plan, nor is any extension of it (more load,
+/// more slots): it is not kept, and a stage with such a load extends nothing. An entry made under a
+/// larger `best_s` (earlier) keeps more points, which the entries made from it drop in turn; an entry
+/// never reads one made after it, so every entry holds the points of the full frontier that are not
+/// hopeless at its making, whatever the order of asking.
+Frontier frontier(const VariantModel& model, FrontierTable& table, std::size_t set, std::size_t s, std::size_t q,
+                  double best_s) {
   const Lattice& lat = model.lat;
-  for (std::size_t s = table.built + 1; s <= std::min(stages, table.max_stages); ++s) {
-    const double slots = model.least_slots(static_cast<int64_t>(s), table.plans_total, table.plans_d);
-    const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
-    for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
-      if (static_cast<std::size_t>(lat.set_size[set]) < s) continue;
-      model.poll();
-      if (s == 1) {
-        const std::size_t p = lat.first_pair[set];  // the whole set as one stage (its inner set is the empty one)
-        if (table.fits_at(model, p, 1) && model.stage_devices(p) <= model.in().devices &&
-            !hopeless(table.price(model, p))) {
-          table.made[model.tab.narrow[p]].push_back(
-              {table.price(model, p), model.tab.cost[p].param_bytes, static_cast<int32_t>(p), -1});
-        }
-      }
-      std::size_t kept = lat.first_pair[set];
-      for (std::size_t i = lat.first_pair[set]; s > 1 && i < table.live_end[set]; ++i) {
-        const auto p = static_cast<std::size_t>(table.live[i]);
-        const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
-        if (rest == 0 || static_cast<std::size_t>(lat.set_size[rest]) + 1 < s || hopeless(table.price(model, p)) ||
-            !table.fits_at(model, p, static_cast<int64_t>(s))) {
-          continue;
-        }
-        table.live[kept++] = static_cast<int32_t>(p);
-        const std::size_t narrow = model.tab.narrow[p];
-        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
-          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
-          extend_frontier(table.points(table.at(rest, s - 1, q - narrow)), table.price(model, p),
-                          model.tab.cost[p].param_bytes, static_cast<int32_t>(p), table.made[q]);
-        }
-      }
-      if (s > 1) table.live_end[set] = kept;
-      for (std::size_t q = 0; q <= table.max_narrow; ++q) {
-        std::vector<Point>& made = table.made[q];
-        made.erase(std::remove_if(made.begin(), made.end(), [&](const Point& x) { return hopeless(x.load_s); }),
-                   made.end());
-        keep_frontier(made);
-        table.span[table.at(set, s, q)] = {table.store.size(), made.size()};
-        table.store.insert(table.store.end(), made.begin(), made.end());
-        made.clear();
+  const std::size_t entry = table.at(set, s, q);
+  if (table.made[entry] != 0) return table.points(entry);
+  table.made[entry] = 1;
+  if (set == 0 || set + 1 == lat.sets.size() || static_cast<std::size_t>(lat.set_size[set]) < s ||
+      model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) {
+    return table.points(entry);  // no partition: left empty
+  }
+  model.poll();
+  const double slots = model.least_slots(static_cast<int64_t>(s), table.plans_total, table.plans_d);
+  const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
+  std::vector<Point>& made = table.scratch[s];
+  if (s == 1) {
+    const std::size_t p = lat.first_pair[set];  // the whole set as one stage (its inner set is the empty one)
+    if (model.tab.narrow[p] == q && table.fits_at(model, p, 1) && model.stage_devices(p) <= model.in().devices &&
+        !hopeless(table.price(p))) {
+      made.push_back({table.price(p), model.tab.cost[p].param_bytes, static_cast<int32_t>(p), -1});
+    }
+  } else {
+    // The pairs that extend, in pair order: of those whose load is not hopeless (a run of the set's pairs
+    // by load), those whose remaining set has s - 1 layers at least and that fit at position s.
+    std::vector<int32_t>& pairs = table.extending[s];
+    for (std::size_t i = lat.first_pair[set]; i < lat.first_pair[set + 1]; ++i) {
+      const auto p = static_cast<std::size_t>(table.loads->by_load[i]);
+      if (hopeless(table.price(p))) break;
+      if (static_cast<std::size_t>(lat.set_size[lat.inner[p]]) + 1 >= s && model.tab.narrow[p] <= q &&
+          table.fits_at(model, p, static_cast<int64_t>(s))) {
+        pairs.push_back(static_cast<int32_t>(p));
       }
     }
-    table.built = s;
+    std::sort(pairs.begin(), pairs.end());
+    for (const int32_t p : pairs) {
+      frontier(model, table, static_cast<std::size_t>(lat.inner[p]), s - 1, q - model.tab.narrow[p], best_s);
+    }
+    for (const int32_t p : pairs) {
+      extend_frontier(table.points(table.at(static_cast<std::size_t>(lat.inner[p]), s - 1, q - model.tab.narrow[p])),
+                      table.price(p), model.tab.cost[p].param_bytes, p, made);
+    }
+    pairs.clear();
   }
+  made.erase(std::remove_if(made.begin(), made.end(), [&](const Point& x) { return hopeless(x.load_s); }), made.end());
+  keep_frontier(made);
+  table.span[entry] = {table.store.size(), made.size()};
+  table.store.insert(table.store.end(), made.begin(), made.end());
+  made.clear();
+  return table.points(entry);
 }
 
 /// The pairs of a plan, first stage first: `first`, then those of point `point` of the remaining set's
@@ -908,10 +923,10 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   const bool per_total = model.interleave() > 1;
   const bool per_d = model.plan.shards_state();
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
-  std::map<std::size_t, std::shared_ptr<std::vector<double>>> tier_loads;
-  std::shared_ptr<std::vector<double>> own_loads;
-  // The table for plans of `total` stages, filled as far as they need.
-  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k, double best_s) -> const FrontierTable& {
+  std::map<std::size_t, std::shared_ptr<const PairLoads>> tier_loads;
+  std::shared_ptr<const PairLoads> own_loads;
+  // The table for plans of `total` stages at d.
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> FrontierTable& {
     // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
     // in flight at its position q, min(Megatron's count(q), m v), and the count grows with q. When m v is
     // at least the count at the deepest position the DP can use at d (the stage count under
@@ -931,16 +946,13 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
       // Every d that shares a table keyed by d or by m v has d's m microbatches per replica.
       const int64_t plans_d = per_d || !uncapped ? d : 0;
       // A load depends on the tier alone, but under ZeRO-3 (on d and k too: such a table has its own).
-      std::shared_ptr<std::vector<double>>& loads = per_k ? own_loads : tier_loads[tier];
-      if (!loads || per_k) {
-        loads = std::make_shared<std::vector<double>>(lat.stage.size(), std::numeric_limits<double>::quiet_NaN());
-      }
+      std::shared_ptr<const PairLoads>& loads = per_k ? own_loads : tier_loads[tier];
+      if (!loads || per_k) loads = std::make_shared<const PairLoads>(model, tier, d, k);
       it = tables
                .emplace(key, FrontierTable(model, stages, total, priced_d, tier, d, k, per_total ? total : 0, plans_d,
                                            loads))
                .first;
     }
-    fill_layers(model, it->second, static_cast<std::size_t>(total) - 1, best_s);
     return it->second;
   };
   struct Best {
@@ -976,7 +988,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
       const int64_t cramped = run_end(1, max_d, [&](int64_t d) { return memory_bound(model, total, d) > hbm_bytes; });
       std::fill(bound_s.begin(), bound_s.begin() + cramped + 1, kNone<double>);
       if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
-      std::vector<const FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
+      std::vector<FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         model.poll();
         const std::size_t narrow = model.tab.narrow[p];
@@ -1006,8 +1018,9 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, -1};
             continue;
           }
-          if (table_at[d] == nullptr) table_at[d] = &table_for(tier, total, d, k, best.time_s);
-          const Frontier rest = table_at[d]->points(table_at[d]->at(lat.inner[p], s - 1, q - narrow));
+          if (table_at[d] == nullptr) table_at[d] = &table_for(tier, total, d, k);
+          const Frontier rest = frontier(model, *table_at[d], static_cast<std::size_t>(lat.inner[p]), s - 1, q - narrow,
+                                         best.time_s);
           for (std::size_t i = 0; i < rest.size; ++i) {
             // Load ascending: no later point makes a time below the best either.
             if (rest[i].load_s * slots >= best.time_s) break;
@@ -1041,7 +1054,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k, best.time_s),
+                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k),
                                                   best.pair, best.s, best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
