@@ -989,6 +989,41 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
       std::fill(bound_s.begin(), bound_s.begin() + cramped + 1, kNone<double>);
       if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
       std::vector<FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
+      // With a table per d (a sharded optimizer) once a best is found: the widths that share a pipeline
+      // tier share its loads (unless ZeRO-3's), and
+      // a partition that fits at one of them fits at the widest, d_top. A plan at such a d has a bottleneck
+      // of at least B, the least over first stages that fit at d_top of the larger of their load and the
+      // least load of their rest's frontier there (none left: every plan is at least as slow as the best,
+      // since the points dropped are too loaded for the slots of d_top, the fewest), and a time of at
+      // least B times its slots.
+      for (int64_t top = max_d; top >= 1 && per_d && !per_k && best.time_s < kNone<double>;) {
+        const std::size_t tier = pipeline_tier[top];
+        int64_t low = top;
+        while (low > 1 && pipeline_tier[low - 1] == tier) --low;
+        if (*std::min_element(bound_s.begin() + low, bound_s.begin() + top + 1) < best.time_s) {
+          double least_s = kNone<double>;
+          for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+            const std::size_t narrow = model.tab.narrow[p];
+            const bool single = lat.inner[p] == 0;
+            if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total) ||
+                model.memory_bytes(p, total, total, top) > hbm_bytes) {
+              continue;
+            }
+            double bottleneck_s = model.load_s(p, tier, top, k);
+            if (!single) {
+              if (table_at[top] == nullptr) table_at[top] = &table_for(tier, total, top, k);
+              const Frontier rest = frontier(model, *table_at[top], static_cast<std::size_t>(lat.inner[p]), s - 1,
+                                             q - narrow, best.time_s);
+              bottleneck_s = rest.size == 0 ? kNone<double> : std::max(bottleneck_s, rest[0].load_s);
+            }
+            least_s = std::min(least_s, bottleneck_s);
+          }
+          for (int64_t d = low; d <= top; ++d) {
+            if (bound_s[d] != kNone<double>) bound_s[d] = std::max(bound_s[d], least_s * model.plan.slots(total, d));
+          }
+        }
+        top = low - 1;
+      }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         model.poll();
         const std::size_t narrow = model.tab.narrow[p];
