@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -69,33 +70,47 @@ int64_t incoming_bytes(const LayerGraph& graph, const NodeSet& targets, const No
   return total;
 }
 
-/// Longest path through the stage's layers, each weighing its latency; backward walks the edges
-/// in reverse. finish(v) = max(finish of v's neighbours before it in the stage, 0) + latency(v).
-double critical_path_s(const LayerGraph& graph, const NodeSet& stage, const std::vector<double>& latency_s,
-                       bool backward, std::vector<double>& finish) {
-  double longest = 0.0;
-  for (std::size_t i = 0; i < graph.order.size(); ++i) {
-    const int32_t v = graph.order[backward ? graph.order.size() - 1 - i : i];
-    if (!contains(stage, v)) continue;
+/// Longest paths through a stage's layers, each weighing its latency, as when each layer finishes:
+/// forward, finish(v) = max(finish of v's predecessors in the stage, 0) + latency(v); backward the
+/// same over its successors. A stage is a downset `upto` (closed under successors) less a smaller one
+/// `after`, and no predecessor of a stage's layer lies in `after` (it would hold the layer too), so
+/// its predecessors in the stage are those in `upto`: forward finishes depend on `upto` alone, and
+/// backward ones, likewise, on `after` alone. `forward_finish` sets finish(v) of every v in `upto`,
+/// `backward_finish` of every v outside `after`; a stage's critical path is its layers' largest.
+void forward_finish(const LayerGraph& graph, const std::vector<double>& latency_s, const NodeSet& upto,
+                    double* finish) {
+  for (int32_t v : graph.order) {
+    if (!contains(upto, v)) continue;
     double start = 0.0;
-    for (int32_t u : backward ? graph.g.succ[v] : graph.g.pred[v]) {
-      if (contains(stage, u)) start = std::max(start, finish[u]);
+    for (int32_t u : graph.g.pred[v]) {
+      if (contains(upto, u)) start = std::max(start, finish[u]);
     }
     finish[v] = start + latency_s[v];
-    longest = std::max(longest, finish[v]);
   }
-  return longest;
 }
 
-/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it; `finish` is scratch space
-/// of n entries.
-StageCost stage_cost(const LayerGraph& graph, const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes,
-                     std::vector<double>& finish) {
+void backward_finish(const LayerGraph& graph, const std::vector<double>& latency_s, const NodeSet& after,
+                     double* finish) {
+  for (auto it = graph.order.rbegin(); it != graph.order.rend(); ++it) {
+    const int32_t v = *it;
+    if (contains(after, v)) continue;
+    double start = 0.0;
+    for (int32_t u : graph.g.succ[v]) {
+      if (!contains(after, u)) start = std::max(start, finish[u]);
+    }
+    finish[v] = start + latency_s[v];
+  }
+}
+
+/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it, from its layers' forward
+/// and backward finishes (`forward_finish`, `backward_finish`).
+StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes, const double* forward,
+                     const double* backward) {
   StageCost c;
-  c.forward_s = critical_path_s(graph, stage, f.forward_s, false, finish);
-  c.backward_s = critical_path_s(graph, stage, f.backward_s, true, finish);
   bool any_tensor_parallel = false;
   for (int32_t v : members(stage)) {
+    c.forward_s = std::max(c.forward_s, forward[v]);
+    c.backward_s = std::max(c.backward_s, backward[v]);
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
     c.expert_param_bytes += f.expert_param_bytes[v];
@@ -157,10 +172,20 @@ struct StageTable {
 StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
   StageTable tab;
   tab.t = f.t;
-  std::vector<double> finish(lat.graph.g.n);
-  for (std::size_t p = 0; p < lat.stage.size(); ++p) {
-    tab.cost.push_back(stage_cost(lat.graph, f, lat.stage[p], lat.cut_bytes[lat.inner[p]], finish));
-    tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
+  const auto n = static_cast<std::size_t>(lat.graph.g.n);
+  std::vector<double> backward(lat.sets.size() * n);  // per set: the backward finishes of the layers outside it
+  for (std::size_t set = 0; set < lat.sets.size(); ++set) {
+    backward_finish(lat.graph, f.backward_s, lat.sets[set], &backward[set * n]);
+  }
+  std::vector<double> forward(n);  // the forward finishes of the layers of the outer set of the pairs at hand
+  for (std::size_t set = 0; set < lat.sets.size(); ++set) {
+    if (lat.first_pair[set] == lat.first_pair[set + 1]) continue;
+    forward_finish(lat.graph, f.forward_s, lat.sets[set], forward.data());
+    for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
+      const auto inner = static_cast<std::size_t>(lat.inner[p]);
+      tab.cost.push_back(stage_cost(f, lat.stage[p], lat.cut_bytes[inner], forward.data(), &backward[inner * n]));
+      tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
+    }
   }
   if (f.t > 1) {
     tab.max_narrow = std::count(f.tensor_parallel.begin(), f.tensor_parallel.end(), uint8_t{0});
@@ -284,12 +309,16 @@ struct PlanModel {
     return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
   }
 
+  /// The m v model-chunk microbatches a replica's m microbatches make at width d.
+  int64_t chunks_per_replica(int64_t d) const { return microbatches_per_replica(d) * settings.interleave; }
+
   /// Model-chunk microbatches in flight on the stage at position q from the end of `total` stages:
-  /// Megatron's warm-up plus one, never more than the m v chunks a replica's m microbatches make.
-  int64_t in_flight(int64_t q, int64_t total, int64_t d) const {
+  /// Megatron's warm-up plus one, never more than `chunks` (`chunks_per_replica(d)` at width d).
+  int64_t in_flight_of(int64_t q, int64_t total, int64_t chunks) const {
     const int64_t v = settings.interleave;
-    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, microbatches_per_replica(d) * v);
+    return std::min(v == 1 ? q : 2 * (q - 1) + (v - 1) * total + 1, chunks);
   }
+  int64_t in_flight(int64_t q, int64_t total, int64_t d) const { return in_flight_of(q, total, chunks_per_replica(d)); }
 
   /// Optimizer state per device of a stage with `weights` bytes, `expert` of them routed experts', at
   /// data-parallel width d.
@@ -298,25 +327,33 @@ struct PlanModel {
     return shards_state() ? sharded_bytes(factor * weights, factor * expert, d) : factor * weights;
   }
 
+  /// The activation bytes of a stage in a recompute mode: those it keeps per model-chunk microbatch in
+  /// flight, and the working set a recomputation rebuilds at once.
+  std::pair<int64_t, int64_t> activation_bytes(const StageCost& c, Recompute mode) const {
+    if (mode == Recompute::kSelective) return {c.selective_bytes, c.selective_working_bytes};
+    if (mode == Recompute::kFull) return {c.input_bytes, c.full_working_bytes};
+    return {c.stash_bytes, 0};
+  }
+
+  /// The bytes kept for u model-chunk microbatches in flight, `kept` per microbatch of the stage.
+  int64_t stash_bytes(int64_t kept, int64_t u) const {
+    const int64_t v = settings.interleave;
+    return v == 1 ? kept * u : (kept * u + v - 1) / v;  // the division is the DP's hot spot
+  }
+
   /// Memory of a stage in a recompute mode at position q from the end of `total` stages, at width d.
   StageMemory memory(const StageCost& c, Recompute mode, int64_t q, int64_t total, int64_t d) const {
-    const int64_t v = settings.interleave;
-    int64_t kept = c.stash_bytes, working = 0;
-    if (mode == Recompute::kSelective) {
-      kept = c.selective_bytes;
-      working = c.selective_working_bytes;
-    } else if (mode == Recompute::kFull) {
-      kept = c.input_bytes;
-      working = c.full_working_bytes;
-    }
+    const auto [kept, working] = activation_bytes(c, mode);
     const int64_t u = in_flight(q, total, d);
-    const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
-    // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
-    const int64_t weights = shards_weights() ? shard + 2 * c.largest_layer_bytes : c.param_bytes;
-    int64_t gradients = c.param_bytes;
-    if (shards_gradients()) gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
-    return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), (kept * u + v - 1) / v,
-            working, u};
+    int64_t weights = c.param_bytes, gradients = c.param_bytes;
+    if (shards_gradients()) {
+      const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
+      // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
+      gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
+      if (shards_weights()) weights = shard + 2 * c.largest_layer_bytes;
+    }
+    return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), stash_bytes(kept, u), working,
+            u};
   }
 
   /// HBM bytes of the optimizer step at width d of `weights` bytes, `expert` of them routed experts': it
@@ -418,6 +455,19 @@ struct VariantModel {
   }
   int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
+  /// The fewest slots (`PlanModel::slots`) of a plan that a partition into s stages can be part of: of
+  /// `total` stages (0: any count above s) at width d (0: any). The slots grow with the stage count and
+  /// fall with d, which is at most the microbatches and the replicas of the fewest devices the stages
+  /// take that fit on the devices.
+  double least_slots(int64_t s, int64_t total, int64_t d) const {
+    const int64_t count = total > 0 ? total : s + 1;
+    if (d == 0) {
+      const int64_t k = devices(count, std::min(count, tab.max_narrow));
+      d = std::max<int64_t>(1, std::min(in().microbatches, in().devices / k));
+    }
+    return plan.slots(count, d);
+  }
+
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
   /// (no pipeline), or at least v layers (a chunk holds at least one).
   bool chunks_fit(std::size_t p, int64_t total) const {
@@ -434,6 +484,19 @@ struct VariantModel {
 
   int64_t memory_bytes(std::size_t p, int64_t q, int64_t total, int64_t d) const {
     return memory(p, q, total, d).total_bytes();
+  }
+
+  /// Stage p's memory_bytes at each position q from the end of `total` stages at width d: the bytes no
+  /// position changes, plus the stash of the model-chunk microbatches in flight at q.
+  struct PositionMemory {
+    const PlanModel& plan;
+    int64_t total, chunks, fixed, kept;
+    int64_t at(int64_t q) const { return fixed + plan.stash_bytes(kept, plan.in_flight_of(q, total, chunks)); }
+  };
+  PositionMemory position_memory(std::size_t p, int64_t total, int64_t d) const {
+    const StageMemory first = memory(p, 1, total, d);
+    return {plan, total, plan.chunks_per_replica(d), first.total_bytes() - first.stash_bytes,
+            plan.activation_bytes(tab.cost[p], mode(p)).first};
   }
 
   /// Stage p's load, its transfers on tier `tier`, at width d with replicas of k devices (its ZeRO-3
@@ -453,6 +516,25 @@ struct VariantModel {
   /// its dense and its expert bytes apart, and the DP keeps its `SyncKeys` at each d.
   bool experts() const { return plan.experts; }
 };
+
+/// The last x in [lo, hi] such that `holds` holds on [lo, x] (lo - 1 if it fails at lo), for `holds`
+/// that holds on a run from lo and nowhere after it: galloping from lo, then halving.
+template <typename Holds>
+int64_t run_end(int64_t lo, int64_t hi, Holds holds) {
+  int64_t good = lo - 1, bad = hi + 1;
+  for (int64_t step = 1; good + step < bad; step *= 2) {
+    if (!holds(good + step)) {
+      bad = good + step;
+      break;
+    }
+    good += step;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (holds(mid) ? good : bad) = mid;
+  }
+  return good;
+}
 
 /// Entries per (set, stage count s, narrow count q) of a table over the partitions of sets into at most
 /// `max_stages` stages (a partition into more is never looked up).
@@ -537,46 +619,105 @@ bool ends_by(const SyncKeys& a, const SyncKeys& b) {
   return a.step_s <= b.step_s && a.half_s <= b.half_s && a.whole_s <= b.whole_s;
 }
 
+/// The kept points of one entry of a frontier table, a view into the table's store.
+struct Frontier {
+  const Point* first = nullptr;
+  std::size_t size = 0;
+  const Point& operator[](std::size_t i) const { return first[i]; }
+  const Point* begin() const { return first; }
+  const Point* end() const { return first + size; }
+};
+
+/// Every stage's load on one tier (at one d and k under ZeRO-3), and each set's pairs by load: pairs
+/// first_pair[set]..first_pair[set + 1] - 1 of `by_load`, load ascending (pair order on a tie).
+struct PairLoads {
+  std::vector<double> load_s;
+  std::vector<int32_t> by_load;
+
+  PairLoads(const VariantModel& model, std::size_t tier, int64_t d, int64_t k) : by_load(model.lat.stage.size()) {
+    const Lattice& lat = model.lat;
+    for (std::size_t p = 0; p < lat.stage.size(); ++p) load_s.push_back(model.load_s(p, tier, d, k));
+    std::iota(by_load.begin(), by_load.end(), 0);
+    for (std::size_t set = 0; set + 1 < lat.first_pair.size(); ++set) {
+      std::sort(by_load.begin() + static_cast<std::ptrdiff_t>(lat.first_pair[set]),
+                by_load.begin() + static_cast<std::ptrdiff_t>(lat.first_pair[set + 1]),
+                [&](int32_t a, int32_t b) { return std::tie(load_s[a], a) < std::tie(load_s[b], b); });
+    }
+  }
+};
+
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
 /// on the devices, those no other beats on both the largest load and the largest weights (with experts:
 /// on the largest load and every sync figure, `keep_sync_frontier`), load ascending. The time per batch
 /// never falls as either grows (under bound_sync_windows a window grows
 /// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
-/// plan extends one of them. Filled a stage count at a time (`fill_layers`: the partitions into s stages
-/// extend those into s - 1), only as far as the DP asks: stage p is priced load(p) at each position s
-/// from the end where fits(p, s), which once false stays false at every later position (a stage's
-/// memory never falls as its position grows).
+/// plan extends one of them. An entry is made when the DP first asks for it (`frontier`: the partitions
+/// into s stages extend those of the remaining sets into s - 1, made first): stage p is priced
+/// `load_s(p, tier, d, k)` at each position s from the end where it fits in HBM at width `priced_d` in a
+/// plan of `total` stages, which once false stays false at every later position (a stage's memory never
+/// falls as its position grows): the last position it fits at is searched once, galloping then halving.
 struct FrontierTable : TableShape {
-  std::vector<std::vector<Point>> points;
-  std::size_t built = 0;  // stage counts 1..built are filled
-  std::function<bool(std::size_t, int64_t)> fits;
-  std::function<double(std::size_t)> load;
-  std::function<SyncKeys(std::size_t)> sync;  // a later stage's sync figures; empty without experts
-  std::vector<double> loads;   // per pair, priced on first use (NaN before)
-  std::vector<uint8_t> unfit;  // per pair: 1 once it did not fit at a position
+  int64_t total = 0;
+  int64_t priced_d = 1;
+  std::size_t tier = 0;
+  int64_t d = 1;
+  int64_t k = 1;
+  int64_t plans_total = 0;  // the stage count of every plan that uses the table (0: any)
+  int64_t plans_d = 0;      // a width with as many microbatches per replica as any that uses it (0: any)
+  std::vector<Point> store;  // the points of every made entry, entry after entry
+  std::vector<std::pair<std::size_t, std::size_t>> span;  // per entry: its first point in `store` and its count
+  std::vector<uint8_t> made;                      // per entry: 1 once made
+  std::shared_ptr<const PairLoads> loads;         // shared by the tables whose loads are the same
+  std::vector<int32_t> last_fit;                  // per pair: the last position it fits at (-1: not searched)
+  std::vector<std::vector<Point>> scratch;        // per stage count: the points of the entry being made
+  std::vector<std::vector<int32_t>> extending;    // per stage count: the pairs that extend into it
+  std::optional<SyncTiers> later;                 // the tiers of a later stage's syncs; none without experts
 
-  FrontierTable(const VariantModel& model, std::size_t stages, std::function<bool(std::size_t, int64_t)> fits_,
-                std::function<double(std::size_t)> load_, std::function<SyncKeys(std::size_t)> sync_)
+  FrontierTable(const VariantModel& model, std::size_t stages, int64_t total_, int64_t priced_d_, std::size_t tier_,
+                int64_t d_, int64_t k_, int64_t plans_total_, int64_t plans_d_,
+                std::shared_ptr<const PairLoads> loads_, std::optional<SyncTiers> later_)
       : TableShape(model, stages),
-        points(size(model.lat)),
-        fits(std::move(fits_)),
-        load(std::move(load_)),
-        sync(std::move(sync_)),
-        loads(model.lat.stage.size(), std::numeric_limits<double>::quiet_NaN()),
-        unfit(model.lat.stage.size(), 0) {}
+        total(total_),
+        priced_d(priced_d_),
+        tier(tier_),
+        d(d_),
+        k(k_),
+        plans_total(plans_total_),
+        plans_d(plans_d_),
+        span(size(model.lat), {0, 0}),
+        made(span.size(), 0),
+        loads(std::move(loads_)),
+        last_fit(model.lat.stage.size(), -1),
+        scratch(stages + 1),
+        extending(stages + 1),
+        later(later_) {}
 
-  bool experts() const { return static_cast<bool>(sync); }
+  /// Whether layers hold routed experts: the points then keep their stages' `SyncKeys` (`Point`).
+  bool experts() const { return later.has_value(); }
 
-  /// Stage p's load, priced once.
-  double price(std::size_t p) {
-    if (std::isnan(loads[p])) loads[p] = load(p);
-    return loads[p];
+  /// Stage p's sync figures as a later stage at the table's d and sync tiers (with experts).
+  SyncKeys sync(const VariantModel& model, std::size_t p) const {
+    const StageCost& c = model.tab.cost[p];
+    return model.plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, *later);
   }
 
-  /// Whether stage p fits at position s (positions asked in ascending order).
-  bool fits_at(std::size_t p, int64_t s) {
-    if (unfit[p] == 0 && !fits(p, s)) unfit[p] = 1;
-    return unfit[p] == 0;
+  Frontier points(std::size_t entry) const {
+    return {store.data() + span[entry].first, span[entry].second};
+  }
+
+  /// Stage p's load.
+  double price(std::size_t p) const { return loads->load_s[p]; }
+
+  /// Whether stage p fits at position s.
+  bool fits_at(const VariantModel& model, std::size_t p, int64_t s) {
+    if (last_fit[p] < 0) {
+      // Positions above max_stages are never asked.
+      const auto bytes = model.position_memory(p, total, priced_d);
+      const auto fits = [&](int64_t at) { return bytes.at(at) <= model.variant.hbm_bytes; };
+      const int64_t last = model.chunks_fit(p, total) ? run_end(1, static_cast<int64_t>(max_stages), fits) : 0;
+      last_fit[p] = static_cast<int32_t>(last);
+    }
+    return s <= last_fit[p];
   }
 };
 
@@ -617,16 +758,15 @@ void keep_frontier(std::vector<Point>& points) {
 /// first whose weights are at most `weights` (all extend to them), else the last (the least weights);
 /// then those of larger load up to the first whose weights are at most `weights` (the later extend to
 /// the same weights with more load). `keep_frontier` keeps the same points as from every extension.
-void extend_frontier(const std::vector<Point>& before, double load_s, int64_t weights, int32_t pair,
-                     std::vector<Point>& here) {
-  const auto begin = before.begin();
-  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+void extend_frontier(const Frontier& before, double load_s, int64_t weights, int32_t pair, std::vector<Point>& here) {
+  const Point* begin = before.begin();
+  const Point* within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
   if (within != begin) {
-    auto light = std::partition_point(begin, within, [&](const Point& x) { return x.weights > weights; });
+    const Point* light = std::partition_point(begin, within, [&](const Point& x) { return x.weights > weights; });
     if (light == within) --light;
     here.push_back({load_s, std::max(weights, light->weights), pair, static_cast<int32_t>(light - begin)});
   }
-  for (auto it = within; it != before.end(); ++it) {
+  for (const Point* it = within; it != before.end(); ++it) {
     here.push_back({it->load_s, std::max(weights, it->weights), pair, static_cast<int32_t>(it - begin)});
     if (it->weights <= weights) break;
   }
@@ -638,66 +778,87 @@ void extend_frontier(const std::vector<Point>& before, double load_s, int64_t we
 /// beats theirs), else every one; then those of larger load up to the first whose figures end by `keys`
 /// (the later extend to at least `keys` with more load). `keep_sync_frontier` keeps the same points as
 /// from every extension.
-void extend_sync_frontier(const std::vector<Point>& before, double load_s, const SyncKeys& keys, int32_t pair,
+void extend_sync_frontier(const Frontier& before, double load_s, const SyncKeys& keys, int32_t pair,
                           std::vector<Point>& here) {
-  const auto begin = before.begin();
-  const auto within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
-  const auto light = std::find_if(begin, within, [&](const Point& x) { return ends_by(x.keys, keys); });
-  for (auto it = light == within ? begin : light; it != within; ++it) {
+  const Point* begin = before.begin();
+  const Point* within = std::partition_point(begin, before.end(), [&](const Point& x) { return x.load_s <= load_s; });
+  const Point* light = std::find_if(begin, within, [&](const Point& x) { return ends_by(x.keys, keys); });
+  for (const Point* it = light == within ? begin : light; it != within; ++it) {
     here.push_back({load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
     if (it == light) break;
   }
-  for (auto it = within; it != before.end(); ++it) {
+  for (const Point* it = within; it != before.end(); ++it) {
     here.push_back({it->load_s, 0, pair, static_cast<int32_t>(it - begin), latest(keys, it->keys)});
     if (ends_by(it->keys, keys)) break;
   }
 }
 
-/// Fills the table's stage counts up to `stages` (at most its own most): the partitions of every set
-/// but the whole into s stages, from those of the remaining sets into s - 1, pair by pair as the sets'
-/// pairs come, so that `keep_frontier` keeps the first made of equal points.
-void fill_layers(const VariantModel& model, FrontierTable& table, std::size_t stages) {
+/// Entry (set, s, q) of the table, made on first ask from the partitions of the set's remaining sets
+/// into s - 1 stages (made first, so that no entry is made while another's points are read), pair by pair
+/// as the set's pairs come, so that `keep_frontier` keeps the first made of equal points. A partition
+/// whose largest load times the fewest slots of a plan it can be part of reaches `best_s` (the best time
+/// found when the entry is made) is never part of a better plan, nor is any extension of it (more load,
+/// more slots): it is not kept, and a stage with such a load extends nothing. An entry made under a
+/// larger `best_s` (earlier) keeps more points, which the entries made from it drop in turn; an entry
+/// never reads one made after it, so every entry holds the points of the full frontier that are not
+/// hopeless at its making, whatever the order of asking.
+Frontier frontier(const VariantModel& model, FrontierTable& table, std::size_t set, std::size_t s, std::size_t q,
+                  double best_s) {
   const Lattice& lat = model.lat;
-  for (std::size_t s = table.built + 1; s <= std::min(stages, table.max_stages); ++s) {
-    for (std::size_t set = 1; set + 1 < lat.sets.size(); ++set) {
-      if (static_cast<std::size_t>(lat.set_size[set]) < s) continue;
-      model.poll();
-      for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
-        const std::size_t rest = static_cast<std::size_t>(lat.inner[p]);
-        const std::size_t narrow = model.tab.narrow[p];
-        const int64_t weights = table.experts() ? 0 : model.tab.cost[p].param_bytes;
-        if ((rest == 0) != (s == 1)) continue;
-        if (rest == 0) {
-          if (table.fits_at(p, 1) && model.stage_devices(p) <= model.in().devices) {
-            const SyncKeys keys = table.experts() ? table.sync(p) : SyncKeys{};
-            table.points[table.at(set, 1, narrow)].push_back(
-                {table.price(p), weights, static_cast<int32_t>(p), -1, keys});
-          }
-          continue;
-        }
-        if (static_cast<std::size_t>(lat.set_size[rest]) + 1 < s || !table.fits_at(p, static_cast<int64_t>(s))) {
-          continue;
-        }
-        const double c = table.price(p);
-        const SyncKeys keys = table.experts() ? table.sync(p) : SyncKeys{};
-        for (std::size_t q = narrow; q <= std::min(table.max_narrow, s); ++q) {
-          if (model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) continue;
-          const auto& before = table.points[table.at(rest, s - 1, q - narrow)];
-          auto& here = table.points[table.at(set, s, q)];
-          if (table.experts()) {
-            extend_sync_frontier(before, c, keys, static_cast<int32_t>(p), here);
-          } else {
-            extend_frontier(before, c, weights, static_cast<int32_t>(p), here);
-          }
-        }
-      }
-      for (std::size_t q = 0; q <= table.max_narrow; ++q) {
-        auto& here = table.points[table.at(set, s, q)];
-        table.experts() ? keep_sync_frontier(here) : keep_frontier(here);
+  const std::size_t entry = table.at(set, s, q);
+  if (table.made[entry] != 0) return table.points(entry);
+  table.made[entry] = 1;
+  if (set == 0 || set + 1 == lat.sets.size() || static_cast<std::size_t>(lat.set_size[set]) < s ||
+      model.devices(static_cast<int64_t>(s), static_cast<int64_t>(q)) > model.in().devices) {
+    return table.points(entry);  // no partition: left empty
+  }
+  model.poll();
+  const double slots = model.least_slots(static_cast<int64_t>(s), table.plans_total, table.plans_d);
+  const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
+  std::vector<Point>& made = table.scratch[s];
+  if (s == 1) {
+    const std::size_t p = lat.first_pair[set];  // the whole set as one stage (its inner set is the empty one)
+    if (model.tab.narrow[p] == q && table.fits_at(model, p, 1) && model.stage_devices(p) <= model.in().devices &&
+        !hopeless(table.price(p))) {
+      if (table.experts()) {
+        made.push_back({table.price(p), 0, static_cast<int32_t>(p), -1, table.sync(model, p)});
+      } else {
+        made.push_back({table.price(p), model.tab.cost[p].param_bytes, static_cast<int32_t>(p), -1});
       }
     }
-    table.built = s;
+  } else {
+    // The pairs that extend, in pair order: of those whose load is not hopeless (a run of the set's pairs
+    // by load), those whose remaining set has s - 1 layers at least and that fit at position s.
+    std::vector<int32_t>& pairs = table.extending[s];
+    for (std::size_t i = lat.first_pair[set]; i < lat.first_pair[set + 1]; ++i) {
+      const auto p = static_cast<std::size_t>(table.loads->by_load[i]);
+      if (hopeless(table.price(p))) break;
+      if (static_cast<std::size_t>(lat.set_size[lat.inner[p]]) + 1 >= s && model.tab.narrow[p] <= q &&
+          table.fits_at(model, p, static_cast<int64_t>(s))) {
+        pairs.push_back(static_cast<int32_t>(p));
+      }
+    }
+    std::sort(pairs.begin(), pairs.end());
+    for (const int32_t p : pairs) {
+      frontier(model, table, static_cast<std::size_t>(lat.inner[p]), s - 1, q - model.tab.narrow[p], best_s);
+    }
+    for (const int32_t p : pairs) {
+      const Frontier before =
+          table.points(table.at(static_cast<std::size_t>(lat.inner[p]), s - 1, q - model.tab.narrow[p]));
+      if (table.experts()) {
+        extend_sync_frontier(before, table.price(p), table.sync(model, p), p, made);
+      } else {
+        extend_frontier(before, table.price(p), model.tab.cost[p].param_bytes, p, made);
+      }
+    }
+    pairs.clear();
   }
+  made.erase(std::remove_if(made.begin(), made.end(), [&](const Point& x) { return hopeless(x.load_s); }), made.end());
+  table.experts() ? keep_sync_frontier(made) : keep_frontier(made);
+  table.span[entry] = {table.store.size(), made.size()};
+  table.store.insert(table.store.end(), made.begin(), made.end());
+  made.clear();
+  return table.points(entry);
 }
 
 /// The pairs of a plan, first stage first: `first`, then those of point `point` of the remaining set's
@@ -708,7 +869,7 @@ std::vector<std::size_t> frontier_pairs(const VariantModel& model, const Frontie
   std::size_t set = static_cast<std::size_t>(model.lat.inner[first]);
   q -= model.tab.narrow[first];
   for (--s; s >= 1; --s) {
-    const Point& at = table.points[table.at(set, s, q)][static_cast<std::size_t>(point)];
+    const Point& at = table.points(table.at(set, s, q))[static_cast<std::size_t>(point)];
     const auto p = static_cast<std::size_t>(at.pair);
     pairs.push_back(p);
     q -= model.tab.narrow[p];
@@ -733,17 +894,24 @@ std::vector<std::size_t> plan_pairs(const VariantModel& model, const MinMaxTable
   return pairs;
 }
 
-/// A lower bound on the peak memory of every plan of `total` stages at width d: the larger of (1) its first
-/// stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at least
-/// the least memory of such a stage there, and (2) the mean of its stages' memory: their weights,
-/// gradients and optimizer state add up to at least the whole model's (sharded over the d cp devices as
-/// the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes (its mode's,
-/// or none's for the last stage) for the fewest microbatches in flight, the last stage's. A stage's memory
-/// never grows with d (more replicas shard more and leave fewer microbatches each), so the bound at the
-/// widest d is one for every narrower d too.
+/// A lower bound on the peak memory of every plan of `total` stages at width d: the largest of (1) its
+/// first stage's, which holds at least the chunks interleaving cuts and sits at position `total`, so at
+/// least the least memory of such a stage there, (2) the mean of its stages' memory: their weights,
+/// gradients and optimizer state P_i add up to at least the whole model's P (sharded over the d cp devices
+/// as the ZeRO stage says, rounding aside), and each keeps at least its layers' least kept bytes K_i
+/// (its mode's, or none's for the last stage; they add up to K) for the fewest microbatches in flight,
+/// the last stage's, and (3) their mean weighted by 1 / u_i, u_i the model-chunk microbatches in flight
+/// at stage i's position: the stage at position q keeps K_i u_q / v at least, so sum_i M_i / u_i >=
+/// sum_i P_i / u_i + K / v >= P / u_total + K / v, over sum_q 1 / u_q (the positions are 1..total). When
+/// the kept bytes dominate, (3) is K / v over a harmonic sum, where (2) is K u_1 / v over the stage count.
+/// A stage's memory never grows with d (more replicas shard more and leave fewer microbatches each), so
+/// the bound at the widest d is one for every narrower d too, and the bound never grows with d. kNone when
+/// no plan has `total` stages.
 int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const Lattice& lat = model.lat;
   const std::size_t all = lat.sets.size() - 1;
+  // Interleaving cuts each of several stages into v chunks of a layer at least: no plan has more stages.
+  if (total > 1 && total * model.interleave() > lat.graph.g.n) return kNone<int64_t>;
   int64_t first = kNone<int64_t>;
   for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
     if ((lat.inner[p] == 0) != (total == 1) || !model.chunks_fit(p, total)) continue;
@@ -769,10 +937,16 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const double gradients = plan.shards_gradients() ? shard : params;
   const auto factor = static_cast<double>(model.in().optimizer_factor - 2);
   const double state = plan.shards_state() ? factor * dense / group + factor * experts / expert_group : factor * params;
-  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / static_cast<double>(model.interleave());
+  const auto v = static_cast<double>(model.interleave());
+  const double in_flight = static_cast<double>(plan.in_flight(1, total, d)) / v;
   const double mean = (weights + gradients + state + kept * in_flight) / static_cast<double>(total);
+  double inverse_in_flight = 0.0;
+  for (int64_t q = 1; q <= total; ++q) inverse_in_flight += 1.0 / static_cast<double>(plan.in_flight(q, total, d));
+  const double most_in_flight = static_cast<double>(plan.in_flight(total, total, d));
+  const double weighted = ((weights + gradients + state) / most_in_flight + kept / v) / inverse_in_flight;
   // Scaled down far past the rounding of the sums, so the bound never exceeds the least peak.
-  return std::max(first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)));
+  return std::max({first == kNone<int64_t> ? 0 : first, static_cast<int64_t>(mean * (1.0 - 1e-9)),
+                   static_cast<int64_t>(weighted * (1.0 - 1e-9))});
 }
 
 /// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
@@ -794,10 +968,20 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   int64_t best = kNone<int64_t>;
   int64_t best_total = 0;
   for (const auto& [bound, total] : totals) {
-    if (bound > best) continue;
+    if (bound > best || bound == kNone<int64_t>) continue;  // kNone: no plan of `total` stages
+    // A stage above the least peak found is in no plan that peaks at most as high: priced as one that
+    // does not fit, it leaves every entry at most that peak as it was.
+    std::optional<VariantModel::PositionMemory> bytes;  // of the pair at hand (the table asks pair by pair)
+    std::size_t bytes_of = 0;
     const auto table = minmax_partition(
         model, static_cast<std::size_t>(per_total ? total : max_stages), [&](std::size_t p, int64_t s) {
-          return model.chunks_fit(p, total) ? model.memory_bytes(p, s, total, 1) : kNone<int64_t>;
+          if (!model.chunks_fit(p, total)) return kNone<int64_t>;
+          if (!bytes || bytes_of != p) {
+            bytes.emplace(model.position_memory(p, total, 1));
+            bytes_of = p;
+          }
+          const int64_t at = bytes->at(s);
+          return at > best ? kNone<int64_t> : at;
         });
     for (std::size_t s = per_total ? total : 1; s <= (per_total ? total : table.max_stages); ++s) {
       for (std::size_t q = 0; q <= table.max_narrow; ++q) {
@@ -871,7 +1055,19 @@ struct LoadBound {
   }
 };
 
-PlanResult solve_variant(const VariantModel& model) {
+/// A variant's width index and settings: what the least memory of its plans depends on (not its HBM).
+std::vector<int64_t> memory_key(const Variant& variant) {
+  std::vector<int64_t> key{variant.width_index};
+#define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(variant.settings.name));
+  PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_KEY)
+#undef PHAZEC_SETTING_KEY
+  return key;
+}
+
+/// The least memory of each variant's plans, by `memory_key`: variants that differ in HBM alone share it.
+using LeastMemory = std::map<std::vector<int64_t>, PlanResult>;
+
+PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in();
   const int64_t t = model.tab.t;
@@ -889,8 +1085,10 @@ PlanResult solve_variant(const VariantModel& model) {
   const bool per_k = model.plan.shards_weights();  // a load depends on the DP group's tier
   // The tiers of a later stage's DP groups (t cp devices wide, at most k).
   auto later_tiers = [&](int64_t d, int64_t k) { return model.plan.sync_tiers(in.tiers, d, k, std::min(t * cp, k)); };
-  // The table for plans of `total` stages, filled as far as they need.
-  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> const FrontierTable& {
+  std::map<std::size_t, std::shared_ptr<const PairLoads>> tier_loads;
+  std::shared_ptr<const PairLoads> own_loads;
+  // The table for plans of `total` stages at d.
+  auto table_for = [&](std::size_t tier, int64_t total, int64_t d, int64_t k) -> FrontierTable& {
     // Without a sharded optimizer a stage's memory depends on d only through the model-chunk microbatches
     // in flight at its position q, min(Megatron's count(q), m v), and the count grows with q. When m v is
     // at least the count at the deepest position the DP can use at d (the stage count under
@@ -911,20 +1109,16 @@ PlanResult solve_variant(const VariantModel& model) {
     if (it == tables.end()) {
       // The rest of a plan of `total` stages has total - 1 (any count below the most, without interleaving).
       const std::size_t stages = per_total ? static_cast<std::size_t>(total) - 1 : model.max_stages() - 1;
-      FrontierTable table(
-          model, stages,
-          [&, total, priced_d](std::size_t p, int64_t s) {
-            return model.chunks_fit(p, total) && model.memory_bytes(p, s, total, priced_d) <= hbm_bytes;
-          },
-          [&, tier, d, k](std::size_t p) { return model.load_s(p, tier, d, k); },
-          experts ? std::function<SyncKeys(std::size_t)>([&, d, later](std::size_t p) {
-            const StageCost& c = model.tab.cost[p];
-            return model.plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, later);
-          })
-                  : std::function<SyncKeys(std::size_t)>());
-      it = tables.emplace(key, std::move(table)).first;
+      // Every d that shares a table keyed by d or by m v has d's m microbatches per replica.
+      const int64_t plans_d = per_d || !uncapped ? d : 0;
+      // A load depends on the tier alone, but under ZeRO-3 (on d and k too: such a table has its own).
+      std::shared_ptr<const PairLoads>& loads = per_k ? own_loads : tier_loads[tier];
+      if (!loads || per_k) loads = std::make_shared<const PairLoads>(model, tier, d, k);
+      it = tables
+               .emplace(key, FrontierTable(model, stages, total, priced_d, tier, d, k, per_total ? total : 0, plans_d,
+                                           loads, experts ? std::optional<SyncTiers>(later) : std::nullopt))
+               .first;
     }
-    fill_layers(model, it->second, static_cast<std::size_t>(total) - 1);
     return it->second;
   };
   struct Best {
@@ -945,27 +1139,73 @@ PlanResult solve_variant(const VariantModel& model) {
       if (memory_bound(model, total, max_d) > hbm_bytes) continue;  // no plan of s stages fits at any d
       // Per d: the slowest tier any of the first d pipeline replicas spans (replica r on r*k..r*k+k-1),
       // and the DP sync's tiers for a stage one device and t devices wide (a later stage: t, at most k).
+      // And the load bound of s stages at d (kNone where the expert-parallel groups do not tile the stage).
       std::vector<std::size_t> pipeline_tier(static_cast<std::size_t>(max_d) + 1, 0);
       const SyncTiers none{in.tiers[0], in.tiers[0]};
       std::vector<SyncTiers> narrow_sync{none}, wide_sync{none};
+      std::vector<double> bound_s(static_cast<std::size_t>(max_d) + 1, kNone<double>);
       for (int64_t d = 1; d <= max_d; ++d) {
         pipeline_tier[d] = std::max(pipeline_tier[d - 1], span_tier(in.tiers, (d - 1) * k, d * k - 1));
         narrow_sync.push_back(model.plan.sync_tiers(in.tiers, d, k, std::min(cp, k)));
         wide_sync.push_back(later_tiers(d, k));
+        if ((d * t * cp) % model.plan.settings.ep == 0) bound_s[d] = bound.time_s(total, d, in.tiers[pipeline_tier[d]]);
+      }
+      // No plan of s stages fits at a d whose memory bound is above the HBM: those below the narrowest
+      // that passes (the bound never grows with d).
+      const int64_t cramped = run_end(1, max_d, [&](int64_t d) { return memory_bound(model, total, d) > hbm_bytes; });
+      std::fill(bound_s.begin(), bound_s.begin() + cramped + 1, kNone<double>);
+      if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
+      std::vector<FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
+      // With a table per d (a sharded optimizer) once a best is found: the widths that share a pipeline
+      // tier share its loads (unless ZeRO-3's), and
+      // a partition that fits at one of them fits at the widest, d_top. A plan at such a d has a bottleneck
+      // of at least B, the least over first stages that fit at d_top of the larger of their load and the
+      // least load of their rest's frontier there (none left: every plan is at least as slow as the best,
+      // since the points dropped are too loaded for the slots of d_top, the fewest), and a time of at
+      // least B times its slots.
+      for (int64_t top = max_d; top >= 1 && per_d && !per_k && best.time_s < kNone<double>;) {
+        const std::size_t tier = pipeline_tier[top];
+        int64_t low = top;
+        while (low > 1 && pipeline_tier[low - 1] == tier) --low;
+        if (*std::min_element(bound_s.begin() + low, bound_s.begin() + top + 1) < best.time_s) {
+          double least_s = kNone<double>;
+          for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
+            const std::size_t narrow = model.tab.narrow[p];
+            const bool single = lat.inner[p] == 0;
+            if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total) ||
+                model.memory_bytes(p, total, total, top) > hbm_bytes) {
+              continue;
+            }
+            double bottleneck_s = model.load_s(p, tier, top, k);
+            if (!single) {
+              if (table_at[top] == nullptr) table_at[top] = &table_for(tier, total, top, k);
+              const Frontier rest = frontier(model, *table_at[top], static_cast<std::size_t>(lat.inner[p]), s - 1,
+                                             q - narrow, best.time_s);
+              bottleneck_s = rest.size == 0 ? kNone<double> : std::max(bottleneck_s, rest[0].load_s);
+            }
+            least_s = std::min(least_s, bottleneck_s);
+          }
+          for (int64_t d = low; d <= top; ++d) {
+            if (bound_s[d] != kNone<double>) bound_s[d] = std::max(bound_s[d], least_s * model.plan.slots(total, d));
+          }
+        }
+        top = low - 1;
       }
       for (std::size_t p = lat.first_pair[all]; p < lat.first_pair[all + 1]; ++p) {
         model.poll();
         const std::size_t narrow = model.tab.narrow[p];
         const bool single = lat.inner[p] == 0;
         if (single != (s == 1) || narrow > q || (single && narrow != q) || !model.chunks_fit(p, total)) continue;
-        for (int64_t d = 1; d <= max_d; ++d) {
-          if ((d * t * cp) % model.plan.settings.ep != 0) continue;  // the expert-parallel groups tile the stage
-          // No plan of s stages at d beats the best.
-          if (bound.time_s(total, d, in.tiers[pipeline_tier[d]]) >= best.time_s) continue;
-          if (model.memory_bytes(p, total, total, d) > hbm_bytes) continue;
+        // The first stage fits from the narrowest d at which it fits on: its memory never grows with d.
+        const auto fits = [&](int64_t d) { return model.memory_bytes(p, total, total, d) <= hbm_bytes; };
+        if (!fits(max_d)) continue;
+        const int64_t narrowest = run_end(1, max_d - 1, [&](int64_t d) { return !fits(d); }) + 1;
+        for (int64_t d = narrowest; d <= max_d; ++d) {
+          if (bound_s[d] >= best.time_s) continue;  // no plan of s stages at d beats the best
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
           const double slots = model.plan.slots(total, d);
+          if (first_load_s * slots >= best.time_s) continue;  // its time is at least the product
           const StageCost& first = model.tab.cost[p];
           const SyncKeys first_keys = model.plan.sync_keys(first.param_bytes, first.expert_param_bytes, d,
                                                            narrow != 0 ? narrow_sync[d] : wide_sync[d]);
@@ -979,9 +1219,12 @@ PlanResult solve_variant(const VariantModel& model) {
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, -1};
             continue;
           }
-          const FrontierTable& table = table_for(tier, total, d, k);
-          const std::vector<Point>& rest = table.points[table.at(lat.inner[p], s - 1, q - narrow)];
-          for (std::size_t i = 0; i < rest.size(); ++i) {
+          if (table_at[d] == nullptr) table_at[d] = &table_for(tier, total, d, k);
+          const Frontier rest = frontier(model, *table_at[d], static_cast<std::size_t>(lat.inner[p]), s - 1, q - narrow,
+                                         best.time_s);
+          for (std::size_t i = 0; i < rest.size; ++i) {
+            // Load ascending: no later point makes a time below the best either.
+            if (rest[i].load_s * slots >= best.time_s) break;
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             // The later stages' sync figures: their maxima, or those of their largest weights.
@@ -997,8 +1240,12 @@ PlanResult solve_variant(const VariantModel& model) {
   PlanResult out;
   out.t = t;
   if (best.time_s == kNone<double>) {
-    fill_infeasible(model, out);
-    return out;
+    const auto [it, made] = least_memory.try_emplace(memory_key(model.variant));
+    if (made) {
+      it->second.t = t;
+      fill_infeasible(model, it->second);
+    }
+    return it->second;
   }
   out.feasible = true;
   out.d = best.d;
@@ -1006,8 +1253,8 @@ PlanResult solve_variant(const VariantModel& model) {
   out.time_per_batch_s = best.time_s;
   const auto total = static_cast<int64_t>(best.s);
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
-                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k), best.pair,
-                                                  best.s, best.q, best.point);
+                                 : frontier_pairs(model, table_for(best.tier, total, best.d, best.k),
+                                                  best.pair, best.s, best.q, best.point);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.stage_devices(pairs[i]));
@@ -1152,6 +1399,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
   CancelPoll poll(std::move(cancelled));
   const Lattice lat = make_lattice(in);
   std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
+  LeastMemory least_memory;
   std::vector<PlanResult> out;
   out.reserve(variants.size());
   for (const auto& v : variants) {
@@ -1161,7 +1409,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
     }
     poll();
     const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
-    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}));
+    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}, least_memory));
   }
   return out;
 }
@@ -1182,11 +1430,15 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
   out.d = d;
   out.stages.resize(s);
   NodeSet later((static_cast<std::size_t>(in.n) + 63) / 64, 0);
-  std::vector<double> finish(in.n);
+  std::vector<double> forward(in.n), backward(in.n);
   int64_t k = 0;
   for (std::size_t i = s; i-- > 0;) {
-    out.stages[i].cost = stage_cost(graph, f, sets[i], incoming_bytes(graph, later, later), finish);
-    for (std::size_t w = 0; w < later.size(); ++w) later[w] |= sets[i][w];
+    NodeSet upto = later;
+    for (std::size_t w = 0; w < later.size(); ++w) upto[w] |= sets[i][w];
+    forward_finish(graph, f.forward_s, upto, forward.data());
+    backward_finish(graph, f.backward_s, later, backward.data());
+    out.stages[i].cost = stage_cost(f, sets[i], incoming_bytes(graph, later, later), forward.data(), backward.data());
+    later = std::move(upto);
     k += plan.stage_devices(out.stages[i].cost);
   }
   const int64_t m = plan.microbatches_per_replica(d);
