@@ -19,8 +19,8 @@ class SolverConfig:
     """The largest graph (in ops) the ILP solves. A larger one, a MoE block of about 100 ops, goes to the
     exact search alone, with `search_node_limit` scaled by (ilp_max_ops / ops)^2: the ILP's order
     variables grow with the square of the ops, and on Qwen3-30B-A3B's blocks its solves took 15-45 s
-    of CPU each, 5-20 times the search alone, for schedules at most 0.9 % shorter
-    (docs/model/scheduling.md)."""
+    of CPU each, 5-20 times the search alone, for schedules at most 0.9 % shorter (2.3 % on a GPT-OSS
+    block on an H100: docs/model/scheduling.md)."""
     time_limit_s: float = 600.0
     """Wall-time safety net per solve (a schedule it stops depends on the machine, so it is not
     stored on disk); the node limit normally stops first."""
