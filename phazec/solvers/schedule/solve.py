@@ -11,7 +11,9 @@ capacity is added (capacity rows would not keep the next ILP schedule within the
 the list schedules and the exact search respect the bandwidth. When the first solve leaves the
 optimum unproven (core capacity binds, or the node limit stops it), the exact schedule search
 (`schedule_search`) runs once before capacity is added: it usually proves the optimum, often with a
-better schedule, and so saves the slower capacity solve.
+better schedule, and so saves the slower capacity solve. A graph of more ops than
+`solver.ilp_max_ops` (a MoE block) skips the ILP: the exact search runs alone, with its node limit
+scaled down by the square of the ratio (`search_nodes`).
 Every solve is replayed and checked, and recorded in the result.
 """
 
