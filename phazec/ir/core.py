@@ -204,6 +204,12 @@ class LayerMemory:
     """Of the parameter bytes, those of a Mixture-of-Experts block's routed experts held by one device
     (`Routing.expert_parameters`, 1/ep of them after the expert-parallel pass): a distributed optimizer
     shards them over the expert-data-parallel group, not the data-parallel one."""
+    fp8_per_sample_bytes: int = 0
+    """How the stash per sample changes when the layer's linear layers run in FP8 (signed: each linear
+    layer's input kept as a one-byte copy for its weight gradient, `phazec.passes.memory.fp8_copy_bytes`)."""
+    fp8_replicated_per_sample_bytes: int = 0
+    """Of that change, the part on tensors not split by tensor parallelism: what sequence parallelism
+    splits."""
 
     def stash_bytes(self, microbatch: int) -> int:
         """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""

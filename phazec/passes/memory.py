@@ -17,13 +17,16 @@ sh(10 + 24/t + 5as/(ht)) at width t, sh/t (34 + 5as/h) with sequence parallelism
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model
+from phazec.ir.core import DTYPE_BYTES, FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model, Op, OpKind
+from phazec.ir.ops import FLASH_PRODUCTS, VIEW_TYPES
 from phazec.passes.attention import core_scores
 from phazec.passes.base import PassResult
+from phazec.passes.tensor_parallel import weight_of
 
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
 """Optimizer-state bytes per parameter: none for SGD; fp32 master weight, momentum, variance for Adam."""
@@ -74,6 +77,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     core = [n for n in per_sample if n in scores]
     replicated = [n for n in per_sample if not forward.tensors[n].tp_split]
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
+    copies = fp8_copy_bytes(cls.backward, per_sample)
     return LayerMemory(
         parameter_count=count,
         parameter_bytes=parameter_bytes,
@@ -88,7 +92,66 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
+        fp8_per_sample_bytes=sum(copies.values()),
+        fp8_replicated_per_sample_bytes=sum(b for n, b in copies.items() if n in replicated),
     )
+
+
+def fp8_copy_bytes(backward: Graph, stash: list[str]) -> dict[str, int]:
+    """Per stashed tensor of `stash` (per sample), how its bytes change when the layer's linear layers
+    run in FP8 (signed; tensors that do not change are left out).
+
+    Transformer Engine keeps a linear layer's input for its weight gradient as the FP8 copy its forward
+    cast wrote (one byte an element; on Hopper the transposed copy the backward GEMM reads), not the
+    bf16 tensor (its `_Linear` saves the quantized input). A stashed tensor whose every reader in the
+    backward graph (through views) is such a weight-gradient GEMM (`low_precision_gemm`) is kept as
+    that copy alone: its bytes fall to one per element. One that other backward operators read too
+    (the attention output, which the flash kernel's backward reads beside the output projection's
+    weight gradient) is kept in its own type and as the copy: one byte per element more. Block-scaled
+    MXFP8's scales (one byte per 32 elements) are left out."""
+    consumers = backward.consumers()
+    changes: dict[str, int] = {}
+    for name in stash:
+        tensor = backward.tensors[name]
+        if tensor.dtype not in FLOAT_DTYPES or DTYPE_BYTES[tensor.dtype] == 1:
+            continue
+        readers = view_readers(consumers, name)
+        copied = any(low_precision_gemm(op, backward) for op in readers)
+        if copied:
+            kept = any(not low_precision_gemm(op, backward) for op in readers)
+            changes[name] = tensor.numel() - (0 if kept else tensor.nbytes())
+    return changes
+
+
+def view_readers(consumers: dict[str, list[Op]], name: str) -> list[Op]:
+    """The operators that read tensor `name`, through views (`VIEW_TYPES`: a reshape of it is it)."""
+    found: list[Op] = []
+    pending = [name]
+    while pending:
+        for op in consumers.get(pending.pop(), []):
+            if op.op_type in VIEW_TYPES:
+                pending.extend(op.outputs)
+            else:
+                found.append(op)
+    return found
+
+
+def low_precision_gemm(op: Op, graph: Graph) -> bool:
+    """Whether a GEMM of a low-precision layer runs in FP8: a linear layer's product (it reads a weight,
+    or, in the backward pass, makes a weight's gradient); the attention products and a Mixture-of-Experts
+    router's (`ROUTER_WEIGHT`: Transformer Engine and torchao leave it in bf16) stay in bf16."""
+    if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
+        return False
+    weights = [w for t in op.inputs if t and (w := weight_of(graph, t)) is not None]
+    if any(ROUTER_WEIGHT.search(w) for w in weights) or ROUTER_WEIGHT.search(op.name):
+        return False
+    return op.attrs.get("grad") == "weight" or bool(weights)
+
+
+ROUTER_WEIGHT = re.compile(r"(^|[./_])(gate|router)([./]|$)")
+"""A Mixture-of-Experts router's weight (or a backward op named after it): `mlp.gate.weight`
+(Qwen3-MoE, DeepSeek-V3), `block_sparse_moe.gate` (Mixtral), `router` (GPT-OSS); not a dense MLP's
+`gate_proj`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +167,25 @@ class MegatronBytes:
 
 
 def megatron_bytes(
-    memory: LayerMemory, microbatch: int, sequence_parallel: int, context_parallel: int = 1
+    memory: LayerMemory,
+    microbatch: int,
+    sequence_parallel: int,
+    context_parallel: int = 1,
+    low_precision: bool = False,
 ) -> MegatronBytes:
     """A layer's activation bytes per recompute mode; `sequence_parallel` is the width that splits the
-    replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off), and
+    replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off),
     `context_parallel` splits every per-sample byte (each device holds 1/cp of each sample's tokens;
-    rounded up)."""
+    rounded up), and `low_precision` (the layer's linear layers run in FP8) keeps their inputs as FP8
+    copies (`fp8_copy_bytes`)."""
 
     def per_sample(bytes_per_sample: int) -> int:
         return -(-bytes_per_sample * microbatch // context_parallel)
 
-    replicated = per_sample(memory.replicated_per_sample_bytes)
-    stash = memory.stash_fixed_bytes + per_sample(memory.stash_per_sample_bytes)
+    fp8 = memory.fp8_per_sample_bytes if low_precision else 0
+    fp8_replicated = memory.fp8_replicated_per_sample_bytes if low_precision else 0
+    replicated = per_sample(memory.replicated_per_sample_bytes + fp8_replicated)
+    stash = memory.stash_fixed_bytes + per_sample(memory.stash_per_sample_bytes + fp8)
     stash += -(-replicated // sequence_parallel) - replicated
     return MegatronBytes(
         stash_bytes=stash,

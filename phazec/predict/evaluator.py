@@ -238,7 +238,10 @@ class Evaluator:
         microbatch = training.microbatch
         widths = sorted(self.graphs)
         rows = [
-            layer_arrays(self.graphs[t], microbatch, training.sequence_parallel, training.cp) for t in widths
+            layer_arrays(
+                self.graphs[t], microbatch, training.sequence_parallel, training.cp, training.precision
+            )
+            for t in widths
         ]
         reference = self.graphs[widths[0]]
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
@@ -421,18 +424,24 @@ class LayerArrays:
 
 
 def layer_arrays(
-    model: Model, microbatch: int, sequence_parallel: bool = False, context_parallel: int = 1
+    model: Model,
+    microbatch: int,
+    sequence_parallel: bool = False,
+    context_parallel: int = 1,
+    precision: str = "bf16",
 ) -> LayerArrays:
     """Per layer: parameter bytes (and the routed experts' of them), activation bytes per recompute
     mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
-    t ways, context parallelism every per-sample byte cp ways) and the TP flag."""
+    t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
+    copies of their inputs under `precision` fp8 or mxfp8) and the TP flag."""
     rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
         if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
         split = sequence_split_width(cls, sequence_parallel)
-        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel)
+        low = low_precision_class(model, layer.cls, precision)
+        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel, low)
         memory = cls.memory
         rows.append((memory.parameter_bytes, figures, cls.tp_width > 1, memory.expert_parameter_bytes))
     return LayerArrays(

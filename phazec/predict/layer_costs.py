@@ -8,7 +8,6 @@ frozen records, never written into the IR, so one training graph serves every de
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -29,6 +28,7 @@ from phazec.ir.ops import (
     gemm_dims,
     member_elements,
 )
+from phazec.passes.memory import low_precision_gemm
 from phazec.passes.tensor_parallel import weight_of
 
 QUANTIZE_BYTES_PER_OPERAND_BYTE = 3.0
@@ -131,24 +131,6 @@ def low_precision_class(model: Model, cls: int, precision: str) -> bool:
     torchao leave them)."""
     first = model.classes[cls].members[0]
     return precision != "bf16" and model.layers[first].kind is LayerKind.BLOCK
-
-
-def low_precision_gemm(op: Op, graph: Graph) -> bool:
-    """Whether a GEMM of a low-precision layer runs in FP8: a linear layer's product (it reads a weight,
-    or, in the backward pass, makes a weight's gradient); the attention products and a Mixture-of-Experts
-    router's (`ROUTER_WEIGHT`: Transformer Engine and torchao leave it in bf16) stay in bf16."""
-    if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
-        return False
-    weights = [w for t in op.inputs if t and (w := weight_of(graph, t)) is not None]
-    if any(ROUTER_WEIGHT.search(w) for w in weights) or ROUTER_WEIGHT.search(op.name):
-        return False
-    return op.attrs.get("grad") == "weight" or bool(weights)
-
-
-ROUTER_WEIGHT = re.compile(r"(^|[./_])(gate|router)([./]|$)")
-"""A Mixture-of-Experts router's weight (or a backward op named after it): `mlp.gate.weight`
-(Qwen3-MoE, DeepSeek-V3), `block_sparse_moe.gate` (Mixtral), `router` (GPT-OSS); not a dense MLP's
-`gate_proj`."""
 
 
 def reads_weight(op: Op, graph: Graph) -> bool:

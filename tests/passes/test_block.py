@@ -30,7 +30,7 @@ from phazec.ir.printer import format_graph
 from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
 from phazec.passes.fuse import Fuse, fuse_elementwise
-from phazec.passes.memory import Memory
+from phazec.passes.memory import Memory, megatron_bytes
 from phazec.passes.pipeline import TRAINING_PASSES, GraphSettings, training_pipeline
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_rows
@@ -300,6 +300,28 @@ def test_memory_per_device(width: int) -> None:
     assert memory.stash_fixed_bytes == 0
     assert memory.stash_bytes(4) == 4 * memory.stash_per_sample_bytes
     assert memory.input_bytes(3) == 3 * (2 * S * H + S * S)
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_fp8_keeps_each_linear_layers_input_as_a_one_byte_copy(width: int) -> None:
+    # Transformer Engine keeps a linear layer's input for its weight gradient as the FP8 copy its
+    # forward cast wrote: QKV's input (the first layer norm's output, sh bytes less), the projection's
+    # (the attention context, sh/t), fc's (sh) and fc2's (the GELU output, 4sh/t), nothing else reading
+    # them in the toy's backward: Korthikanti's sh(10 + 24/t + 5as/(ht)) becomes sh(8 + 19/t + 5as/(ht)).
+    memory = trained(width).classes[0].memory
+    assert memory is not None
+    assert memory.fp8_per_sample_bytes == -S * H * (2 + 5 / width) == {1: -336, 2: -216}[width]
+    # what tensor parallelism leaves whole: the two layer norms' outputs (at t = 1, every tensor)
+    assert memory.fp8_replicated_per_sample_bytes == {1: -336, 2: -2 * S * H}[width]
+    formula = S * H * (8 + 19 / width + 5 * A * S / (H * width)) + S * S  # and the 1-byte mask
+    fp8 = megatron_bytes(memory, 1, 1, low_precision=True)
+    assert fp8.stash_bytes == formula == {1: 1692, 2: 1056}[width]
+    assert megatron_bytes(memory, 3, 1, low_precision=True).stash_bytes == 3 * formula
+    assert megatron_bytes(memory, 1, 1).stash_bytes == memory.stash_per_sample_bytes  # bf16: unchanged
+    # Sequence parallelism splits every linear layer's input t ways: sh/t (27 + 5as/h), the mask split too.
+    split = megatron_bytes(memory, 1, width, low_precision=True)
+    formula = S * H / width * (27 + 5 * A * S / H) + S * S / width
+    assert split.stash_bytes == formula == {1: 1692, 2: 846}[width]
 
 
 @pytest.mark.parametrize("width", [1, 2])

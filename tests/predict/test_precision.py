@@ -7,9 +7,10 @@ from phazec.config.settings import settings_from_config
 from phazec.cost.ops import OpKind
 from phazec.errors import PhazecError
 from phazec.ir.core import LayerKind, Model
+from phazec.passes.memory import megatron_bytes
 from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, Split, low_precision_class, op_table
 from tests.conftest import compose_config
-from tests.predict.conftest import HIDDEN, TOKENS
+from tests.predict.conftest import FFN, HIDDEN, TOKENS
 
 
 def _block(model: Model) -> int:
@@ -43,6 +44,19 @@ def test_the_linear_layers_of_a_block_run_in_fp8(tiny: Model) -> None:
     assert forward.quantize_bytes[q] == QUANTIZE_BYTES_PER_OPERAND_BYTE * activation_bytes
     assert forward.bytes_read[q] == bf16.bytes_read[q] / 2 == (activation_bytes + 2 * HIDDEN * HIDDEN) / 2
     assert forward.bytes_written[q] == bf16.bytes_written[q] == 2 * TOKENS * HIDDEN
+
+
+def test_fp8_keeps_the_linear_layers_inputs_as_one_byte_copies(tiny: Model) -> None:
+    # Per sample, the Llama block's stash loses a byte per element of the inputs of its linear layers
+    # read by their weight gradients alone: the two RMSNorm outputs (q, k, v; gate, up) and the SwiGLU
+    # product (down); the attention output, which the flash kernel's backward reads too, keeps its bf16
+    # tensor and gains the o projection's copy.
+    memory = tiny.classes[_block(tiny)].memory
+    assert memory is not None
+    change = TOKENS * (-HIDDEN - HIDDEN - FFN + HIDDEN)
+    assert memory.fp8_per_sample_bytes == change == -TOKENS * (HIDDEN + FFN)
+    bf16, fp8 = megatron_bytes(memory, 2, 1), megatron_bytes(memory, 2, 1, low_precision=True)
+    assert bf16.stash_bytes - fp8.stash_bytes == 2 * TOKENS * (HIDDEN + FFN)
 
 
 def test_the_embedding_and_the_output_layer_stay_in_bf16(tiny: Model) -> None:
