@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 BATCH_SENTINEL = 1009
 """The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
 
-EXPORT_FORMAT = 2
+EXPORT_FORMAT = 3
 """Bumped whenever the export changes, so older cache entries are not reused."""
 
 DTYPES = ("bfloat16", "float16", "float32")

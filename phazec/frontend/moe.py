@@ -11,7 +11,11 @@ it is:
    C = tokens x top_k / experts x factor tokens per expert (`Routing.factor`; 1: balanced);
 2. grouped expert GEMMs: one batched product per projection (gate and up, then down), `experts`
    products of C x h by h x f (and C x f by f x h);
-3. unpermute and combine: each token's top_k expert outputs weighted by its routing weights and summed.
+3. unpermute and combine: each token's top_k expert outputs summed. Each copy's routing weight is
+   applied inside the experts, to the activation before the down projection, as Megatron-Core's
+   grouped experts apply it in their fused SwiGLU (`weighted_bias_swiglu_impl`; the weights are
+   permuted and dispatched with the tokens): the combine then keeps no expert output for the weights'
+   gradient. Experts whose down projection has a bias (GPT-OSS) weight their outputs in the combine.
 
 Shared experts (DeepSeek) are the model's own dense MLP beside it. The token-to-expert assignment is
 the one routing assumption (`phazec.ir.core.Routing`): every expert gets the same number of tokens,
@@ -161,10 +165,14 @@ def _static_forward(routing: Routing, seq_len: int) -> Any:
         tokens, hidden = hidden_states.shape
         top_k, experts = routing.top_k, routing.experts
         assigned = tokens // seq_len * routing.tokens_per_expert * experts
-        # permute: one copy of each token per chosen expert, grouped by expert
+        # permute: one copy of each token per chosen expert, grouped by expert, and its routing weight
         copies = hidden_states.repeat_interleave(top_k, dim=0)
+        weights = top_k_weights.reshape(-1, 1)
         if assigned > copies.shape[0]:  # the busiest expert's share, every expert
             copies = torch.cat([copies, copies[: assigned - copies.shape[0]]])
+            weights = torch.cat([weights, weights[: assigned - weights.shape[0]]])
+        if assigned < weights.shape[0]:  # dropped copies
+            weights = weights[:assigned]
         dispatched = copies[:assigned].reshape(experts, assigned // experts, hidden)
         up_weight = self.gate_up_proj if self.has_gate else self.up_proj
         out = torch.bmm(dispatched, up_weight if self.is_transposed else up_weight.transpose(1, 2))
@@ -176,14 +184,19 @@ def _static_forward(routing: Routing, seq_len: int) -> Any:
             out = self.act_fn(out[..., :half]) * out[..., half:]
         else:
             out = self._apply_gate(out) if self.has_gate else self.act_fn(out)
+        if not self.has_bias:  # weighted inside the experts, before the down projection
+            out = out * weights.reshape(experts, assigned // experts, 1).to(out.dtype)
         out = torch.bmm(out, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
         if self.has_bias:
             out = out + self.down_proj_bias.unsqueeze(1)
-        # unpermute and combine: each token's expert outputs, weighted and summed
+        # unpermute and combine: each token's expert outputs summed (weighted first where the down
+        # projection has a bias)
         out = out.reshape(assigned, hidden)
         if assigned < tokens * top_k:  # dropped copies contribute nothing
             out = torch.cat([out, out.new_zeros(tokens * top_k - assigned, hidden)])
         out = out[: tokens * top_k].reshape(tokens, top_k, hidden)
-        return (out * top_k_weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
+        if self.has_bias:
+            out = out * top_k_weights.unsqueeze(-1).to(out.dtype)
+        return out.sum(dim=1)
 
     return forward

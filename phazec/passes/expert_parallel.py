@@ -78,18 +78,28 @@ def split_class(cls: LayerClass, routing: Routing, width: int) -> LayerClass:
 
 def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> Graph:
     """The graph with its expert region at E/width experts and C width tokens each, between a dispatch
-    and a combine all-to-all (module docstring)."""
+    and a combine all-to-all (module docstring). Every other [E, C, x] tensor from outside the region
+    that the region reads (the routing weights of each token copy, which Megatron-Core sends beside
+    the tokens and applies inside the experts) gets a dispatch of its own."""
     experts = routing.experts
     tokens = expert_region(graph, dispatched, experts)
+    region = {op.name for op in graph.ops if tokens.intersection(op.outputs)}
+    beside = {
+        i
+        for op in graph.ops
+        if op.name in region
+        for i in op.inputs
+        if i and i != dispatched and i not in tokens and per_expert_tokens(graph.tensors[i], experts)
+    }
+    sent = [dispatched, *sorted(beside)]
     tensors = dict(graph.tensors)
-    received = fresh_name(tensors, f"{dispatched}.dispatched")
-    for name, local in [(received, dispatched), *((t, t) for t in tokens)]:
+    received = {name: fresh_name(tensors, f"{name}.dispatched") for name in sent}
+    for name, local in [*((received[n], n) for n in sent), *((t, t) for t in tokens)]:
         t = graph.tensors[local]
         tensors[name] = replace(t, name=name, shape=(experts // width, t.shape[1] * width, *t.shape[2:]))
     for name in weight_views(graph, routing):
         t = graph.tensors[name]
         tensors[name] = replace(t, shape=(experts // width, *t.shape[1:]))
-    region = {op.name for op in graph.ops if tokens.intersection(op.outputs)}
     outside = [op for op in graph.ops if op.name not in region]
     combined = {
         name: fresh_name(tensors, f"{name}.combined")
@@ -100,15 +110,17 @@ def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> 
         tensors[out] = replace(graph.tensors[name], name=out)
     group: dict[str, AttrValue] = {"group": width}
     ops: list[Op] = []
+    pending = list(sent)
     for op in graph.ops:
         if op.name not in region:
             ops.append(replace(op, inputs=tuple(combined.get(i, i) for i in op.inputs)))
             continue
-        if dispatched in op.inputs and not any(o.op_type == "AllToAll" for o in ops):
+        for name in [n for n in pending if n in op.inputs]:
+            pending.remove(name)
             ops.append(
-                Op(f"{dispatched}.dispatch", "AllToAll", OpKind.COLLECTIVE, (dispatched,), (received,), group)
+                Op(f"{name}.dispatch", "AllToAll", OpKind.COLLECTIVE, (name,), (received[name],), dict(group))
             )
-        ops.append(replace(op, inputs=tuple(received if i == dispatched else i for i in op.inputs)))
+        ops.append(replace(op, inputs=tuple(received.get(i, i) for i in op.inputs)))
         ops.extend(
             Op(f"{name}.combine", "AllToAll", OpKind.COLLECTIVE, (name,), (combined[name],), dict(group))
             for name in op.outputs

@@ -15,6 +15,8 @@ from phazec.frontend.export import build_meta_model
 from phazec.frontend.schema import ModelConfig, MoeConfig
 from phazec.ir.core import LayerKind, Model, OpKind
 from phazec.ir.ops import flops
+from phazec.passes.pipeline import GraphSettings, training_graphs
+from phazec.passes.tensor_parallel import weight_of
 from tests.conftest import MOE_PRESETS, model_config
 
 MODELS: dict[str, Model] = {}
@@ -170,6 +172,30 @@ def test_deepseek_v3_moe_block_forward_flops_per_token(moe_lowered: Any) -> None
     gemm = sum(flops(op, graph) for op in graph.ops if op.kind is OpKind.GEMM)
     assert gemm == per_token * s
     assert model.routing is not None and model.routing.tokens_per_expert == s * 8 // e
+
+
+def test_routing_weights_scale_the_experts_activation(moe_lowered: Any) -> None:
+    """Each token copy's routing weight scales its SwiGLU product before the down projection, as
+    Megatron-Core's fused weighted SwiGLU does: the combine is a plain sum, and the backward pass keeps
+    no [s, top_k, h] expert output for the weights' gradient (Qwen3-30B-A3B, s = 4096: E = 128 experts
+    of C = 4096 x 8 / 128 = 256 copies, f = 768, h = 2048)."""
+    model = moe_lowered("qwen3_30b_a3b")
+    block = model.layers[-2]  # the last block, before the head
+    graph = model.graph_of(block.index)
+    (weighted,) = [
+        op
+        for op in graph.ops
+        if op.op_type == "Mul" and (128, 256, 1) in [graph.tensors[i].shape for i in op.inputs]
+    ]
+    assert graph.tensors[weighted.outputs[0]].shape == (128, 256, 768)
+    (down,) = [op for op in graph.ops if weighted.outputs[0] in op.inputs]
+    assert down.op_type == "MatMul" and str(weight_of(graph, down.inputs[1])).endswith("experts.down_proj")
+    trained = training_graphs(model, [1], GraphSettings(attention="flash", causal=True))[1]
+    cls = trained.classes[block.cls]
+    assert cls.backward is not None
+    kept = [cls.backward.tensors[n].shape for n in cls.backward.inputs if n in cls.graph.tensors]
+    assert (4096, 8, 2048) not in kept
+    assert (128, 256, 1) in kept  # the weights, for the activation's gradient
 
 
 def test_capacity_factor_and_imbalance_scale_the_tokens_per_expert(tmp_path: Path) -> None:

@@ -116,6 +116,47 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     assert whole is not None and (whole.parameter_bytes, whole.expert_parameter_bytes) == (32, 32)
 
 
+def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> None:
+    """The toy with each token copy's routing weight g [E, C, 1] (a view of the per-token weights gw)
+    scaling the activation before the down GEMM: under ep 2 the weights go through their own
+    all-to-all, right before the product that reads them, to [E/2, 2C, 1]."""
+    model = toy_model()
+    cls = model.classes[0]
+    graph = cls.graph
+    tensors = {
+        **graph.tensors,
+        "gw": Tensor("gw", (S, 1), "bfloat16", 0),
+        "g": Tensor("g", (E, S // E, 1), "bfloat16", 1),
+        "rg": Tensor("rg", (E, S // E, H), "bfloat16", 1),
+    }
+    ops = [
+        graph.ops[0],
+        Op("weights", "Reshape", OpKind.DATA, ("gw",), ("g",)),
+        *graph.ops[1:3],
+        Op("weigh", "Mul", OpKind.VECTOR, ("r", "g"), ("rg",)),
+        replace(graph.ops[3], inputs=("rg", "w2")),
+        graph.ops[4],
+    ]
+    weighted = replace(graph, tensors=tensors, ops=ops, inputs=["x", "gw"])
+    model = replace(model, classes=[replace(cls, graph=weighted)])
+    split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(model)[0].classes[0]
+    assert [(op.op_type, op.inputs, op.outputs) for op in split.graph.ops] == [
+        ("Reshape", ("x",), ("p",)),
+        ("Reshape", ("gw",), ("g",)),
+        ("AllToAll", ("p",), ("p.dispatched",)),
+        ("MatMul", ("p.dispatched", "w1"), ("u",)),
+        ("Relu", ("u",), ("r",)),
+        ("AllToAll", ("g",), ("g.dispatched",)),
+        ("Mul", ("r", "g.dispatched"), ("rg",)),
+        ("MatMul", ("rg", "w2"), ("o",)),
+        ("AllToAll", ("o",), ("o.combined",)),
+        ("Reshape", ("o.combined",), ("y",)),
+    ]
+    assert split.graph.tensors["g.dispatched"].shape == (1, 4, 1)
+    assert split.backward is not None
+    assert sum(op.op_type == "AllToAll" for op in split.backward.ops) == 3  # the weights' gradient too
+
+
 def test_expert_parallelism_needs_experts_it_divides() -> None:
     with pytest.raises(
         PhazecError,
