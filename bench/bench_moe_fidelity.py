@@ -4,8 +4,9 @@
     .venv/bin/python bench/bench_moe_fidelity.py
 
 A row is timed as `phazec-plan` times its plan (`phazec.predict.plan_report.time_plan`), its preset's
-model at the row's depth (DeepSeek-V3's with its dense blocks first: the csv's `layers` less
-`moe_layers`): the row's tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and
+model at the row's depth (DeepSeek's with its dense blocks first: the csv's `layers` less
+`moe_layers`; SimuMax's rows dropping tokens at capacity factor 1, as the csv says they ran): the
+row's tp, pp, dp, ep, interleave, microbatch and global batch on its chip's hw and
 system presets, as Megatron-Core runs them (distributed optimizer, overlapped gradient reduction and
 parameter gather but in SimuMax's runs, which disable every overlap, `MoeRun.overlaps`; flash attention,
 selective recompute where the row names one; mixed-precision Adam), balanced routing (NVIDIA's MoE
@@ -50,6 +51,7 @@ CALIBRATION: tuple[str, ...] = ()
 
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
+    "deepseek-ai/DeepSeek-V2": "deepseek_v2",
     "Qwen/Qwen3-30B-A3B": "qwen3_30b_a3b",
     "Qwen/Qwen3-235B-A22B": "qwen3_235b_a22b",
     "openai/gpt-oss-120b": "gpt_oss_120b",
@@ -153,14 +155,16 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
 def predict(run: MoeRun) -> PlanReport:
     """The row's plan timed as `phazec-plan` times it."""
     overlaps, not_overlaps = str(run.overlaps).lower(), str(not run.overlaps).lower()
-    deepseek = run.preset == "deepseek_v3"
+    deepseek = run.preset.startswith("deepseek")
     dense = [f"model.hf_config.first_k_dense_replace={run.dense_layers}"] if deepseek else []
+    # SimuMax's runs drop tokens at capacity factor 1, padded to capacity (the csv's caveat)
+    capacity = [] if run.overlaps else ["model.moe.capacity_factor=1.0"]
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
         cfg = compose(
             "config",
             overrides=[
                 f"model={run.preset}", f"model.hf_config.num_hidden_layers={run.layers}",
-                *dense, f"model.seq_len={run.seq_len}",
+                *dense, *capacity, f"model.seq_len={run.seq_len}",
                 f"hw={run.chip}", f"system={run.system}", f"system.devices={run.gpus}",
                 f"system.global_batch={run.global_batch}", "tracking=none", "train.optimizer=adam",
                 f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",

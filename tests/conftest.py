@@ -59,19 +59,28 @@ def compose_config(*overrides: str) -> DictConfig:
         return compose("config", overrides=list(overrides))
 
 
-MOE_PRESETS = ("qwen3_30b_a3b", "qwen3_235b_a22b", "mixtral_8x7b", "gpt_oss_120b", "deepseek_v3")
+MOE_PRESETS = (
+    "qwen3_30b_a3b",
+    "qwen3_235b_a22b",
+    "mixtral_8x7b",
+    "gpt_oss_120b",
+    "deepseek_v3",
+    "deepseek_v2",
+)
 """Every Mixture-of-Experts model preset in conf/model/ (lowered shallow: `SHALLOW`)."""
 
 SHALLOW = {
     **dict.fromkeys(("megatron_gpt2_2_5b", "megatron_gpt2_8_3b"), "model.hf_config.n_layer=4"),
     **dict.fromkeys(MOE_PRESETS[:4], "model.hf_config.num_hidden_layers=2"),
     "deepseek_v3": "model.hf_config.num_hidden_layers=4",
+    "deepseek_v2": "model.hf_config.num_hidden_layers=2",
 }
 """Presets the suite lowers with 4 blocks instead of their 54 and 72: GPT-2's architecture is
 exported at full depth as gpt2_xl and gpt3_175b, and every figure the suite checks on these two is per
 block, embedding or head, or is compared with Hugging Face's model at the same depth (their full
 exports took a minute of CI). The MoE presets keep 2 blocks (DeepSeek-V3 4: its 3 dense and one MoE
-block); their full-depth counts are checked on Hugging Face's model alone (`tests/frontend/test_moe.py`)."""
+block; DeepSeek-V2's 2 are its dense block and one MoE block); their full-depth counts are checked on
+Hugging Face's model alone (`tests/frontend/test_moe.py`)."""
 
 
 def model_config(name: str) -> ModelConfig:

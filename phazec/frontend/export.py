@@ -27,6 +27,7 @@ from typing import Any
 from phazec.errors import PhazecError
 from phazec.frontend.config_json import model_kwargs
 from phazec.frontend.moe import routing_of, static_experts, static_latent_attention
+from phazec.frontend.rotary import real_rotary
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
 from phazec.util.atomic import write_bytes
@@ -256,7 +257,7 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
         labels = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
-    with warnings.catch_warnings(), torch.no_grad(), exporter_logs_to_files():
+    with warnings.catch_warnings(), torch.no_grad(), exporter_logs_to_files(), real_rotary(model):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(wrapper, (ids, labels), dynamo=True, optimize=False, verbose=False)
     if program is None:

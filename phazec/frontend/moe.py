@@ -20,11 +20,14 @@ it is:
 Shared experts (DeepSeek) are the model's own dense MLP beside it. The token-to-expert assignment is
 the one routing assumption (`phazec.ir.core.Routing`): every expert gets the same number of tokens,
 scaled by `model.moe.imbalance` (the busiest expert's share over the balanced one; every expert is
-priced at it) or, with token dropping, exactly `model.moe.capacity_factor` times the balanced share.
+priced at it) or, with token dropping, exactly `model.moe.capacity_factor` times the balanced share,
+rounded up to a whole token per sample (Megatron-Core's capacity, which it computes per microbatch:
+the same at microbatch 1, at most a token per sample and expert more above it).
 """
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
@@ -111,6 +114,8 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     dropping = moe.capacity_factor is not None
     factor = float(moe.capacity_factor) if moe.capacity_factor is not None else float(moe.imbalance)
     per_sample = cfg.seq_len * top_k * factor / experts
+    if dropping:  # Megatron-Core's capacity (`get_capacity`), rounded up, per sample
+        per_sample = math.ceil(per_sample)
     if per_sample != int(per_sample):
         raise PhazecError(
             f"model {cfg.name!r}: {cfg.seq_len} tokens x top-{top_k} x factor {factor} over {experts} "

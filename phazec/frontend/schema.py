@@ -26,7 +26,8 @@ class MoeConfig:
     the published benchmarks force it); every expert is priced at the busiest one's tokens."""
     capacity_factor: float | None = None
     """Token dropping at this capacity factor: each expert processes exactly capacity_factor x the
-    balanced share (Megatron's pad-to-capacity); null: dropless (then `imbalance` applies)."""
+    balanced share, rounded up to a whole token per sample (Megatron's pad-to-capacity); null:
+    dropless (then `imbalance` applies)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -73,11 +73,12 @@ def qwen3_moe_counts(hf: dict[str, Any], experts_key: str, qk_norm: bool) -> tup
     return total, total - layers * 3 * h * f * (e - k)
 
 
-def deepseek_v3_counts(hf: dict[str, Any]) -> tuple[int, int]:
-    """(total, active) of DeepSeek-V3 by hand. Per block: MLA (q_a h x 1536 and its norm, q_b 1536 x
-    H (nope + rope), kv_a h x (512 + rope) and its norm, kv_b 512 x H (nope + v), o H v x h), two norms;
-    then a dense SwiGLU MLP (3 h F, the first 3 blocks) or a MoE MLP (router E h, its score-correction
-    bias a buffer; E routed and 1 shared SwiGLU experts of width f); embedding, head and final norm."""
+def deepseek_counts(hf: dict[str, Any]) -> tuple[int, int]:
+    """(total, active) of DeepSeek-V3 or V2 by hand (V2: 2 shared experts, the first block dense). Per
+    block: MLA (q_a h x 1536 and its norm, q_b 1536 x H (nope + rope), kv_a h x (512 + rope) and its
+    norm, kv_b 512 x H (nope + v), o H v x h), two norms;
+    then a dense SwiGLU MLP (3 h F, the first blocks) or a MoE MLP (router E h, V3's score-correction
+    bias a buffer; E routed and the shared SwiGLU experts of width f); embedding, head and final norm."""
     h, v, layers, dense = (
         hf["hidden_size"],
         hf["vocab_size"],
@@ -121,17 +122,19 @@ FULL_DEPTH: dict[str, tuple[int, int]] = {
     "mixtral_8x7b": (46_702_792_704, 12_879_925_248),
     "gpt_oss_120b": (116_829_156_672, 5_711_982_912),
     "deepseek_v3": (671_026_404_352, 37_552_282_624),
+    "deepseek_v2": (235_741_434_880, 21_375_800_320),
 }
 """(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
-116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out) and 671B/37B as published."""
+116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out), 671B/37B and 236B/21B as
+published."""
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
     full = typed_full_depth(name)
     hf = full.hf_config
-    if name == "deepseek_v3":
-        by_hand = deepseek_v3_counts(hf)
+    if name.startswith("deepseek"):
+        by_hand = deepseek_counts(hf)
     elif name == "gpt_oss_120b":
         by_hand = gpt_oss_counts(hf)
     else:
