@@ -49,9 +49,22 @@ RUNS = fidelity_kernels.shared_dir() / "validation" / "modern-runs.csv"
 CALIBRATION: tuple[str, ...] = ()
 """Rows fitted on: none (module docstring)."""
 
+FRAMEWORKS = {
+    "MB2509": "Megatron-Bridge",
+    "MB2511": "Megatron-Bridge",
+    "MB2602": "Megatron-Bridge",
+    "MB2604": "Megatron-Bridge",
+    "SIMUMAX": "Megatron-LM (SimuMax's runs)",
+    "TT": "torchtitan",
+    "AM": "NeMo Automodel",
+    "DSV3": "DeepSeek's own",
+}
+"""A row id's first part -> the framework whose run it measured."""
+
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
     "deepseek-ai/DeepSeek-V2": "deepseek_v2",
+    "meta-llama/Llama-4-Scout-17B-16E": "llama4_scout",
     "Qwen/Qwen3-30B-A3B": "qwen3_30b_a3b",
     "Qwen/Qwen3-235B-A22B": "qwen3_235b_a22b",
     "openai/gpt-oss-120b": "gpt_oss_120b",
@@ -190,6 +203,7 @@ def main() -> None:
     with RUNS.open() as f:
         rows = [row for row in csv.DictReader(f) if row["experts"] and int(row["experts"]) > 0]
     errors: dict[str, list[float]] = {}
+    by_framework: dict[str, list[float]] = {}
     print(f"{'row':34s} {'split':11s} {'measured s':>10s} {'predicted s':>11s} {'error':>7s} "
           f"{'EP a2a s':>8s} {'bubble s':>8s} {'memory GB':>9s} fits")  # fmt: skip
     for row in rows:
@@ -205,6 +219,7 @@ def main() -> None:
         split = "calibration" if run.row_id in CALIBRATION else "held-out"
         error = report.time_per_batch_s / run.measured_s - 1
         errors.setdefault(split, []).append(abs(error))
+        by_framework.setdefault(FRAMEWORKS[run.row_id.split("-")[0]], []).append(abs(error))
         b = report.breakdown
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
@@ -213,6 +228,10 @@ def main() -> None:
     print("\nmean and max absolute error per split:")
     for split, values in sorted(errors.items()):
         print(f"  {split:11s} {len(values):3d} rows: mean {np.mean(values):6.1%}, max {np.max(values):6.1%}")
+    print("by the framework that ran them:")
+    for framework, values in sorted(by_framework.items()):
+        mean, worst = np.mean(values), np.max(values)
+        print(f"  {framework:28s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")
     print(f"\ntotal: {time.perf_counter() - start:.0f} s")
 
 

@@ -74,12 +74,14 @@ SHALLOW = {
     **dict.fromkeys(MOE_PRESETS[:4], "model.hf_config.num_hidden_layers=2"),
     "deepseek_v3": "model.hf_config.num_hidden_layers=4",
     "deepseek_v2": "model.hf_config.num_hidden_layers=2",
+    "llama4_scout": "model.hf_config.num_hidden_layers=4",
 }
 """Presets the suite lowers with 4 blocks instead of their 54 and 72: GPT-2's architecture is
 exported at full depth as gpt2_xl and gpt3_175b, and every figure the suite checks on these two is per
 block, embedding or head, or is compared with Hugging Face's model at the same depth (their full
 exports took a minute of CI). The MoE presets keep 2 blocks (DeepSeek-V3 4: its 3 dense and one MoE
-block; DeepSeek-V2's 2 are its dense block and one MoE block); their full-depth counts are checked on
+block; DeepSeek-V2's 2 are its dense block and one MoE block; Llama 4 Scout 4: three blocks with
+rotary embeddings and one without); their full-depth counts are checked on
 Hugging Face's model alone (`tests/frontend/test_moe.py`)."""
 
 

@@ -84,12 +84,25 @@ def check_top_k(top_k: int, experts: int) -> None:
 
 def expert_modules(model: Any) -> list[tuple[str, Any]]:
     """(name, module) of every expert module of a Hugging Face model: stacked expert weights
-    ([experts, ...]) behind the `use_experts_implementation` interface."""
+    ([experts, ...]) behind the `use_experts_implementation` interface, or a Llama 4 MoE layer's
+    (`llama4_layers`)."""
     return [
         (name, module)
         for name, module in model.named_modules()
         if hasattr(module, "num_experts") and hasattr(module, "down_proj") and hasattr(module, "has_gate")
-    ]
+    ] + [(f"{name}.experts", layer.experts) for name, layer in llama4_layers(model)]
+
+
+def llama4_layers(model: Any) -> list[tuple[str, Any]]:
+    """(name, module) of every Llama 4 MoE layer: a router, a shared expert, and experts with stacked
+    gate-and-up ([E, h, 2f]) and down ([E, f, h]) weights, which transformers runs on every token (each
+    scaled by its router score, zero for the experts it did not choose)."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if hasattr(module, "router") and hasattr(module, "shared_expert") and hasattr(module, "experts")
+        and hasattr(module.experts, "gate_up_proj")
+    ]  # fmt: skip
 
 
 def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
@@ -103,7 +116,8 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
                 f"model {cfg.name!r} ({cfg.arch}) has experts ({named[0]}="
                 f"{getattr(model.config, named[0])}) but no expert module phazec can export as a static "
                 "graph (stacked expert weights behind transformers' experts interface, as Qwen3-MoE, "
-                "Mixtral, GPT-OSS and DeepSeek-V3 have); this architecture's MoE is not supported yet."
+                "Mixtral, GPT-OSS and DeepSeek have, or Llama 4's MoE layer); this architecture's MoE is "
+                "not supported yet."
             )
         return None
     config = model.config
@@ -140,9 +154,29 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
 
 
 def static_experts(model: Any, routing: Routing, seq_len: int) -> None:
-    """Replace the forward of every expert module by the static formulation (module docstring)."""
+    """Replace the forward of every expert module by the static formulation (module docstring), and of
+    every Llama 4 MoE layer by its router, the static experts with each token copy scaled by its router
+    score before its expert (as Llama 4 scales its experts' input), and its shared expert."""
+    layers = llama4_layers(model)
     for _, module in expert_modules(model):
-        module.forward = types.MethodType(_static_forward(routing, seq_len), module)
+        if not hasattr(module, "has_gate"):  # a Llama 4 layer's: SwiGLU, gate first, [E, in, out] weights
+            module.has_gate, module.is_transposed, module.has_bias = True, True, False
+        weigh_input = any(module is layer.experts for _, layer in layers)
+        module.forward = types.MethodType(_static_forward(routing, seq_len, weigh_input), module)
+    for _, layer in layers:
+        layer.forward = types.MethodType(_llama4_forward, layer)
+
+
+def _llama4_forward(self: Any, hidden_states: Any) -> Any:
+    import torch
+
+    hidden = hidden_states.reshape(-1, self.hidden_dim)
+    # the router's GEMM, its top-k logits and their sigmoid: transformers' scores without scattering
+    # them into a [tokens, experts] tensor of zeros
+    logits = torch.nn.functional.linear(hidden, self.router.weight)
+    top, index = logits.topk(self.top_k, dim=1)
+    weights = torch.sigmoid(top.float()).to(hidden.dtype)
+    return self.shared_expert(hidden) + self.experts(hidden, index, weights), logits
 
 
 def static_latent_attention(model: Any) -> None:
@@ -163,7 +197,7 @@ def static_latent_attention(model: Any) -> None:
             module.expand_kv = types.MethodType(expand_kv, module)
 
 
-def _static_forward(routing: Routing, seq_len: int) -> Any:
+def _static_forward(routing: Routing, seq_len: int, weigh_input: bool = False) -> Any:
     import torch
 
     def forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
@@ -179,17 +213,19 @@ def _static_forward(routing: Routing, seq_len: int) -> Any:
         if assigned < weights.shape[0]:  # dropped copies
             weights = weights[:assigned]
         dispatched = copies[:assigned].reshape(experts, assigned // experts, hidden)
+        if weigh_input:  # Llama 4: each copy scaled before its expert
+            dispatched = dispatched * weights.reshape(experts, assigned // experts, 1).to(dispatched.dtype)
         up_weight = self.gate_up_proj if self.has_gate else self.up_proj
         out = torch.bmm(dispatched, up_weight if self.is_transposed else up_weight.transpose(1, 2))
         if self.has_bias:
             bias = self.gate_up_proj_bias if self.has_gate else self.up_proj_bias
             out = out + bias.unsqueeze(1)
-        if self.has_gate and type(self)._apply_gate.__name__ == "_default_apply_gate":
+        if self.has_gate and default_gate(self):
             half = out.shape[-1] // 2
             out = self.act_fn(out[..., :half]) * out[..., half:]
         else:
             out = self._apply_gate(out) if self.has_gate else self.act_fn(out)
-        if not self.has_bias:  # weighted inside the experts, before the down projection
+        if not self.has_bias and not weigh_input:  # weighted inside the experts, before the down projection
             out = out * weights.reshape(experts, assigned // experts, 1).to(out.dtype)
         out = torch.bmm(out, self.down_proj if self.is_transposed else self.down_proj.transpose(1, 2))
         if self.has_bias:
@@ -205,3 +241,10 @@ def _static_forward(routing: Routing, seq_len: int) -> Any:
         return out.sum(dim=1)
 
     return forward
+
+
+def default_gate(module: Any) -> bool:
+    """Whether an expert module gates as transformers' default (the activation of the first half times
+    the second): its `_apply_gate` is `_default_apply_gate`, or it has none (Llama 4's, which does so)."""
+    apply = getattr(type(module), "_apply_gate", None)
+    return apply is None or apply.__name__ == "_default_apply_gate"

@@ -1,31 +1,34 @@
 """Complex-valued rotary embeddings exported as their real-valued equivalent.
 
-transformers' DeepSeek-V2 builds its rotary embedding from complex numbers (`torch.polar`, then
-products of `view_as_complex` views), which torch's ONNX exporter cannot export. While exporting,
-phazec gives such a model's rotary module a forward that returns the cosines and sines of the same
-angles, stacked on a last axis of 2 and scaled as the original scales its complex numbers, and its
-modeling module an `apply_rotary_emb` that turns each pair (a, b) = (x_2i, x_2i+1) of the query's and
-the key's rotary features into (a cos - b sin, a sin + b cos): the real and imaginary parts of the
-complex product. The values are the original's (`tests/frontend/test_rotary.py`); the work is a
+transformers' DeepSeek-V2 and Llama 4 build their rotary embeddings from complex numbers
+(`torch.polar`, then products of `view_as_complex` views), which torch's ONNX exporter cannot export.
+While exporting, phazec gives such a model's rotary module a forward that returns the cosines and sines
+of the same angles, stacked on a last axis of 2 and scaled as the original scales its complex numbers,
+and its modeling module an `apply_rotary_emb` that turns each pair (a, b) = (x_2i, x_2i+1) of the
+query's and the key's rotary features into (a cos - b sin, a sin + b cos): the real and imaginary parts
+of the complex product. The values are the original's (`tests/frontend/test_rotary.py`); the work is a
 rotary embedding's elementwise products.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-COMPLEX_ROTARY: dict[str, tuple[str, str]] = {
+COMPLEX_ROTARY: dict[str, tuple[str, str, int]] = {
     "DeepseekV2ForCausalLM": (
         "transformers.models.deepseek_v2.modeling_deepseek_v2",
         "DeepseekV2RotaryEmbedding",
+        1,
     ),
+    "Llama4ForCausalLM": ("transformers.models.llama4.modeling_llama4", "Llama4TextRotaryEmbedding", 2),
 }
-"""Architecture -> (its modeling module, its rotary module's class): the models whose rotary embedding
-is complex-valued."""
+"""Architecture -> (its modeling module, its rotary module's class, the heads axis of the query and key
+its `apply_rotary_emb` rotates): the models whose rotary embedding is complex-valued."""
 
 
 @contextmanager
@@ -42,7 +45,7 @@ def real_rotary(model: Any) -> Iterator[None]:
         if isinstance(module, rotary_class):
             module.forward = types.MethodType(cos_sin, module)
     saved = getattr(modeling, "apply_rotary_emb")  # noqa: B009 (a module transformers defines)
-    setattr(modeling, "apply_rotary_emb", apply_real_rotary)  # noqa: B010
+    setattr(modeling, "apply_rotary_emb", functools.partial(apply_real_rotary, heads_axis=found[2]))  # noqa: B010
     try:
         yield
     finally:
@@ -58,12 +61,13 @@ def cos_sin(self: Any, x: Any, position_ids: Any) -> Any:
     return torch.stack((angles.cos(), angles.sin()), dim=-1) * self.attention_scaling
 
 
-def apply_real_rotary(query: Any, key: Any, rotation: Any) -> tuple[Any, Any]:
-    """Rotate the query's and the key's feature pairs ([batch, heads, seq, dim]) by `rotation`
-    ([batch, seq, dim / 2, 2], `cos_sin`), in float32 and back to their own type, as the original."""
+def apply_real_rotary(query: Any, key: Any, rotation: Any, heads_axis: int) -> tuple[Any, Any]:
+    """Rotate the query's and the key's feature pairs ([batch, heads, seq, dim], or [batch, seq, heads,
+    dim] with `heads_axis` 2) by `rotation` ([batch, seq, dim / 2, 2], `cos_sin`), in float32 and back
+    to their own type, as the original."""
     import torch
 
-    cos, sin = rotation.unsqueeze(1).unbind(-1)
+    cos, sin = rotation.unsqueeze(heads_axis).unbind(-1)
 
     def rotated(x: Any) -> Any:
         a, b = x.float().reshape(*x.shape[:-1], -1, 2).unbind(-1)

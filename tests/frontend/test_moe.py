@@ -46,7 +46,7 @@ def hugging_face_counts(cfg: ModelConfig) -> tuple[int, int]:
     routed = sum(
         p.numel()
         for name, module in model.named_modules()
-        if name.endswith("mlp.experts")
+        if name.endswith(".experts")
         for p in module.parameters()
     )
     return total, total - routed // experts * (experts - top_k)
@@ -103,6 +103,19 @@ def deepseek_counts(hf: dict[str, Any]) -> tuple[int, int]:
     return total, total - (layers - dense) * 3 * h * f * (e - k)
 
 
+def llama4_counts(hf: dict[str, Any]) -> tuple[int, int]:
+    """(total, active) of Llama 4 Scout by hand: untied embedding and head (2 V h), the final norm (h);
+    per block Q, K, V, O (h d (2 H + 2 KV); the query and key L2 norm has no weight), two norms (2 h),
+    the router (E h), E routed SwiGLU experts (3 E h f) and a shared one (3 h f); a token uses k of
+    the E routed experts."""
+    h, v, layers = hf["hidden_size"], hf["vocab_size"], hf["num_hidden_layers"]
+    heads, kv, d = hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"]
+    e, k, f = hf["num_local_experts"], hf["num_experts_per_tok"], hf["intermediate_size"]
+    block = h * d * (2 * heads + 2 * kv) + 2 * h + e * h + 3 * e * h * f + 3 * h * f
+    total = 2 * v * h + h + layers * block
+    return total, total - layers * 3 * h * f * (e - k)
+
+
 def gpt_oss_counts(hf: dict[str, Any]) -> tuple[int, int]:
     """(total, active) of GPT-OSS by hand: Q, K, V and O with biases, an attention sink per head, two
     norms; the router with its bias (E h + E) and E SwiGLU experts with biases (gate and up 2 f (h + 1),
@@ -123,10 +136,11 @@ FULL_DEPTH: dict[str, tuple[int, int]] = {
     "gpt_oss_120b": (116_829_156_672, 5_711_982_912),
     "deepseek_v3": (671_026_404_352, 37_552_282_624),
     "deepseek_v2": (235_741_434_880, 21_375_800_320),
+    "llama4_scout": (107_769_861_120, 17_172_894_720),
 }
 """(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
-116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out), 671B/37B and 236B/21B as
-published."""
+116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out), 671B/37B, 236B/21B as
+published, and 107.8B/17.2B (Meta's 109B/17B is the multimodal model's; this is its text model)."""
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
@@ -137,6 +151,8 @@ def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
         by_hand = deepseek_counts(hf)
     elif name == "gpt_oss_120b":
         by_hand = gpt_oss_counts(hf)
+    elif name == "llama4_scout":
+        by_hand = llama4_counts(hf)
     else:
         mixtral = name == "mixtral_8x7b"
         by_hand = qwen3_moe_counts(hf, "num_local_experts" if mixtral else "num_experts", not mixtral)
@@ -201,6 +217,27 @@ def test_routing_weights_scale_the_experts_activation(moe_lowered: Any) -> None:
     assert (128, 256, 1) in kept  # the weights, for the activation's gradient
 
 
+def test_llama4_scout_block_forward_flops_per_token(moe_lowered: Any) -> None:
+    """One Llama 4 Scout block's forward GEMM FLOPs per token (s = 8192): Q, K, V, O 2 h d (2 H + 2 KV);
+    scores and context over all s keys 2 x 2 H s d (unfused; chunks of 8192 are the whole sequence);
+    the router 2 h E; one routed and the shared SwiGLU expert 2 x 2 x 3 h f. Each of the E = 16
+    experts takes C = 8192 / 16 = 512 rows, scaled by their router scores before it."""
+    model = moe_lowered("llama4_scout")
+    h, d, heads, kv, s, e, f = 5120, 128, 40, 8, 8192, 16, 8192
+    per_token = 2 * h * d * (2 * heads + 2 * kv) + 2 * 2 * heads * s * d + 2 * h * e + 2 * 2 * 3 * h * f
+    assert per_token == 125_829_120 + 167_772_160 + 163_840 + 503_316_480
+    block = model.layers[1]
+    graph = model.graph_of(block.index)
+    assert sum(flops(op, graph) for op in graph.ops if op.kind is OpKind.GEMM) == per_token * s
+    assert model.routing is not None and model.routing.tokens_per_expert == 512
+    (scaled,) = [
+        op
+        for op in graph.ops
+        if op.op_type == "Mul" and (e, 512, 1) in [graph.tensors[i].shape for i in op.inputs]
+    ]
+    assert graph.tensors[scaled.outputs[0]].shape == (e, 512, h)  # the tokens, before the experts
+
+
 def test_capacity_factor_and_imbalance_scale_the_tokens_per_expert(tmp_path: Path) -> None:
     """Capacity factor 1.25 (dropping) and imbalance 2 give 1.25 and 2 x the balanced 4096 x 2 / 8 tokens
     per expert; the expert GEMMs' FLOPs scale with them."""
@@ -233,14 +270,14 @@ def test_bad_routing_is_one_paragraph(moe: MoeConfig, hf: dict[str, int], says: 
 
 
 def test_an_moe_without_a_static_formulation_is_refused(tmp_path: Path) -> None:
-    """Llama 4's experts are another module (every expert sees every token in transformers' code):
-    refused before export rather than priced as E times the work."""
-    hf = {"hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 64, "num_hidden_layers": 2,
-          "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-          "num_experts_per_tok": 1, "vocab_size": 128, "head_dim": 16}  # fmt: skip
-    cfg = ModelConfig(name="tiny_llama4", arch="Llama4ForCausalLM", hf_config=hf, seq_len=64)
+    """JetMoE's experts are another module (parallel experts behind their own linear layers): refused
+    before export rather than priced wrongly."""
+    hf = {"hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 1, "vocab_size": 128,
+          "kv_channels": 16}  # fmt: skip
+    cfg = ModelConfig(name="tiny_jetmoe", arch="JetMoeForCausalLM", hf_config=hf, seq_len=64)
     with pytest.raises(
-        PhazecError, match=r"^model 'tiny_llama4' \(Llama4ForCausalLM\) has experts .* not supported yet\.$"
+        PhazecError, match=r"^model 'tiny_jetmoe' \(JetMoeForCausalLM\) has experts .* not supported yet\.$"
     ):
         load_model(cfg, tmp_path)
     assert not list((tmp_path / "onnx").glob("*.onnx"))
