@@ -25,11 +25,13 @@ How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs f
 Engine's, cuDNN's or FlashAttention's); the Megatron-Bridge, torchtitan and NeMo Automodel rows overlap
 the gradient reduction and the parameter gather with compute (Megatron-Core's distributed optimizer
 overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer Engine's overlap,
-torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A row that does not state its
-recompute is taken to recompute nothing (Megatron-Core's default; with flash attention phazec's
-selective recompute is the same). GB200 and GB300 rows of more than one rack run in 64-GPU NVLink
-domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and more;
-conf/system/gb200_nvl72.yaml).
+torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A row whose recompute is its
+recipe's default ("not stated (recipe default)": Megatron-Bridge's perf recipes set none) recomputes
+nothing; a row that says nothing of it runs the least recompute that fits its HBM, none, selective,
+then full (`least_recompute_that_fits`: the run fit, so it recomputed at least that much; with flash
+attention phazec's selective recompute is the same as none). GB200 and GB300 rows of more than one
+rack run in 64-GPU NVLink domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and
+more; conf/system/gb200_nvl72.yaml).
 
 Split, written down before any fit (`CALIBRATION`): per chip family one or two rows, chosen by family and
 model size, not by error; every other expressible row is held out. `--fit` fits each calibrated chip's
@@ -48,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from phazec.errors import PhazecError
-from phazec.predict.plan_report import plan_stages
+from phazec.predict.plan_report import PlanReport, plan_stages
 from phazec.predict.training import Training
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -102,6 +104,9 @@ class ModernRun:
     cp: int
     gpus_per_domain: int | None
     """The NVLink domain's size where it is not the system preset's (`system.tiers.0.group_size`)."""
+    recompute_stated: bool = True
+    """False where the row says nothing of recompute (not even its recipe's default): it runs the least
+    recompute that fits (`least_recompute_that_fits`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -223,7 +228,27 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         measured_s=measured_s(row),
     )
     multi_rack = system.endswith("nvl72") and gpus > 72 and gpus % 64 == 0
-    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, 64 if multi_rack else None)
+    stated = row["recompute"].strip().lower() != "not stated"
+    domain = 64 if multi_rack else None
+    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, stated)
+
+
+def least_recompute_that_fits(
+    modern: ModernRun, prepared: bench_fidelity.Prepared, fit: bench_fidelity.Fit | None
+) -> tuple[PlanReport, str]:
+    """The row's prediction, and a note: a row that does not state its recompute ran the least
+    recompute that fits (none, selective, full: the run fit its HBM, so it recomputed at least that
+    much); a stated one, or one nothing makes fit, keeps its own."""
+    report = bench_fidelity.predict(prepared, fit)
+    if modern.recompute_stated or report.fits:
+        return report, ""
+    for mode in ("selective", "full"):
+        training = dataclasses.replace(prepared.plan.training, recompute=mode)
+        plan = dataclasses.replace(prepared.plan, training=training)
+        tried = bench_fidelity.predict(dataclasses.replace(prepared, plan=plan), fit)
+        if tried.fits:
+            return tried, f"  (recompute not stated: {mode}, the least that fits)"
+    return report, ""
 
 
 def fit_families(
@@ -289,13 +314,13 @@ def main() -> None:
     print(f"\n{'row':34s} {'family':10s} {'features':12s} {'split':12s} {'measured s':>11s} "
           f"{'predicted s':>12s} {'error':>8s}")  # fmt: skip
     for modern, p in prepared.values():
-        report = bench_fidelity.predict(p, fitted.get(modern.family))
+        report, assumed = least_recompute_that_fits(modern, p, fitted.get(modern.family))
         split = "calibration" if p.run.row_id in CALIBRATION.get(modern.family, ()) else "held-out"
         error = report.time_per_batch_s / p.run.measured_s - 1
         by_chip.setdefault((modern.family, split), []).append(abs(error))
         for feature in modern.features or ("none",):
             by_feature.setdefault((feature, split), []).append(abs(error))
-        note = "" if report.fits else "  (over HBM in phazec's memory model)"
+        note = assumed if report.fits else "  (over HBM in phazec's memory model)"
         print(f"{p.run.row_id:34s} {modern.family:10s} {'+'.join(modern.features) or '-':12s} {split:12s} "
               f"{p.run.measured_s:11.3f} {report.time_per_batch_s:12.3f} {error:+8.1%}{note}")  # fmt: skip
     summary(by_chip, "chip family")

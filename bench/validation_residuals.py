@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/validation_residuals.py      # rewrites phazec/hw/validation.json
 
-Every held-out row of the two fidelity benches is predicted as they predict it, with the hw presets'
-own device values (no refit: the values `phazec-plan` uses), and its measured and predicted seconds
-per iteration are written under its chip's hw preset, with the file it comes from:
+Every held-out row of the two fidelity benches is predicted as they predict it (a modern row that does
+not state its recompute at the least that fits), with the hw presets' own device values (no refit: the
+values `phazec-plan` uses), and its measured and predicted seconds per iteration are written under its
+chip's hw preset, with the file it comes from:
 
 - `../shared/validation/public-runs.csv` (`bench_fidelity.py`): every expressible row not in its chip's
   `bench_fidelity.CALIBRATION` (A100, H100, V100);
@@ -34,7 +35,7 @@ from phazec.cli import conf_dir
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.hw.validation import VALIDATION_FILE
-from phazec.predict.plan_report import plan_stages
+from phazec.predict.plan_report import PlanReport, plan_stages
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -48,8 +49,7 @@ def held_out() -> dict[str, list[dict[str, object]]]:
     found: dict[str, list[dict[str, object]]] = {}
     start = time.perf_counter()
 
-    def add(chip: str, source: Path, prepared: bench_fidelity.Prepared) -> None:
-        report = bench_fidelity.predict(prepared)
+    def add(chip: str, source: Path, prepared: bench_fidelity.Prepared, report: PlanReport) -> None:
         found.setdefault(chip, []).append({
             "row": prepared.run.row_id,
             "file": source.name,
@@ -66,7 +66,8 @@ def held_out() -> dict[str, list[dict[str, object]]]:
         run = bench_fidelity.expressible(row)
         if isinstance(run, str) or run.row_id in bench_fidelity.CALIBRATION[run.chip]:
             continue
-        add(run.chip, bench_fidelity.RUNS, bench_fidelity.prepare(run))
+        prepared = bench_fidelity.prepare(run)
+        add(run.chip, bench_fidelity.RUNS, prepared, bench_fidelity.predict(prepared))
     knobs = bench_fidelity_modern.training_knobs()
     for row in rows(bench_fidelity_modern.RUNS):
         modern = bench_fidelity_modern.expressible(row, knobs)
@@ -81,7 +82,8 @@ def held_out() -> dict[str, list[dict[str, object]]]:
             plan_stages(lowered.evaluator.graphs[modern.run.tp], lowered.plan)
         except PhazecError:
             continue  # refused by phazec: the modern bench lists it
-        add(modern.run.chip, bench_fidelity_modern.RUNS, lowered)
+        report, _ = bench_fidelity_modern.least_recompute_that_fits(modern, lowered, None)
+        add(modern.run.chip, bench_fidelity_modern.RUNS, lowered, report)
     return found
 
 
