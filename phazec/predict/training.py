@@ -143,8 +143,8 @@ class Training:
     and torchao's per-tensor scaled FP8: the chip's FP8 rate, one-byte operands, each activation cast
     before its GEMM, each linear layer's input kept for the backward pass as that one-byte copy) or
     `mxfp8` (Blackwell's block-scaled FP8, priced as fp8); attention, the embedding, the output layer
-    and the optimizer keep their precision. The chip must have FP8 tensor
-    cores (`hw.device.fp8_rate`, and `hw.device.mxfp8` for mxfp8)."""
+    and the optimizer keep their precision. The chip must have FP8 tensor cores (`hw.device.fp8_rate`,
+    and `hw.device.mxfp8` for mxfp8)."""
     cp: int = knob(1, search=[1], core=True, layers=True, minimum=1)
     """Context parallelism: each sample's sequence split over `cp` devices (ranks after the tensor-parallel
     ones), causal work balanced between them, keys and values passed round a ring while attention
