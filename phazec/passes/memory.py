@@ -14,7 +14,7 @@ floating-point inputs (full recompute keeps them; masks and token ids are rebuil
 For a GPT block the per-sample stash is exactly Korthikanti's 34sh + 5as^2 bytes at t = 1,
 sh(10 + 24/t + 5as/(ht)) at width t, sh/t (34 + 5as/h) with sequence parallelism (`megatron_bytes`).
 One more, signed, is the change when the linear layers run in FP8 and keep one-byte copies of their
-inputs (`fp8_copy_bytes`): sh(8 + 19/t + 5as/(ht)) for the GPT block.
+inputs (`fp8_copy_bytes`): the GPT block then keeps sh(8 + 19/t + 5as/(ht)).
 """
 
 from __future__ import annotations
