@@ -1522,7 +1522,10 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
   const Lattice lat = make_lattice(in);
   std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
   LeastMemory least_memory;
-  // Per width: the plans found so far, each timed under a later variant as its incumbent (`incumbent_s`).
+  // Per width: the last `kKeptPlans` distinct plans found, latest last, each timed under a later variant
+  // for its incumbent (`incumbent_s`): the variants of a search come knob by knob, so the latest plans
+  // are those of the most alike variants, and the cost of a variant's incumbent stays bounded.
+  constexpr std::size_t kKeptPlans = 32;
   std::map<int32_t, std::vector<FoundPlan>> found;
   std::vector<PlanResult> out;
   out.reserve(variants.size());
@@ -1538,7 +1541,10 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
                                 incumbent_s(in, lat.graph, v, plans)));
     if (out.back().feasible) {
       FoundPlan plan_found{plan_sets(in, out.back().stage_layers), out.back().d};
-      if (std::find(plans.begin(), plans.end(), plan_found) == plans.end()) plans.push_back(std::move(plan_found));
+      const auto same = std::find(plans.begin(), plans.end(), plan_found);
+      if (same != plans.end()) plans.erase(same);
+      plans.push_back(std::move(plan_found));
+      if (plans.size() > kKeptPlans) plans.erase(plans.begin());
     }
   }
   return out;
