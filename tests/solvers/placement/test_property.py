@@ -303,8 +303,9 @@ def test_plans_found_for_other_variants_leave_each_optimum_as_alone(
     batch: tuple[PlacementProblem, list[Variant]],
 ) -> None:
     # In one call, each variant's search starts from the fastest plan found for an earlier variant of
-    # its width that is a plan of it too (an incumbent), and variants share least-memory reports: the
-    # result of each, plan and ties included, is the one it gets alone, and its time the brute force's.
+    # its width that is a plan of it too (an incumbent), and variants share least-memory reports, each
+    # started from the least peak of the plans found before: the result of each, plan and ties
+    # included, is the one it gets alone, and its time (or least memory) the brute force's.
     problem, variants = batch
     for variant, result in zip(variants, solve_placements(problem, variants), strict=True):
         assert result == solve_placements(problem, [variant])[0]
