@@ -512,7 +512,7 @@ from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.problem import PlacementProblem, Variant
 from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
 # A chain of 512 layers on 1024 devices with 1 GB of HBM, where nothing fits: each variant's report of
-# the least memory a plan needs (a table per stage count under interleaving), 0.15-0.5 s of DP each, for
+# the least memory a plan needs (a table per stage count under interleaving), 0.1-0.5 s of DP each, for
 # 48 variants that share no report (interleave 1-8, every recompute mode, both last-stage rules).
 n = 512
 ones = np.ones((1, n))
