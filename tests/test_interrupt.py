@@ -511,9 +511,10 @@ from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.problem import PlacementProblem, Variant
 from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
-# A chain of 256 layers on 1024 devices, interleaved and with a sharded optimizer: a table per stage
-# count and data-parallel width, about half a second of DP each variant, seventy variants.
-n = 256
+# A chain of 512 layers on 1024 devices with 1 GB of HBM, where nothing fits: each variant's report of
+# the least memory a plan needs (a table per stage count under interleaving), 0.1-0.5 s of DP each, for
+# 48 variants that share no report (interleave 1-8, every recompute mode, both last-stage rules).
+n = 512
 ones = np.ones((1, n))
 problem = PlacementProblem(
     t_values=np.array([1]), forward_latency_s=ones, backward_latency_s=2 * ones,
@@ -524,8 +525,11 @@ problem = PlacementProblem(
     tiers=(NetworkTier(8, 300e9, 2e-6), NetworkTier(1024, 25e9, 5e-6)),
 )
 variants = [
-    Variant(1, 80 * 10**9, core_settings(Training(interleave=v, zero_stage=1))) for v in range(2, 9)
-] * 10
+    Variant(1, 10**9, core_settings(Training(interleave=v, recompute=mode, last_stage_recomputes=last)))
+    for v in range(1, 9)
+    for mode in ("none", "selective", "full")
+    for last in (False, True)
+]
 try:
     with user_errors(), interruptible():
         print("solving", flush=True)

@@ -949,12 +949,36 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
                    static_cast<int64_t>(weighted * (1.0 - 1e-9))});
 }
 
+/// Plans as the pairs of their stages, first stage first.
+using PairPlans = std::vector<std::vector<std::size_t>>;
+
+/// The least peak memory at d = 1 of the plans of `known` that are plans of the variant there: on the
+/// devices, interleaving able to cut each of several stages into chunks (kNone if none).
+int64_t known_peak(const VariantModel& model, const PairPlans& known) {
+  int64_t least = kNone<int64_t>;
+  for (const auto& pairs : known) {
+    const auto total = static_cast<int64_t>(pairs.size());
+    int64_t devices = 0, peak = 0;
+    bool cut = true;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      devices += model.stage_devices(pairs[i]);
+      cut = cut && model.chunks_fit(pairs[i], total);
+      peak = std::max(peak, model.memory_bytes(pairs[i], total - static_cast<int64_t>(i), total, 1));
+    }
+    if (cut && devices <= model.in().devices) least = std::min(least, peak);
+  }
+  return least;
+}
+
 /// The least peak memory of any plan at d = 1 (whose stages interleaving can cut into chunks), split
-/// for the peak stage of one plan attaining it (the plan of fewest stages, then fewest narrow ones).
-/// Under interleaving the in-flight count depends on the stage count, so each count gets a table; the
-/// counts are tried by their `memory_bound`, least first, and a count whose bound is above the least
-/// peak found is skipped (each of its plans peaks above it).
-void fill_infeasible(const VariantModel& model, PlanResult& out) {
+/// for the peak stage of one plan attaining it (the plan of fewest stages, then fewest narrow ones),
+/// whose pairs it leaves in `plan`. Under interleaving the in-flight count depends on the stage count,
+/// so each count gets a table; the counts are tried by their `memory_bound`, least first, and a count
+/// whose bound is above the least peak found is skipped (each of its plans peaks above it). The search
+/// starts from the least peak of the `known` plans (`known_peak`), as if found, but for a tie: every
+/// plan that peaks at most as high is still met, in the same order, so the plan reported is the same.
+void fill_infeasible(const VariantModel& model, PlanResult& out, const PairPlans& known,
+                     std::vector<std::size_t>& plan) {
   const std::size_t all = model.lat.sets.size() - 1;
   const auto max_stages = static_cast<int64_t>(model.max_stages());
   const bool per_total = model.interleave() > 1;
@@ -965,8 +989,10 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
   } else {
     totals.emplace_back(0, 0);
   }
-  int64_t best = kNone<int64_t>;
-  int64_t best_total = 0;
+  const int64_t seed = known_peak(model, known);
+  int64_t best = seed;
+  int64_t best_total = seed < kNone<int64_t> ? kNone<int64_t> : 0;  // the seed loses a tie to any plan found
+  bool found = false;
   for (const auto& [bound, total] : totals) {
     if (bound > best || bound == kNone<int64_t>) continue;  // kNone: no plan of `total` stages
     // A stage above the least peak found is in no plan that peaks at most as high: priced as one that
@@ -994,6 +1020,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
           if (parts.total_bytes() != peak) continue;
           best = peak;
           best_total = total;
+          found = true;
+          plan = pairs;
           out.min_memory_bytes = peak;
           out.parameter_bytes = parts.parameter_bytes();
           out.activation_bytes = parts.working_bytes;
@@ -1003,6 +1031,7 @@ void fill_infeasible(const VariantModel& model, PlanResult& out) {
       }
     }
   }
+  if (!found && seed < kNone<int64_t>) fill_infeasible(model, out, {}, plan);  // not met: the tests rule it out
 }
 
 /// A lower bound on the time per batch of every plan of s stages at width d, from the bottleneck load
@@ -1055,19 +1084,32 @@ struct LoadBound {
   }
 };
 
-/// A variant's width index and settings: what the least memory of its plans depends on (not its HBM).
+/// A variant's width index and settings: what the least memory of its plans, at d = 1, depends on (not its
+/// HBM). The switches that time the DP syncs alone count as off, and a ZeRO stage that shards nothing at
+/// d = 1 as 0: below 3 on one context-parallel device (a shard over one device is the whole; ZeRO-3 still
+/// holds gathered layers), every stage's memory is ZeRO-0's, bit for bit.
 std::vector<int64_t> memory_key(const Variant& variant) {
+  PlanSettings settings = variant.settings;
+  settings.overlap_grad_reduce = settings.overlap_param_gather = false;
+  if (settings.cp == 1 && settings.zero_stage < 3) settings.zero_stage = 0;
   std::vector<int64_t> key{variant.width_index};
-#define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(variant.settings.name));
+#define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(settings.name));
   PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_KEY)
 #undef PHAZEC_SETTING_KEY
   return key;
 }
 
-/// The least memory of each variant's plans, by `memory_key`: variants that differ in HBM alone share it.
+/// The least memory of each variant's plans, by `memory_key`: variants that differ in HBM, in how they
+/// time syncs or in a ZeRO stage that shards nothing at d = 1 share it.
 using LeastMemory = std::map<std::vector<int64_t>, PlanResult>;
 
-PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
+/// The optimum of one variant, its pairs left in `plan` (or, when no plan fits and its least-memory report
+/// is made, those of the plan that report splits; else none). `incumbent_s` is the time of a plan of the
+/// variant (`kNone`: none known): the search starts with it as the best time, allowing ties (its next
+/// double up), so it skips from the start every table and plan that cannot reach it, and still returns
+/// the plan it returns without it (below). A report starts from the `known` plans (`fill_infeasible`).
+PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, const PairPlans& known,
+                         std::vector<std::size_t>& plan, double incumbent_s = kNone<double>) {
   const Lattice& lat = model.lat;
   const PlacementInput& in = model.in();
   const int64_t t = model.tab.t;
@@ -1127,6 +1169,12 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
     int64_t d = 0, k = 0;
     int32_t point = -1;
   } best;
+  // Every rule below skips only plans (and tables of them) whose time reaches the best time; the plan
+  // kept is the first of least time in the search's order. Started from just above the incumbent's time,
+  // the search skips plans no faster than it, so every plan of least time is still met, in the same
+  // order: the plan returned is the same. Should none be met (the incumbent timed lower than the DP
+  // would), the variant is solved again without it.
+  if (incumbent_s < kNone<double>) best.time_s = std::nextafter(incumbent_s, kNone<double>);
   const std::size_t max_stages = model.max_stages();
   const auto max_narrow = static_cast<std::size_t>(model.tab.max_narrow);
   const LoadBound bound(model);
@@ -1156,14 +1204,14 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
       std::fill(bound_s.begin(), bound_s.begin() + cramped + 1, kNone<double>);
       if (*std::min_element(bound_s.begin() + 1, bound_s.end()) >= best.time_s) continue;  // none beats the best
       std::vector<FrontierTable*> table_at(static_cast<std::size_t>(max_d) + 1, nullptr);  // per d, once asked
-      // With a table per d (a sharded optimizer) once a best is found: the widths that share a pipeline
-      // tier share its loads (unless ZeRO-3's), and
-      // a partition that fits at one of them fits at the widest, d_top. A plan at such a d has a bottleneck
-      // of at least B, the least over first stages that fit at d_top of the larger of their load and the
-      // least load of their rest's frontier there (none left: every plan is at least as slow as the best,
-      // since the points dropped are too loaded for the slots of d_top, the fewest), and a time of at
-      // least B times its slots.
-      for (int64_t top = max_d; top >= 1 && per_d && !per_k && best.time_s < kNone<double>;) {
+      // With a table per d (a sharded optimizer): the widths that share a pipeline tier share its loads
+      // (unless ZeRO-3's), and a partition that fits at one of them fits at the widest, d_top. A plan at
+      // such a d has a bottleneck of at least B, the least over first stages that fit at d_top of the
+      // larger of their load and the least load of their rest's frontier there (none left: no partition
+      // fits, or every plan is at least as slow as the best, since the points dropped are too loaded for
+      // the slots of d_top, the fewest), and a time of at least B times its slots. So widths where nothing
+      // fits are skipped before any best is found, with no table of their own.
+      for (int64_t top = max_d; top >= 1 && per_d && !per_k;) {
         const std::size_t tier = pipeline_tier[top];
         int64_t low = top;
         while (low > 1 && pipeline_tier[low - 1] == tier) --low;
@@ -1239,11 +1287,12 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   }
   PlanResult out;
   out.t = t;
-  if (best.time_s == kNone<double>) {
+  if (best.d == 0) {  // no plan met
+    if (incumbent_s < kNone<double>) return solve_variant(model, least_memory, known, plan);
     const auto [it, made] = least_memory.try_emplace(memory_key(model.variant));
     if (made) {
       it->second.t = t;
-      fill_infeasible(model, it->second);
+      fill_infeasible(model, it->second, known, plan);
     }
     return it->second;
   }
@@ -1255,6 +1304,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory) {
   const auto pairs = best.s == 1 ? std::vector<std::size_t>{best.pair}
                                  : frontier_pairs(model, table_for(best.tier, total, best.d, best.k),
                                                   best.pair, best.s, best.q, best.point);
+  plan = pairs;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     out.stage_layers.push_back(members(lat.stage[pairs[i]]));
     out.stage_devices.push_back(model.stage_devices(pairs[i]));
@@ -1393,33 +1443,11 @@ NetworkTier dp_sync_tier(const std::vector<NetworkTier>& tiers, int64_t d, int64
   return out;
 }
 
-std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
-                                         std::function<bool()> cancelled) {
-  check_input(in, variants);
-  CancelPoll poll(std::move(cancelled));
-  const Lattice lat = make_lattice(in);
-  std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
-  LeastMemory least_memory;
-  std::vector<PlanResult> out;
-  out.reserve(variants.size());
-  for (const auto& v : variants) {
-    auto it = stage_tables.find(v.width_index);
-    if (it == stage_tables.end()) {
-      it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
-    }
-    poll();
-    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
-    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}, least_memory));
-  }
-  return out;
-}
+namespace {
 
-PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
-                          const std::vector<std::vector<int32_t>>& stages, int64_t d) {
-  check_input(in, {variant});
-  if (d < 1) throw std::invalid_argument("plan: d must be >= 1");
-  const LayerGraph graph = make_layer_graph(in);
-  const std::vector<NodeSet> sets = plan_sets(in, stages);
+/// The figures of one plan, its stages as node sets (`plan_sets`): `evaluate_plan` without the checks.
+PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, const Variant& variant,
+                         const std::vector<NodeSet>& sets, int64_t d) {
   const LayerFigures& f = in.widths[variant.width_index];
   const PlanModel plan{in, variant.settings, has_experts(f)};
   const std::size_t s = sets.size();
@@ -1486,5 +1514,87 @@ PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
                    static_cast<int64_t>(last), last_sync.exposed_s, last_sync.step_s};
   return out;
 }
+
+/// A plan the DP found for a variant: the pairs of its stages, first stage first, and its data-parallel
+/// width (0 for the plan a least-memory report splits).
+struct FoundPlan {
+  std::vector<std::size_t> pairs;
+  int64_t d = 0;
+  bool operator==(const FoundPlan& other) const { return d == other.d && pairs == other.pairs; }
+};
+
+/// The least time per batch under `variant` of the plans of `found` that are plans of it (kNone if none):
+/// d at least 1 and at most the microbatches, its replicas on the devices there are, its expert-parallel
+/// groups tiling its stages, interleaving able to cut each of several stages into chunks, every stage in
+/// HBM at its position. The variant's optimum is at most that time.
+double incumbent_s(const PlacementInput& in, const Lattice& lat, const Variant& variant,
+                   const std::vector<FoundPlan>& found) {
+  const PlanSettings& settings = variant.settings;
+  const int64_t t = in.widths[variant.width_index].t;
+  double least_s = kNone<double>;
+  for (const FoundPlan& plan : found) {
+    if (plan.d < 1 || plan.d > in.microbatches || (plan.d * t * settings.cp) % settings.ep != 0) continue;
+    std::vector<NodeSet> sets;
+    for (const std::size_t p : plan.pairs) sets.push_back(lat.stage[p]);
+    const auto too_thin = [&](std::size_t p) {
+      return lat.set_size[lat.outer[p]] - lat.set_size[lat.inner[p]] < settings.interleave;
+    };
+    if (sets.size() > 1 && std::any_of(plan.pairs.begin(), plan.pairs.end(), too_thin)) continue;
+    const PlanFigures figures = plan_figures(in, lat.graph, variant, sets, plan.d);
+    int64_t k = 0;
+    for (const PlanStage& stage : figures.stages) k += stage.devices;
+    if (figures.fits_hbm && k * plan.d <= in.devices) least_s = std::min(least_s, figures.time_per_batch_s);
+  }
+  return least_s;
+}
+
+}  // namespace
+
+std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
+                                         std::function<bool()> cancelled) {
+  check_input(in, variants);
+  CancelPoll poll(std::move(cancelled));
+  const Lattice lat = make_lattice(in);
+  std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
+  LeastMemory least_memory;
+  // Per width: the last `kKeptPlans` distinct plans found, latest last, each timed under a later variant
+  // for its incumbent (`incumbent_s`) and, with the plans that least-memory reports split, the start of
+  // its report (`fill_infeasible`): the variants of a search come knob by knob, so the latest plans are
+  // those of the most alike variants, and the cost of a variant's start stays bounded.
+  constexpr std::size_t kKeptPlans = 32;
+  std::map<int32_t, std::vector<FoundPlan>> found;
+  std::vector<PlanResult> out;
+  out.reserve(variants.size());
+  for (const auto& v : variants) {
+    auto it = stage_tables.find(v.width_index);
+    if (it == stage_tables.end()) {
+      it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
+    }
+    poll();
+    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
+    std::vector<FoundPlan>& plans = found[v.width_index];
+    PairPlans known;
+    for (const FoundPlan& kept : plans) known.push_back(kept.pairs);
+    FoundPlan plan_found;
+    out.push_back(solve_variant(VariantModel{plan, lat, it->second, v, poll}, least_memory, known, plan_found.pairs,
+                                incumbent_s(in, lat, v, plans)));
+    if (!plan_found.pairs.empty()) {
+      plan_found.d = out.back().feasible ? out.back().d : 0;
+      const auto same = std::find(plans.begin(), plans.end(), plan_found);
+      if (same != plans.end()) plans.erase(same);
+      plans.push_back(std::move(plan_found));
+      if (plans.size() > kKeptPlans) plans.erase(plans.begin());
+    }
+  }
+  return out;
+}
+
+PlanFigures evaluate_plan(const PlacementInput& in, const Variant& variant,
+                          const std::vector<std::vector<int32_t>>& stages, int64_t d) {
+  check_input(in, {variant});
+  if (d < 1) throw std::invalid_argument("plan: d must be >= 1");
+  return plan_figures(in, make_layer_graph(in), variant, plan_sets(in, stages), d);
+}
+
 
 }  // namespace phazec

@@ -221,8 +221,10 @@ class CancelPoll {
   std::chrono::steady_clock::time_point next_{};
 };
 
-/// Solves every variant; throws std::invalid_argument on malformed input (sizes, a cycle), and
-/// `Cancelled` when `cancelled` (polled every few milliseconds; empty: never) returns true.
+/// Solves every variant, in turn: each starts from the fastest plan found for an earlier variant of its
+/// width that is a plan of it too, and returns what it returns alone. Throws std::invalid_argument on
+/// malformed input (sizes, a cycle), and `Cancelled` when `cancelled` (polled every few milliseconds;
+/// empty: never) returns true.
 std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::vector<Variant>& variants,
                                          std::function<bool()> cancelled = {});
 

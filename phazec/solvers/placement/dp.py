@@ -25,10 +25,13 @@ def solve_placements(problem: PlacementProblem, variants: Sequence[Variant]) -> 
     """The optimal plan of each variant, solved in one C++ call that shares work between them.
 
     The downsets and stage pairs are built once; the per-stage figures once per t; the other
-    settings only change the DP. The GIL is released while solving and taken back every 20 ms to run
-    Python's signal handlers: an exception one raises (`Interrupted` on Ctrl-C) stops the solve and is
-    raised here. An infeasible variant reports the least memory with the optimizer state unsharded
-    (d = 1).
+    settings only change the DP. The variants are solved in turn, and each starts its search from
+    the fastest plan found for an earlier variant of its t that is a plan of it too (its incumbent),
+    so it skips from the start what cannot beat that plan; each result, plan and ties included, is
+    the one the variant gets alone (docs/model/placement.md). The GIL is released while solving and
+    taken back every 20 ms to run Python's signal handlers: an exception one raises (`Interrupted` on
+    Ctrl-C) stops the solve and is raised here. An infeasible variant reports the least memory with
+    the optimizer state unsharded (d = 1).
 
     Raises:
         PhazecError: a variant names a t the problem has no figures for, or a bad HBM size.

@@ -267,6 +267,54 @@ def test_branching_dags_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
+@st.composite
+def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
+    """A problem (a chain, a chain of identical blocks, where equal plans tie, or a branching DAG) and
+    up to eight variants, each a base setting with up to two of the settings the model reads, its width
+    or its HBM size drawn anew (so that variants often differ in one knob, as a search's do)."""
+    chains, dags = problems_and_settings(branching=False), problems_and_settings(branching=True)
+    problem, hbm_bytes, _ = draw(st.one_of(chains, block_chains(), dags))
+    knobs: dict[str, st.SearchStrategy[Any]] = {
+        "recompute": st.sampled_from(RECOMPUTE_MODES),
+        "interleave": st.integers(1, 3),
+        "zero_stage": st.integers(0, 3),
+        "cp": st.integers(1, 2),
+        "last_stage_recomputes": st.booleans(),
+        "overlap_grad_reduce": st.booleans(),
+        "overlap_param_gather": st.booleans(),
+        "ep": st.sampled_from([1, 1, 2]),
+        "t": st.sampled_from([int(t) for t in problem.t_values]),
+        "hbm": st.sampled_from([hbm_bytes, hbm_bytes // 2, 2 * hbm_bytes]),
+    }
+    base = draw(st.fixed_dictionaries(knobs))
+    variants = []
+    for _ in range(draw(st.integers(2, 8))):
+        changed = draw(st.lists(st.sampled_from(sorted(knobs)), max_size=2, unique=True))
+        chosen = {**base, **{name: draw(knobs[name]) for name in changed}}
+        t, hbm = chosen.pop("t"), chosen.pop("hbm")
+        if t * chosen["cp"] <= problem.device_count:
+            variants.append(Variant(t, hbm, plan_settings(**chosen)))
+    return problem, variants
+
+
+@settings(max_examples=60, deadline=None)
+@given(variant_batches())
+def test_plans_found_for_other_variants_leave_each_optimum_as_alone(
+    batch: tuple[PlacementProblem, list[Variant]],
+) -> None:
+    # In one call, each variant's search starts from the fastest plan found for an earlier variant of
+    # its width that is a plan of it too (an incumbent), and variants share least-memory reports, each
+    # started from the least peak of the plans found before: the result of each, plan and ties
+    # included, is the one it gets alone, and its time (or least memory) the brute force's.
+    problem, variants = batch
+    for variant, result in zip(variants, solve_placements(problem, variants), strict=True):
+        assert result == solve_placements(problem, [variant])[0]
+        time_s = result.time_per_batch_s if isinstance(result, Placement) else None
+        assert time_s == best_time_s(problem, variant)
+        if isinstance(result, NoFeasiblePlacement):
+            assert result.min_memory_bytes == min_memory_bytes(problem, variant)
+
+
 @settings(max_examples=60, deadline=None)
 @given(problems_and_settings(branching=True), st.data())
 def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, data: st.DataObject) -> None:
