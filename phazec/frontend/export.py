@@ -9,6 +9,7 @@ tensor scales with the microbatch.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import inspect
 import json
@@ -37,8 +38,10 @@ log = logging.getLogger(__name__)
 BATCH_SENTINEL = 1009
 """The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
 
-EXPORT_FORMAT = 3
-"""Bumped whenever the export changes, so older cache entries are not reused."""
+EXPORT_SOURCES = ("export.py", "moe.py", "rotary.py")
+"""The modules of `phazec.frontend` whose code shapes the exported graph (this one, and the formulations
+swapped in while exporting): their text is part of the cache key, so an exported file is never reused
+across a change to them."""
 
 DTYPES = ("bfloat16", "float16", "float32")
 KEPT_METADATA = "pkg.torch.onnx.name_scopes"
@@ -54,10 +57,19 @@ def cache_key(cfg: ModelConfig) -> str:
         "dtype": cfg.dtype,
         "moe": [cfg.moe.imbalance, cfg.moe.capacity_factor],
         "batch": BATCH_SENTINEL,
-        "format": EXPORT_FORMAT,
+        "sources": export_sources_digest(),
         "versions": [metadata.version(p) for p in ("torch", "transformers", "onnx", "onnxscript")],
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@functools.cache
+def export_sources_digest() -> str:
+    """The SHA-256 of the text of `EXPORT_SOURCES`, read once per process."""
+    digest = hashlib.sha256()
+    for name in EXPORT_SOURCES:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
 
 
 def exported_onnx(cfg: ModelConfig, cache_dir: Path) -> Path:
