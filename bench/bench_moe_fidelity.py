@@ -49,17 +49,14 @@ RUNS = fidelity_kernels.shared_dir() / "validation" / "modern-runs.csv"
 CALIBRATION: tuple[str, ...] = ()
 """Rows fitted on: none (module docstring)."""
 
-FRAMEWORKS = {
-    "MB2509": "Megatron-Bridge",
-    "MB2511": "Megatron-Bridge",
-    "MB2602": "Megatron-Bridge",
-    "MB2604": "Megatron-Bridge",
-    "SIMUMAX": "Megatron-LM (SimuMax's runs)",
-    "TT": "torchtitan",
-    "AM": "NeMo Automodel",
-    "DSV3": "DeepSeek's own",
-}
-"""A row id's first part -> the framework whose run it measured."""
+FRAMEWORKS = (
+    ("MB", "Megatron-Bridge"),
+    ("SIMUMAX", "Megatron-LM (SimuMax's runs)"),
+    ("TT", "torchtitan"),
+    ("AM", "NeMo Automodel"),
+    ("DSV3", "DeepSeek's own"),
+)
+"""(row id prefix, the framework whose run the row measured)."""
 
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
@@ -219,7 +216,8 @@ def main() -> None:
         split = "calibration" if run.row_id in CALIBRATION else "held-out"
         error = report.time_per_batch_s / run.measured_s - 1
         errors.setdefault(split, []).append(abs(error))
-        by_framework.setdefault(FRAMEWORKS[run.row_id.split("-")[0]], []).append(abs(error))
+        framework = next(name for prefix, name in FRAMEWORKS if run.row_id.startswith(prefix))
+        by_framework.setdefault(framework, []).append(abs(error))
         b = report.breakdown
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "

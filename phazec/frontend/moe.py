@@ -84,13 +84,21 @@ def check_top_k(top_k: int, experts: int) -> None:
 
 def expert_modules(model: Any) -> list[tuple[str, Any]]:
     """(name, module) of every expert module of a Hugging Face model: stacked expert weights
-    ([experts, ...]) behind the `use_experts_implementation` interface, or a Llama 4 MoE layer's
-    (`llama4_layers`)."""
+    ([experts, ...]) behind the `use_experts_implementation` interface (`stacked_experts`), or a Llama 4
+    MoE layer's (`llama4_layers`)."""
+    return stacked_experts(model) + [
+        (f"{name}.experts", layer.experts) for name, layer in llama4_layers(model)
+    ]
+
+
+def stacked_experts(model: Any) -> list[tuple[str, Any]]:
+    """(name, module) of every expert module behind transformers' `use_experts_implementation`
+    interface (Qwen3-MoE, Mixtral, GPT-OSS, DeepSeek)."""
     return [
         (name, module)
         for name, module in model.named_modules()
         if hasattr(module, "num_experts") and hasattr(module, "down_proj") and hasattr(module, "has_gate")
-    ] + [(f"{name}.experts", layer.experts) for name, layer in llama4_layers(model)]
+    ]
 
 
 def llama4_layers(model: Any) -> list[tuple[str, Any]]:
@@ -157,13 +165,12 @@ def static_experts(model: Any, routing: Routing, seq_len: int) -> None:
     """Replace the forward of every expert module by the static formulation (module docstring), and of
     every Llama 4 MoE layer by its router, the static experts with each token copy scaled by its router
     score before its expert (as Llama 4 scales its experts' input), and its shared expert."""
-    layers = llama4_layers(model)
-    for _, module in expert_modules(model):
-        if not hasattr(module, "has_gate"):  # a Llama 4 layer's: SwiGLU, gate first, [E, in, out] weights
-            module.has_gate, module.is_transposed, module.has_bias = True, True, False
-        weigh_input = any(module is layer.experts for _, layer in layers)
-        module.forward = types.MethodType(_static_forward(routing, seq_len, weigh_input), module)
-    for _, layer in layers:
+    for _, module in stacked_experts(model):
+        module.forward = types.MethodType(_static_forward(routing, seq_len), module)
+    for _, layer in llama4_layers(model):
+        experts = layer.experts  # SwiGLU experts, gate first, weights stored [E, in, out]
+        experts.has_gate, experts.is_transposed, experts.has_bias = True, True, False
+        experts.forward = types.MethodType(_static_forward(routing, seq_len, weigh_input=True), experts)
         layer.forward = types.MethodType(_llama4_forward, layer)
 
 

@@ -20,6 +20,7 @@ inputs (`fp8_copy_bytes`): the GPT block then keeps sh(8 + 19/t + 5as/(ht)).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -53,7 +54,7 @@ class Memory:
         return PassResult(replace(model, classes=classes), True)
 
 
-def split_bytes(graph: Graph, names: list[str]) -> tuple[int, int]:
+def split_bytes(graph: Graph, names: Collection[str]) -> tuple[int, int]:
     """(fixed, per-sample) bytes of some of a graph's tensors."""
     fixed = sum(graph.tensors[n].nbytes() for n in names if graph.tensors[n].batch_axis is None)
     per_sample = sum(graph.tensors[n].nbytes() for n in names if graph.tensors[n].batch_axis is not None)
@@ -77,7 +78,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     per_sample = [n for n in stash if cls.backward.tensors[n].batch_axis is not None]
     scores = core_scores(forward, model.seq_len)
     core = [n for n in per_sample if n in scores]
-    replicated = [n for n in per_sample if not forward.tensors[n].tp_split]
+    replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
     return LayerMemory(
