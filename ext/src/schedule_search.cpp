@@ -132,7 +132,8 @@ class Search {
   double earliest(const std::vector<Segment>& segs, const OpMode& m, double ready_s) const {
     bool holds = false;
     for (int r = 0; r < kResources; ++r) holds = holds || (m.use[r] > 0);
-    if (!holds || m.duration_s == 0.0) return ready_s;
+    if (!holds) return ready_s;
+    if (m.duration_s == 0.0) return instant(m, ready_s);
     std::vector<double> candidates{ready_s};
     for (const Segment& s : segs) {
       if (s.from_s > ready_s) candidates.push_back(s.from_s);
@@ -147,6 +148,28 @@ class Search {
       if (fits) return t;
     }
     return candidates.back();  // past every segment nothing is busy
+  }
+
+  /// The earliest instant >= `ready_s` that no placed op holding units `m` needs spans (starts before
+  /// and ends after): where an op of no duration that holds units can run (a barrier).
+  double instant(const OpMode& m, double ready_s) const {
+    std::vector<double> candidates{ready_s};
+    for (const Placed& p : placed_) {
+      if (p.end_s > ready_s) candidates.push_back(p.end_s);
+    }
+    std::sort(candidates.begin(), candidates.end());
+    for (double t : candidates) {
+      std::array<int32_t, kResources> use = m.use;
+      for (const Placed& p : placed_) {
+        if (p.start_s < t && t < p.end_s) {
+          for (int r = 0; r < kResources; ++r) use[r] += p.use[r];
+        }
+      }
+      bool fits = true;
+      for (int r = 0; r < kResources; ++r) fits = fits && use[r] <= in_.capacity[r];
+      if (fits) return t;
+    }
+    return candidates.back();
   }
 
   /// Time after `from_s` at which the free capacity of resource r has absorbed `work` core-seconds.

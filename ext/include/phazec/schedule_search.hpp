@@ -9,7 +9,9 @@
 // The search builds schedules op by op in order of start time (serial schedule generation): a node
 // picks an op whose predecessors are all placed, and a mode, and starts it at the earliest time not
 // before the previous op's start at which its predecessors have finished and its resources are
-// free for its whole duration. Every active schedule (no op can start earlier without moving
+// free for its whole duration (an op of no duration that holds units, a barrier, at the first
+// instant at or after that no placed op spans: its units must be free at that instant, and nothing
+// placed later starts before it). Every active schedule (no op can start earlier without moving
 // another) is built this way, and some optimal schedule is active, so the search is exact.
 //
 // Pruning: a node is dropped when its lower bound is within the relative tolerance of the best

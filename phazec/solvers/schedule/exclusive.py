@@ -74,7 +74,7 @@ def _bound(
     *,
     top: bool,
 ) -> float:
-    fitted = _fit(problem, modes, horizon_s)
+    fitted = fit(problem, modes, horizon_s)
     if fitted is None:
         return horizon_s  # nothing fits: no schedule of this part is shorter than the horizon
     best = bounds(problem, fitted).lower_s
@@ -82,7 +82,7 @@ def _bound(
     split = False
     for r in (TC, VC, NET):
         on_r = [i for i in range(len(problem.ops)) if r in problem.resources(i)]
-        whole = [i for i in on_r if all(_holds_all(problem, i, m, r) for m in fitted[i])]
+        whole = [i for i in on_r if all(holds_all(problem, i, m, r) for m in fitted[i])]
         rest = [i for i in on_r if i not in whole]
         if not whole or not rest:
             continue
@@ -96,7 +96,7 @@ def _bound(
     return min(best, horizon_s)
 
 
-def _fit(
+def fit(
     problem: ScheduleProblem, modes: list[tuple[bool, ...]], horizon_s: float
 ) -> list[tuple[bool, ...]] | None:
     """The modes whose head + latency + tail fits in the horizon, until none drops; None when an op
@@ -115,7 +115,7 @@ def _fit(
         modes = kept
 
 
-def _holds_all(problem: ScheduleProblem, i: int, spread: bool, resource: str) -> bool:
+def holds_all(problem: ScheduleProblem, i: int, spread: bool, resource: str) -> bool:
     """Whether op i in this mode holds every core of `resource` (an op that takes no time holds none)."""
     return problem.duration_s(i, spread) > 0 and (spread or problem.capacity(resource) == 1)
 

@@ -28,6 +28,7 @@ from phazec.solvers.schedule.exact import search
 from phazec.solvers.schedule.exclusive import exclusive_bound_s
 from phazec.solvers.schedule.heuristic import list_schedule, list_schedule_in_order
 from phazec.solvers.schedule.model import Formulation, Incumbent, bounds, build, extract, modelled_modes
+from phazec.solvers.schedule.phases import phase_schedule
 from phazec.solvers.schedule.problem import HBM, ScheduleProblem, canonical_key
 from phazec.solvers.schedule.replay import Replay, replay
 from phazec.solvers.schema import SolverConfig
@@ -37,12 +38,18 @@ logger = logging.getLogger(__name__)
 
 SEARCH = "search"
 """The `backend` of a SolveRecord of the exact schedule search."""
+PHASES = "phases"
+"""The `backend` of a SolveRecord of the barrier problem's search (`phases`)."""
 
 SCHEDULE_FORMAT = "schedule-1"
 """The layout of a cached schedule; changing it makes older entries count as derived from other inputs."""
 
 EXCLUSIVE_NODE_SHARE = 2
 """The exclusive-op bound searches what is left with 1/EXCLUSIVE_NODE_SHARE of `solver.search_node_limit`."""
+
+PHASES_NODE_FACTOR = 2
+"""The barrier problem (`phases`) is searched with PHASES_NODE_FACTOR x `solver.search_node_limit` nodes:
+where it applies it usually proves the optimum, and then no ILP runs."""
 
 REPLAY_RTOL = 1e-6
 """Replay tolerance on the makespan, relative to the horizon (solver tolerances are absolute)."""
@@ -193,12 +200,19 @@ def schedule(
     lower_s = modelled_modes(problem, best)[1].lower_s
     if not _meets(best, lower_s, config):
         lower_s = max(lower_s, _exclusive_s(problem, config, best))
+    phased = _phased(problem, config, best, lower_s) if not _meets(best, lower_s, config) else None
     if _meets(best, lower_s, config):
         found = _schedule(problem, best, lower_s, "optimal", ())
-    elif large:
-        found = _search_alone(problem, config, best, lower_s)
+    elif phased is not None and _meets(phased.best, phased.lower_s, config):
+        found = _schedule(problem, phased.best, phased.lower_s, "optimal", (phased.record,))
     else:
-        found = optimize(problem, config, best, lower_s, model_dir)
+        found = (
+            _search_alone(problem, config, best, lower_s)
+            if large
+            else optimize(problem, config, best, lower_s, model_dir)
+        )
+        if phased is not None:
+            found = _with_phases(problem, config, found, phased)
     if cache is not None:
         cache.put(key, found)
     return found
@@ -317,6 +331,59 @@ def _search(
     )
     logger.debug("exact search: %d nodes, %s", out.nodes, record.status)
     return best, lower_s, record
+
+
+@dataclass(frozen=True)
+class _Phased:
+    """The barrier problem's schedule and bound (`phases.phase_schedule`), and its record."""
+
+    best: Incumbent
+    lower_s: float
+    record: SolveRecord
+
+
+def _phased(
+    problem: ScheduleProblem, config: SolverConfig, best: Incumbent, lower_s: float
+) -> _Phased | None:
+    """The barrier problem's schedule, no longer than `best`, and bound, at least `lower_s`, where it
+    applies (`phases.phase_schedule`, with PHASES_NODE_FACTOR x `solver.search_node_limit` nodes)."""
+    begin = time.perf_counter()
+    nodes = config.search_node_limit * PHASES_NODE_FACTOR
+    if nodes == 0:
+        return None
+    modes = modelled_modes(problem, best)[0]
+    phased = phase_schedule(problem, modes, best, lower_s, rel_gap=config.mip_gap, node_limit=nodes)
+    if phased is None:
+        return None
+    best, lower_s = phased.best, max(lower_s, phased.lower_s)
+    bound_s = min(lower_s, best.makespan_s)
+    record = SolveRecord(
+        backend=PHASES,
+        status="optimal" if _meets(best, lower_s, config) else "node_limit",
+        objective_s=best.makespan_s,
+        bound_s=bound_s,
+        gap=(best.makespan_s - bound_s) / best.makespan_s if best.makespan_s > 0 else 0.0,
+        runtime_s=time.perf_counter() - begin,
+        num_vars=0,
+        num_constraints=0,
+        core_resources=(),
+    )
+    logger.debug("barrier problem: %d nodes, %s", phased.nodes, record.status)
+    return _Phased(best, lower_s, record)
+
+
+def _with_phases(
+    problem: ScheduleProblem, config: SolverConfig, found: Schedule, phased: _Phased
+) -> Schedule:
+    """The shorter of `found` and the barrier problem's schedule (`found` on a tie), with the better
+    bound; optimal if that meets it."""
+    own = Incumbent(
+        start_s=found.start_s, spread=found.spread, cores=found.cores, makespan_s=found.makespan_s
+    )
+    best = _better(own, phased.best)
+    lower_s = max(found.bound_s, phased.lower_s)
+    status = "optimal" if _meets(best, lower_s, config) else found.status
+    return _schedule(problem, best, lower_s, status, (phased.record, *found.solves))
 
 
 def _exclusive_s(problem: ScheduleProblem, config: SolverConfig, best: Incumbent) -> float:
