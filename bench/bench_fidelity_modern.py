@@ -11,7 +11,8 @@ plan timed as `phazec-plan` times it), as
 a Llama block (`model=llama3_8b`'s architecture at the row's hidden size, FFN, heads, key-value heads and
 vocabulary) on its chip's hw and system presets (`CHIPS`) with the row's GPU count, global batch,
 microbatch, tp, pp, dp, interleave, recompute, sequence parallelism, and its precision, zero stage and
-context parallelism as the plan knobs `precision`, `zero_stage` and `cp`. Measured seconds per iteration:
+context parallelism as the plan knobs `precision`, `zero_stage` and `cp`, and the transformer blocks its
+recipe offloads to the host as `offload_layers` (`OFFLOAD_LAYERS`). Measured seconds per iteration:
 the row's own, else global batch x sequence / (tokens/s per GPU x GPUs) (the csv's README).
 
 Expressible is decided at run time by what phazec can plan (`expressible`): a row needing FP8, zero
