@@ -11,7 +11,8 @@ plan timed as `phazec-plan` times it), as
 a Llama block (`model=llama3_8b`'s architecture at the row's hidden size, FFN, heads, key-value heads and
 vocabulary) on its chip's hw and system presets (`CHIPS`) with the row's GPU count, global batch,
 microbatch, tp, pp, dp, interleave, recompute, sequence parallelism, and its precision, zero stage and
-context parallelism as the plan knobs `precision`, `zero_stage` and `cp`. Measured seconds per iteration:
+context parallelism as the plan knobs `precision`, `zero_stage` and `cp`, and the transformer blocks its
+recipe offloads to the host as `offload_layers` (`OFFLOAD_LAYERS`). Measured seconds per iteration:
 the row's own, else global batch x sequence / (tokens/s per GPU x GPUs) (the csv's README).
 
 Expressible is decided at run time by what phazec can plan (`expressible`): a row needing FP8, zero
@@ -86,6 +87,14 @@ B200 (its Megatron-Bridge 405B row stays held out); an 8B and a 70B Megatron-Bri
 fitted: h100 (its one dense row is held out; the h100 preset's fit on public-runs.csv), h200 (the H100's
 silicon: the same fit), gb300 (no dense row)."""
 
+OFFLOAD_LAYERS = {"MB2604-L70B-GB200-64-FP8-FSDP": 40}
+"""Transformer blocks whose activations a row's recipe offloads to the host (`plan.offload_layers`),
+where modern-runs.csv has no column for it: Megatron-Bridge's llama3_70b_pretrain_64gpu_gb200_fp8cs_config
+sets `cpu_offloading=True`, `cpu_offloading_weights=False`, `cpu_offloading_num_layers=40`
+(NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a,
+src/megatron/bridge/perf_recipes/llama/gb200/llama3.py, the commit the row cites). Every other row's
+recipe offloads nothing (0); the B200 and B300 70B FSDP recipes that do have no row."""
+
 LLAMA_PRESET = "llama3_8b"
 """The model preset whose architecture (LlamaForCausalLM, untied, RoPE) every dense row takes."""
 
@@ -104,6 +113,8 @@ class ModernRun:
     cp: int
     gpus_per_domain: int | None
     """The NVLink domain's size where it is not the system preset's (`system.tiers.0.group_size`)."""
+    offload_layers: int
+    """Transformer blocks whose activations go to the host (`OFFLOAD_LAYERS`)."""
     recompute_stated: bool = True
     """False where the row says nothing of recompute (not even its recipe's default): it runs the least
     recompute that fits (`least_recompute_that_fits`)."""
@@ -132,7 +143,8 @@ class ModernRun:
         """The plan knobs and system changes `bench_fidelity.run_config` does not set: each knob only
         if it is one of `knobs` (`training_knobs()`: `expressible` has refused the rows that need a
         missing one)."""
-        values = (("precision", self.precision), ("cp", self.cp))  # the zero stage is the Run's
+        values = (("precision", self.precision), ("cp", self.cp), ("offload_layers", self.offload_layers))
+        # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
         if self.gpus_per_domain is not None:
             extra.append(f"system.tiers.0.group_size={self.gpus_per_domain}")
@@ -192,10 +204,16 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     for hit, reason in reasons:
         if hit:
             return reason
-    needed = {"precision": precision != "bf16", "zero_stage": int(zero) > 1, "cp": cp > 1}
+    offload = OFFLOAD_LAYERS.get(row["source_id"], 0)
+    needed = {
+        "precision": precision != "bf16",
+        "zero_stage": int(zero) > 1,
+        "cp": cp > 1,
+        "offload_layers": offload > 0,
+    }
     missing = [name for name, needs in needed.items() if needs and name not in knobs]
     if missing:
-        asked = {"precision": precision, "zero_stage": zero, "cp": cp}
+        asked = {"precision": precision, "zero_stage": zero, "cp": cp, "offload_layers": offload}
         return "needs the plan knobs " + ", ".join(f"{name} ({asked[name]})" for name in missing)
     assert chip is not None and recompute is not None
     hw, system, family = chip
@@ -230,7 +248,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     multi_rack = system.endswith("nvl72") and gpus > 72 and gpus % 64 == 0
     stated = row["recompute"].strip().lower() != "not stated"
     domain = 64 if multi_rack else None
-    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, stated)
+    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, stated)
 
 
 def least_recompute_that_fits(

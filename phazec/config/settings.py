@@ -33,6 +33,7 @@ from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, check_size, hw_space_from_config
 from phazec.hw.system import system_from_config
+from phazec.predict.offload import check_offload
 from phazec.predict.plan_report import AUTO_DP, Plan
 from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
 from phazec.search.driver import check_search
@@ -77,6 +78,14 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
+    blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
+    host_s = system.host_link_bytes_per_s
+    check_offload(
+        "train.offload_layers", train.fixed.offload_layers, host_s, train.tried("recompute"), blocks
+    )
+    check_offload(
+        "plan.offload_layers", plan.training.offload_layers, host_s, (plan.training.recompute,), blocks
+    )
     typed_settings = Settings(
         model=model,
         hw=hw,

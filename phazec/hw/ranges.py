@@ -88,6 +88,9 @@ RANGES: dict[str, Range] = {
     ),
     "system.tiers.latency_s": Range(0.0, 1.0, 0.0, 1e-3, "s", "NVLink about 1 us, InfiniBand a few us"),
     "system.tiers.call_latency_s": Range(0.0, 1.0, 0.0, 1e-3, "s", "an NCCL call's launch, tens of us"),
+    "system.host_link_bytes_per_s": Range(
+        0.0, 1e15, 0.0, 1e12, "bytes/s", "PCIe Gen5 x16 64 GB/s, GB200's NVLink-C2C 450 GB/s per direction"
+    ),
 }
 """Each ranged value by its config key (a tier's without its index)."""
 

@@ -131,6 +131,9 @@ class SystemConfig:
     tiers: list[TierConfig]
     """Network tiers from the smallest group to the whole system; a collective uses the first tier whose
     group size covers its group."""
+    host_link_bytes_per_s: float = 0.0
+    """Bandwidth per device and direction between a device's HBM and its host's memory, in bytes/s: what
+    `train.offload_layers` copies activations over (0: no host link to offload to)."""
 
 
 @dataclass(frozen=True, kw_only=True)

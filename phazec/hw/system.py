@@ -42,6 +42,8 @@ class System:
     """HBM capacities to search over, ascending."""
     tiers: tuple[NetworkTier, ...]
     """Network tiers, group sizes strictly ascending; the last covers every device."""
+    host_link_bytes_per_s: float = 0.0
+    """Bandwidth per device and direction to its host's memory (0: none), for activation offloading."""
 
     def tier_for(self, group_size: int) -> NetworkTier:
         """The first (fastest) tier whose group size covers a group of `group_size` devices.
@@ -140,4 +142,8 @@ def system_from_config(config: SystemConfig) -> System:
         ),
         hbm_bytes=tuple(sorted(gb * BYTES_PER_GB for gb in gbs)),
         tiers=validate_tiers(config.tiers, devices),
+        host_link_bytes_per_s=physical(
+            "system.host_link_bytes_per_s",
+            _non_negative("system.host_link_bytes_per_s", config.host_link_bytes_per_s),
+        ),
     )

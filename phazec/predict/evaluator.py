@@ -22,11 +22,12 @@ from phazec.cost.model import LatencyModel, OpCosts
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
-from phazec.ir.core import Graph, Model
+from phazec.ir.core import Graph, LayerKind, Model
 from phazec.passes.attention import core_ops
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.megatron import check_runs
+from phazec.predict.offload import offloaded_problem
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.predict.training import SEARCHED, Knobs, Training, core_settings, spec
 from phazec.solvers.placement.dp import solve_placements
@@ -234,7 +235,8 @@ class Evaluator:
     ) -> PlacementProblem:
         """The placement problem of design j at `training`'s microbatch size and sequence parallelism
         (all allowed t), under the first of the searched settings (`Variant.applied` sets the
-        others); `bound_sync_windows` as in `PlacementProblem`."""
+        others); `bound_sync_windows` as in `PlacementProblem`; the first `training.offload_layers`
+        blocks offloaded to the host (`offloaded_problem`)."""
         microbatch = training.microbatch
         widths = sorted(self.graphs)
         rows = [
@@ -245,7 +247,7 @@ class Evaluator:
         ]
         reference = self.graphs[widths[0]]
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
-        return PlacementProblem(
+        problem = PlacementProblem(
             t_values=np.array(widths, dtype=np.int64),
             forward_latency_s=np.stack([latencies[t][j, 0] for t in widths]),
             backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
@@ -273,6 +275,8 @@ class Evaluator:
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             bound_sync_windows=bound_sync_windows,
         )
+        blocks = [i for i, layer in enumerate(reference.layers) if layer.kind is LayerKind.BLOCK]
+        return offloaded_problem(problem, blocks, training.offload_layers, self.system.host_link_bytes_per_s)
 
     def outer(self) -> list[Training]:
         """Each setting of the searched knobs the layers' latencies and bytes depend on

@@ -392,11 +392,13 @@ def not_fit_warning(memory: DeviceMemory, plan: Plan) -> str:
     dominant = max(parts, key=lambda name: parts[name])
     sharded = "" if plan.dp > 1 else " with dp > 1"
     training = plan.training
+    offload = training.offload_layers  # recompute does not combine with it
     remedies = [
         remedy
         for remedy, unused in (
             ("full recompute (plan.recompute=full)", training.recompute == "selective"),
-            ("recompute (plan.recompute=selective or full)", training.recompute == "none"),
+            ("recompute (plan.recompute=selective or full)", training.recompute == "none" and not offload),
+            (f"more blocks' activations on the host (plan.offload_layers above {offload})", offload > 0),
             (f"a distributed optimizer (plan.zero_stage=1){sharded}", training.zero_stage == 0),
             (f"FSDP (plan.zero_stage=3){sharded}", training.zero_stage < 3),
             (

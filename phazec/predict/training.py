@@ -155,6 +155,12 @@ class Training:
     """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
     devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
     experts / ep experts per device. It must divide the experts and every stage's devices (tp x dp)."""
+    offload_layers: int = knob(0, recorded=True, minimum=0)
+    """Activation offloading (Megatron-Core's `--cpu-offloading-num-layers`, activations only): the
+    activations the model's first `offload_layers` transformer blocks keep for their backward pass are
+    copied to the host's memory after their forward pass and back before their backward pass, each copy
+    overlapped with the next block's pass (`phazec.predict.offload`). At most the blocks less 2; needs a
+    host link (`system.host_link_bytes_per_s`) and no recompute, as in Megatron-Core."""
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

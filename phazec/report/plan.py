@@ -17,10 +17,11 @@ def plan_summary(report: PlanReport) -> str:
     precision = f", {training.precision}" if training.precision != "bf16" else ""
     cp = f" x cp {training.cp}" if training.cp > 1 else ""
     experts = f" (ep {training.ep})" if training.ep > 1 else ""
+    offload = f", {training.offload_layers} blocks offloaded" if training.offload_layers else ""
     return (
         f"tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices{experts}, "
         f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
-        f"{distributed}; layers per stage {list(report.layers_per_stage)}"
+        f"{distributed}{offload}; layers per stage {list(report.layers_per_stage)}"
     )
 
 
@@ -28,6 +29,7 @@ def plan_table(report: PlanReport) -> str:
     """The plan, its throughput, the iteration's parts and the fullest stage's memory."""
     b, mem, training = report.breakdown, report.memory, report.plan.training
     distributed = f", ZeRO-{training.zero_stage}" if training.zero_stage else ""
+    offloaded = f", {training.offload_layers} blocks' on the host" if training.offload_layers else ""
     header = f"{report.model}: {plan_summary(report)}"
     speed = (
         f"{report.time_per_batch_s:.4g} s per iteration, {report.samples_per_s:.4g} samples/s, "
@@ -52,7 +54,7 @@ def plan_table(report: PlanReport) -> str:
         ("weights", mem.weights_bytes),
         ("gradients", mem.gradients_bytes),
         (f"optimizer state ({training.optimizer}{distributed})", mem.optimizer_state_bytes),
-        (f"activations ({mem.in_flight} in flight)", mem.activation_stash_bytes),
+        (f"activations ({mem.in_flight} in flight{offloaded})", mem.activation_stash_bytes),
         ("recompute working set", mem.activation_working_bytes),
         ("total", mem.total_bytes),
         ("HBM headroom", mem.headroom_bytes),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from phazec.hw.system import NetworkTier
+from phazec.predict.offload import offloaded_problem
 from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.evaluate import evaluate_plan
 from phazec.solvers.placement.problem import (
@@ -233,6 +234,24 @@ def block_chains(draw: st.DrawFn) -> Drawn:
 @settings(max_examples=60, deadline=None)
 @given(block_chains())
 def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
+    check_against_brute_force(drawn)
+
+
+@st.composite
+def offloaded_block_chains(draw: st.DrawFn) -> Drawn:
+    """A chain of identical blocks (`block_chains`) with its first blocks' activations offloaded to the
+    host (`offloaded_problem`): their bytes 0, the next block's passes as long as their copies at
+    least."""
+    problem, hbm_bytes, others = draw(block_chains())
+    blocks = list(range(1, problem.layer_count - 1))
+    offload_layers = draw(st.integers(0, max(len(blocks) - 2, 0)))
+    host_bytes_per_s = draw(st.floats(10.0, 1000.0))
+    return offloaded_problem(problem, blocks, offload_layers, host_bytes_per_s), hbm_bytes, others
+
+
+@settings(max_examples=60, deadline=None)
+@given(offloaded_block_chains())
+def test_chains_with_offloaded_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
