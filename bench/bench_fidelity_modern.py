@@ -25,7 +25,9 @@ How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs f
 Engine's, cuDNN's or FlashAttention's); the Megatron-Bridge, torchtitan and NeMo Automodel rows overlap
 the gradient reduction and the parameter gather with compute (Megatron-Core's distributed optimizer
 overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer Engine's overlap,
-torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A row whose recompute is its
+torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A torchtitan row's "selective"
+recompute is its llama3 configs' op-level selective activation checkpointing (`selective_ac_option =
+"op"`): `plan.recompute=op` (`recompute_mode`). A row whose recompute is its
 recipe's default ("not stated (recipe default)": Megatron-Bridge's perf recipes set none) recomputes
 nothing; a row that says nothing of it runs the least recompute that fits its HBM, none, selective,
 then full (`least_recompute_that_fits`: the run fit, so it recomputed at least that much; with flash
@@ -150,15 +152,17 @@ def _first_word(value: str) -> str:
     return value.strip().split(" ")[0].lower()
 
 
-def recompute_mode(text: str) -> str | None:
-    """phazec's recompute for the row's words; None: some layers only (not expressible)."""
+def recompute_mode(text: str, torchtitan: bool = False) -> str | None:
+    """phazec's recompute for the row's words; None: some layers only (not expressible). A torchtitan
+    row's "selective" is its llama3 configs' op-level selective activation checkpointing
+    (`selective_ac_option = "op"`, phazec's `op`); any other framework's is Megatron's."""
     words = text.lower()
     if "block" in words:
         return None
     if words.startswith("full"):
         return "full"
     if words.startswith("selective") or "(selective" in words:
-        return "selective"
+        return "op" if torchtitan else "selective"
     return "none"  # "none", or not stated: Megatron-Core's default (see the module docstring)
 
 
@@ -176,7 +180,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     precision = _first_word(row["precision"])
     zero = _first_word(row["zero_stage"])
     cp = int(row["cp"] or 1)
-    recompute = recompute_mode(row["recompute"])
+    recompute = recompute_mode(row["recompute"], torchtitan=row["source_id"].startswith("TT"))
     reasons = (
         (bool(row["experts"]), "MoE (issue 39)"),
         (chip is None, f"GPU {row['gpu']!r} has no preset"),
