@@ -284,6 +284,9 @@ class Fit:
     """`hw.device.gemm_utilisation`."""
     kernel_s: float
     """`hw.device.kernel_latency_s`."""
+    attention_per_gemm: float | None = None
+    """Where set, `hw.device.attention_utilisation` is this times the GEMMs' utilisation (a chip whose
+    tensor cores a power limit slows, GEMMs and attention kernels alike); None keeps the preset's."""
 
 
 def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
@@ -294,6 +297,8 @@ def predict(prepared: Prepared, device: Fit | None = None) -> PlanReport:
         fitted = replace(
             designs.device, gemm_utilisation=device.utilisation, kernel_latency_s=device.kernel_s
         )
+        if device.attention_per_gemm is not None:
+            fitted = replace(fitted, attention_utilisation=device.attention_per_gemm * device.utilisation)
         designs = replace(designs, device=fitted)
     return time_plan(prepared.plan, prepared.evaluator, designs)
 
@@ -305,9 +310,12 @@ of 1 us (a GPU kernel's launch-to-launch gap is a few microseconds when the host
 divided by 1e6 so that it is the very float a preset's `20.0e-6` parses to."""
 
 
-def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]) -> Fit:
+def fit_device(
+    prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64], attention_per_gemm: float | None = None
+) -> Fit:
     """The utilisation (on `UTILISATIONS`) and kernel latency (on `kernel_latencies_s`) with the least
-    mean absolute error on `prepared`.
+    mean absolute error on `prepared`; with `attention_per_gemm`, the attention kernels' utilisation
+    moves with the GEMMs' (`Fit.attention_per_gemm`).
 
     GEMM compute time scales about with 1 / utilisation and every operator carries the kernel latency
     once, so each row's time is first taken as a / u + b + c k through its predictions at
@@ -323,10 +331,13 @@ def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]
     def error(predicted: NDArray[np.float64]) -> float:
         return float(np.mean(np.abs(predicted / measured - 1.0)))
 
-    high, low = times(Fit(0.9, 0.0)), times(Fit(0.6, 0.0))
+    def at(utilisation: float, kernel_s: float) -> Fit:
+        return Fit(utilisation, kernel_s, attention_per_gemm)
+
+    high, low = times(at(0.9, 0.0)), times(at(0.6, 0.0))
     a = (low - high) / (1 / 0.6 - 1 / 0.9)
     b = high - a / 0.9
-    c = (times(Fit(0.75, 10e-6)) - (a / 0.75 + b)) / 10e-6
+    c = (times(at(0.75, 10e-6)) - (a / 0.75 + b)) / 10e-6
     model = {
         (i, j): error(a / u + b + c * k)
         for i, u in enumerate(UTILISATIONS)
@@ -338,9 +349,9 @@ def fit_device(prepared: list[Prepared], kernel_latencies_s: NDArray[np.float64]
         for i in range(max(0, i0 - 3), min(len(UTILISATIONS), i0 + 4))
         for j in range(max(0, j0 - 2), min(len(kernel_latencies_s), j0 + 3))
     ]
-    exact = {(i, j): error(times(Fit(float(UTILISATIONS[i]), float(kernel_latencies_s[j])))) for i, j in near}
+    exact = {(i, j): error(times(at(float(UTILISATIONS[i]), float(kernel_latencies_s[j])))) for i, j in near}
     i, j = min(exact, key=lambda ij: (exact[ij], ij))
-    return Fit(float(UTILISATIONS[i]), float(kernel_latencies_s[j]))
+    return at(float(UTILISATIONS[i]), float(kernel_latencies_s[j]))
 
 
 def fit_chips(prepared: list[Prepared]) -> dict[str, Fit]:

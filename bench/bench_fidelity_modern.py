@@ -26,19 +26,24 @@ How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs f
 Engine's, cuDNN's or FlashAttention's); the Megatron-Bridge, torchtitan and NeMo Automodel rows overlap
 the gradient reduction and the parameter gather with compute (Megatron-Core's distributed optimizer
 overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer Engine's overlap,
-torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A row whose recompute is its
+torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A torchtitan row's "selective"
+recompute is its llama3 configs' op-level selective activation checkpointing (`selective_ac_option =
+"op"`): `plan.recompute=op` (`recompute_mode`). A row whose recompute is its
 recipe's default ("not stated (recipe default)": Megatron-Bridge's perf recipes set none) recomputes
 nothing; a row that says nothing of it runs the least recompute that fits its HBM, none, selective,
 then full (`least_recompute_that_fits`: the run fit, so it recomputed at least that much; with flash
-attention phazec's selective recompute is the same as none). GB200 and GB300 rows of more than one
+attention phazec's selective recompute is the same as none). The 2024 torchtitan rows' TP runs
+vanilla (their source gives AsyncTP's figure beside it); they are timed overlapped like the rest
+(docs/devices.md says what changes). GB200 and GB300 rows of more than one
 rack run in 64-GPU NVLink domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and
 more; conf/system/gb200_nvl72.yaml).
 
 Split, written down before any fit (`CALIBRATION`): per chip family one or two rows, chosen by family and
 model size, not by error; every other expressible row is held out. `--fit` fits each calibrated chip's
 `hw.device.gemm_utilisation` on its calibration rows at its preset's kernel latency
-(`bench_fidelity.fit_device`); H100 and H200 rows take the h100 preset's fit on `public-runs.csv` (the
-H200 is the H100's silicon), GB300 has no dense row to fit on.
+(`bench_fidelity.fit_device`; a power-limited family's attention utilisation moves with it,
+`POWER_LIMITED`); H100 and H200 rows take the h100 preset's fit on `public-runs.csv` (the H200 is the
+H100's silicon), GB300 has no dense row to fit on.
 """
 
 import csv
@@ -65,13 +70,13 @@ CHIPS = {
     "GB200": ("gb200", "gb200_nvl72", "gb200"),
     "B200": ("b200", "dgx_b200", "b200"),
     "H200": ("h200", "dgx_h200", "h200"),
-    "H100 SXM 96GB HBM2e, 500 W": ("h100", "dgx_h100", "h100_500w"),
+    "H100 SXM 96GB HBM2e, 500 W": ("h100_500w", "dgx_h100", "h100_500w"),
     "H100": ("h100", "dgx_h100", "h100"),
 }
 """GPU named in the row (the first match, in this order) -> (hw preset, system preset, chip family).
-Meta's Grand Teton H100s (torchtitan's 2024 rows: 96 GB HBM2e, power-limited to 500 W) run the h100
-preset with 96 GB, as their own family: their power-limited clock is not published, so their utilisation
-is fitted apart from the 700 W DGX H100's."""
+Meta's Grand Teton H100s (torchtitan's 2024 rows: 96 GB HBM2e at 2.4 TB/s, power-limited to 500 W)
+run their own preset, `h100_500w`, with 96 GB, as their own family: their power-limited clock is not
+published, so their utilisation is fitted apart from the 700 W DGX H100's (`POWER_LIMITED`)."""
 
 HBM_GB = {"h100_500w": 96}
 """A family's HBM capacity where it is not its system preset's."""
@@ -94,6 +99,11 @@ sets `cpu_offloading=True`, `cpu_offloading_weights=False`, `cpu_offloading_num_
 (NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a,
 src/megatron/bridge/perf_recipes/llama/gb200/llama3.py, the commit the row cites). Every other row's
 recipe offloads nothing (0); the B200 and B300 70B FSDP recipes that do have no row."""
+
+POWER_LIMITED = frozenset({"h100_500w"})
+"""Families whose power limit slows their tensor cores, GEMMs and attention kernels alike: their fit
+moves `hw.device.attention_utilisation` with the GEMMs' utilisation, at the ratio of their preset's
+two values (`bench_fidelity.Fit.attention_per_gemm`), one fitted parameter for both."""
 
 LLAMA_PRESET = "llama3_8b"
 """The model preset whose architecture (LlamaForCausalLM, untied, RoPE) every dense row takes."""
@@ -162,15 +172,17 @@ def _first_word(value: str) -> str:
     return value.strip().split(" ")[0].lower()
 
 
-def recompute_mode(text: str) -> str | None:
-    """phazec's recompute for the row's words; None: some layers only (not expressible)."""
+def recompute_mode(text: str, torchtitan: bool = False) -> str | None:
+    """phazec's recompute for the row's words; None: some layers only (not expressible). A torchtitan
+    row's "selective" is its llama3 configs' op-level selective activation checkpointing
+    (`selective_ac_option = "op"`, phazec's `op`); any other framework's is Megatron's."""
     words = text.lower()
     if "block" in words:
         return None
     if words.startswith("full"):
         return "full"
     if words.startswith("selective") or "(selective" in words:
-        return "selective"
+        return "op" if torchtitan else "selective"
     return "none"  # "none", or not stated: Megatron-Core's default (see the module docstring)
 
 
@@ -188,7 +200,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     precision = _first_word(row["precision"])
     zero = _first_word(row["zero_stage"])
     cp = int(row["cp"] or 1)
-    recompute = recompute_mode(row["recompute"])
+    recompute = recompute_mode(row["recompute"], torchtitan=row["source_id"].startswith("TT"))
     reasons = (
         (bool(row["experts"]), "MoE (issue 39)"),
         (chip is None, f"GPU {row['gpu']!r} has no preset"),
@@ -282,9 +294,12 @@ def fit_families(
         if not calibration:
             print(f"{family}: not fitted (no calibration row expressible yet)")
             continue
-        latency_s = np.array([calibration[0].designs.device.kernel_latency_s])
-        fits[family] = bench_fidelity.fit_device(calibration, latency_s)
-        print(f"{family}: fitted gemm_utilisation {fits[family].utilisation:.2f} on "
+        device = calibration[0].designs.device
+        latency_s = np.array([device.kernel_latency_s])
+        tied = device.attention_utilisation / device.gemm_utilisation if family in POWER_LIMITED else None
+        fits[family] = bench_fidelity.fit_device(calibration, latency_s, tied)
+        attention = "" if tied is None else f" (attention_utilisation {tied * fits[family].utilisation:.3f})"
+        print(f"{family}: fitted gemm_utilisation {fits[family].utilisation:.2f}{attention} on "
               f"{', '.join(p.run.row_id for p in calibration)}")  # fmt: skip
     return fits
 

@@ -112,7 +112,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
                 const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
                 const Matrix<int64_t>& expert_param_bytes, const Matrix<int64_t>& activation_bytes,
                 const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& selective_bytes,
-                const Matrix<int64_t>& input_bytes,
+                const Matrix<int64_t>& input_bytes, const Matrix<double>& op_s, const Matrix<int64_t>& op_bytes,
                 const Matrix<bool>& tensor_parallel, int64_t devices, int64_t microbatches,
                 const Vector<int64_t>& tier_group_sizes, const Vector<double>& tier_bandwidth_bytes_per_s,
                 const Vector<double>& tier_latency_s, int64_t optimizer_factor, double hbm_bytes_per_s,
@@ -149,6 +149,8 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
       f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
       f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
       f.input_bytes = matrix_row(input_bytes, w, widths, cols, "input_bytes");
+      f.op_s = matrix_row(op_s, w, widths, cols, "op_s");
+      f.op_bytes = matrix_row(op_bytes, w, widths, cols, "op_bytes");
       f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
       in.widths.push_back(std::move(f));
     }
@@ -162,7 +164,8 @@ void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc
   m.def(name, taking_problem(fn), nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"), nb::arg("t_values"),
         nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
         nb::arg("expert_param_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
-        nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("tensor_parallel"), nb::arg("devices"),
+        nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("op_s"), nb::arg("op_bytes"),
+        nb::arg("tensor_parallel"), nb::arg("devices"),
         nb::arg("microbatches"), nb::arg("tier_group_sizes"), nb::arg("tier_bandwidth_bytes_per_s"),
         nb::arg("tier_latency_s"), nb::arg("optimizer_factor"), nb::arg("hbm_bytes_per_s"),
         nb::arg("bound_sync_windows"), extra..., doc);
@@ -273,7 +276,7 @@ NB_MODULE(_core, m) {
       .def_ro("stash_bytes", &PlanResult::stash_bytes);
   def_taking_problem(m, "solve_placements", &solve_placements,
                      "Solves each (width index, HBM bytes, settings) variant with the GIL released; settings "
-                     "holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError "
+                     "holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op). ValueError "
                      "on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.",
                      nb::arg("variants"));
 
@@ -290,6 +293,9 @@ NB_MODULE(_core, m) {
       .def_ro("input_bytes", &StageCost::input_bytes)
       .def_ro("selective_working_bytes", &StageCost::selective_working_bytes)
       .def_ro("full_working_bytes", &StageCost::full_working_bytes)
+      .def_ro("op_s", &StageCost::op_s)
+      .def_ro("op_bytes", &StageCost::op_bytes)
+      .def_ro("op_working_bytes", &StageCost::op_working_bytes)
       .def_ro("cut_bytes", &StageCost::cut_bytes)
       .def_ro("devices", &StageCost::devices);
   using phazec::StageTime;

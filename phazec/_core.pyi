@@ -83,6 +83,12 @@ def solve_placements(
     input_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    op_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    op_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     tensor_parallel: Annotated[
         NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -103,7 +109,7 @@ def solve_placements(
     variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2 for none/selective/full). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
+    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
     """
 
 class StageCost:
@@ -133,6 +139,12 @@ class StageCost:
     def selective_working_bytes(self) -> int: ...
     @property
     def full_working_bytes(self) -> int: ...
+    @property
+    def op_s(self) -> float: ...
+    @property
+    def op_bytes(self) -> int: ...
+    @property
+    def op_working_bytes(self) -> int: ...
     @property
     def cut_bytes(self) -> int: ...
     @property
@@ -270,6 +282,12 @@ def evaluate_plan(
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     input_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    op_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    op_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     tensor_parallel: Annotated[

@@ -425,7 +425,7 @@ def test_hydra_run_directories_of_two_runs_in_one_second(
 def test_the_python_api_raises_what_hydra_cannot_compose_as_one_paragraph(tmp_path: Path) -> None:
     with pytest.raises(PhazecError, match=r"^hw.device.fuse is not a key of hw.device; valid keys: shared_"):
         api.search("hw.device.fuse=true", out_dir=tmp_path)
-    hw = r"^Could not find 'hw/tpu'. Available options in 'hw': a100, b200, gb200, gb300, h100, h200"
+    hw = r"^Could not find 'hw/tpu'. Available options in 'hw': a100, b200, gb200, gb300, h100, h100_500w, "
     with pytest.raises(PhazecError, match=hw):
         api.plan("hw=tpu", out_dir=tmp_path)
     with pytest.raises(PhazecError, match=r"^model=\[\]: give a list of distinct model presets"):

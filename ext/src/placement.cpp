@@ -120,6 +120,9 @@ StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_by
     c.input_bytes += f.input_bytes[v];
     c.selective_working_bytes = std::max(c.selective_working_bytes, f.stash_bytes[v] - f.selective_bytes[v]);
     c.full_working_bytes = std::max(c.full_working_bytes, f.activation_bytes[v]);
+    c.op_s += f.op_s[v];
+    c.op_bytes += f.op_bytes[v];
+    c.op_working_bytes = std::max(c.op_working_bytes, f.stash_bytes[v] - f.op_bytes[v]);
     any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
   }
   c.cut_bytes = cut_bytes;
@@ -305,6 +308,7 @@ struct PlanModel {
     double recompute_s = 0.0;
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
+    if (mode == Recompute::kOp) recompute_s = c.op_s;
     const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(c.cut_bytes, tier);
     return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
   }
@@ -332,6 +336,7 @@ struct PlanModel {
   std::pair<int64_t, int64_t> activation_bytes(const StageCost& c, Recompute mode) const {
     if (mode == Recompute::kSelective) return {c.selective_bytes, c.selective_working_bytes};
     if (mode == Recompute::kFull) return {c.input_bytes, c.full_working_bytes};
+    if (mode == Recompute::kOp) return {c.op_bytes, c.op_working_bytes};
     return {c.stash_bytes, 0};
   }
 
@@ -929,6 +934,7 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
     int64_t own = f.stash_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kOp)) own = f.op_bytes[v];
     kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
   }
   const double dense = params - experts;
@@ -1039,9 +1045,9 @@ void fill_infeasible(const VariantModel& model, PlanResult& out, const PairPlans
 /// part inside a stage a path of the stage, so the stages' forward critical paths sum to at least the
 /// graph's (and so do the backward ones). When every stage recomputes in the plan's mode (Megatron's
 /// rule, or no recomputation), their recomputations add up to at least the graph's forward critical
-/// path (full) or to every layer's attention cores (selective). Every stage but the last sends its cut
-/// forward and receives its gradient, v times, each at least the smallest cut of the graph on the
-/// pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
+/// path (full), to every layer's attention cores (selective) or to every layer's unsaved ops (op).
+/// Every stage but the last sends its cut forward and receives its gradient, v times, each at least
+/// the smallest cut of the graph on the pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
 /// share of it; the time is that load times the slots plus a sync and step that are never negative.
 /// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
 /// the DP would have taken, ties included.
@@ -1063,11 +1069,13 @@ struct LoadBound {
       graph_s = c.forward_s + c.backward_s;
       if (everywhere && mode == Recompute::kFull) graph_s += c.forward_s;
       if (everywhere && mode == Recompute::kSelective) graph_s += c.selective_s;
+      if (everywhere && mode == Recompute::kOp) graph_s += c.op_s;
     }
     for (std::size_t v = 0; v < f.forward_s.size(); ++v) {
       double own_s = f.forward_s[v] + f.backward_s[v];
       if (everywhere && mode == Recompute::kFull) own_s += f.forward_s[v];
       if (everywhere && mode == Recompute::kSelective) own_s += f.selective_s[v];
+      if (everywhere && mode == Recompute::kOp) own_s += f.op_s[v];
       layer_s = std::max(layer_s, own_s);
     }
     for (std::size_t set = 1; set < all; ++set) cut_bytes = std::min(cut_bytes, lat.cut_bytes[set]);
@@ -1334,14 +1342,19 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
         fail("latencies must be n values >= 0");
       }
     }
-    if (f.selective_s.size() != n ||
-        std::any_of(f.selective_s.begin(), f.selective_s.end(), [](double x) { return !(x >= 0.0); })) {
-      fail("selective latencies must be n values >= 0");
+    for (const auto* v : {&f.selective_s, &f.op_s}) {
+      if (v->size() != n || std::any_of(v->begin(), v->end(), [](double x) { return !(x >= 0.0); })) {
+        fail("selective and op recompute latencies must be n values >= 0");
+      }
     }
-    for (std::size_t v = 0; v < f.selective_bytes.size() && v < f.stash_bytes.size(); ++v) {
-      if (f.selective_bytes[v] > f.stash_bytes[v]) fail("selective bytes must not exceed stash bytes");
+    for (std::size_t v = 0; v < f.stash_bytes.size(); ++v) {
+      if (v < f.selective_bytes.size() && f.selective_bytes[v] > f.stash_bytes[v]) {
+        fail("selective bytes must not exceed stash bytes");
+      }
+      if (v < f.op_bytes.size() && f.op_bytes[v] > f.stash_bytes[v]) fail("op bytes must not exceed stash bytes");
     }
-    for (const auto* v : {&f.param_bytes, &f.activation_bytes, &f.stash_bytes, &f.selective_bytes, &f.input_bytes}) {
+    for (const auto* v :
+         {&f.param_bytes, &f.activation_bytes, &f.stash_bytes, &f.selective_bytes, &f.input_bytes, &f.op_bytes}) {
       if (v->size() != n || std::any_of(v->begin(), v->end(), [](int64_t x) { return x < 0; })) {
         fail("byte counts must be n values >= 0");
       }
@@ -1364,7 +1377,7 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
     }
     if (v.settings.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
     if (v.settings.ep < 1) fail("the expert-parallel width must be positive");
-    if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kFull)) {
+    if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kOp)) {
       fail("unknown recompute mode");
     }
     if (v.settings.zero_stage < 0 || v.settings.zero_stage > 3) fail("zero stage outside 0..3");

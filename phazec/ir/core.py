@@ -210,6 +210,14 @@ class LayerMemory:
     fp8_replicated_per_sample_bytes: int = 0
     """Of that change, the part on tensors not split by tensor parallelism: what sequence parallelism
     splits."""
+    op_fixed_bytes: int = 0
+    """Activations kept under op recompute (torchtitan's op-level selective activation checkpointing,
+    `phazec.passes.memory.op_checkpoint`) that do not scale with the microbatch."""
+    op_per_sample_bytes: int = 0
+    """Activations kept under op recompute per sample: the layer's floating-point inputs and its saved
+    operators' outputs that the backward pass needs."""
+    op_replicated_per_sample_bytes: int = 0
+    """Of those, the part on tensors not split by tensor parallelism: what sequence parallelism splits."""
 
     def stash_bytes(self, microbatch: int) -> int:
         """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""

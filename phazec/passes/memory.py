@@ -15,6 +15,10 @@ For a GPT block the per-sample stash is exactly Korthikanti's 34sh + 5as^2 bytes
 sh(10 + 24/t + 5as/(ht)) at width t, sh/t (34 + 5as/h) with sequence parallelism (`megatron_bytes`).
 One more, signed, is the change when the linear layers run in FP8 and keep one-byte copies of their
 inputs (`fp8_copy_bytes`): the GPT block then keeps sh(8 + 19/t + 5as/(ht)).
+
+torchtitan's op-level selective activation checkpointing (`op_checkpoint`) keeps less: the layer's
+inputs and the outputs of the operators its policy saves; the memory pass counts those the backward
+pass needs (`LayerMemory.op_per_sample_bytes`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import DTYPE_BYTES, FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model, Op, OpKind
-from phazec.ir.ops import FLASH_PRODUCTS, VIEW_TYPES
+from phazec.ir.ops import FLASH_PRODUCTS, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.attention import core_scores
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import weight_of
@@ -81,6 +85,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
+    kept = [n for n in op_checkpoint(forward, cls.backward).kept if forward.tensors[n].dtype in FLOAT_DTYPES]
+    op_fixed, op_per_sample = split_bytes(forward, kept)
     return LayerMemory(
         parameter_count=count,
         parameter_bytes=parameter_bytes,
@@ -97,7 +103,77 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         expert_parameter_bytes=expert_bytes,
         fp8_per_sample_bytes=sum(copies.values()),
         fp8_replicated_per_sample_bytes=sum(b for n, b in copies.items() if n in replicated),
+        op_fixed_bytes=op_fixed,
+        op_per_sample_bytes=op_per_sample,
+        op_replicated_per_sample_bytes=split_bytes(
+            forward, [n for n in kept if not forward.tensors[n].tp_split]
+        )[1],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OpCheckpoint:
+    """What torchtitan's op-level selective activation checkpointing keeps of one layer, and what it runs
+    again in the backward pass."""
+
+    kept: frozenset[str]
+    """The forward tensors kept for the backward pass: the layer's inputs and saved operators' outputs
+    that the backward pass reads or rebuilds its reads from."""
+    recomputed: tuple[int, ...]
+    """Indices into the forward graph's ops of those run again before the backward pass, ascending."""
+
+
+def op_checkpoint(forward: Graph, backward: Graph) -> OpCheckpoint:
+    """torchtitan's op-level selective activation checkpointing of one layer (its llama3 configs'
+    `selective_ac_option = "op"`, torchtitan 9dec370 to e7c0cae, `_apply_ac_to_transformer_block`).
+
+    Its policy saves the outputs of the operators on its save list (`aten.mm`, the flash and
+    memory-efficient attention kernels, `reduce_scatter_tensor`, `max`) except every second `mm`,
+    counted in forward order within the block, and recomputes every other operator in the backward
+    pass. Here the saved operators are the layer's linear layers' products (a GEMM reading a weight),
+    all but the 2nd, 4th, ...; the flash-attention kernels (`FLASH_PRODUCTS`); and the tensor-parallel
+    collectives (phazec's all-reduce stands for the reduce-scatter torchtitan's sequence-parallel
+    linear layers end with). The attention products of an unfused core (`bmm`), the normalisations and
+    the elementwise chains are recomputed. The stash the backward graph reads is rebuilt from the
+    layer's inputs and the saved outputs: what it needs of them is kept, and the ops between are
+    recomputed (as torch.compile's partitioner runs the policy: only what the backward pass reads)."""
+    saved: set[str] = set()
+    linear = 0
+    for op in forward.ops:
+        if op.op_type in FLASH_PRODUCTS or op.kind is OpKind.COLLECTIVE:
+            saved.update(o for o in op.outputs if o)
+        elif _linear_product(op, forward):
+            linear += 1
+            if linear % 2 == 1:
+                saved.update(o for o in op.outputs if o)
+    roots = saved | set(forward.inputs) | set(forward.weights) | set(forward.constants)
+    producers = forward.producers()
+    index = {op.name: i for i, op in enumerate(forward.ops)}
+    kept: set[str] = set()
+    recomputed: set[int] = set()
+    pending = [n for n in backward.inputs if n in forward.tensors]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        producer = producers.get(name)
+        if name in roots or producer is None:
+            if name not in forward.weights and name not in forward.constants:
+                kept.add(name)
+            continue
+        recomputed.add(index[producer.name])
+        pending.extend(i for i in producer.inputs if i)
+    return OpCheckpoint(frozenset(kept), tuple(sorted(recomputed)))
+
+
+def _linear_product(op: Op, graph: Graph) -> bool:
+    """Whether an op is a linear layer's product: a GEMM (alone or fused) that reads a weight."""
+    if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
+        return False
+    gemm_type = op.attrs.get("gemm_type") if op.kind is OpKind.FUSED else op.op_type
+    return gemm_type in GEMM_TYPES and any(t and weight_of(graph, t) is not None for t in op.inputs)
 
 
 def fp8_copy_bytes(backward: Graph, stash: list[str]) -> dict[str, int]:
@@ -167,6 +243,9 @@ class MegatronBytes:
     """Kept under selective recompute: the stash without the attention core."""
     checkpoint_bytes: int
     """Kept under full recompute: the layer's floating-point inputs."""
+    op_bytes: int
+    """Kept under op recompute: the layer's floating-point inputs and its saved operators' outputs that
+    the backward pass needs (`op_checkpoint`); never more than the stash."""
 
 
 def megatron_bytes(
@@ -180,7 +259,8 @@ def megatron_bytes(
     replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off),
     `context_parallel` splits every per-sample byte (each device holds 1/cp of each sample's tokens;
     rounded up), and `low_precision` (the layer's linear layers run in FP8) keeps their inputs as FP8
-    copies (`fp8_copy_bytes`)."""
+    copies (`fp8_copy_bytes`; op recompute keeps the layer's inputs and saved outputs, not the copies,
+    which it casts again, so its bytes do not change)."""
 
     def per_sample(bytes_per_sample: int) -> int:
         return -(-bytes_per_sample * microbatch // context_parallel)
@@ -190,8 +270,12 @@ def megatron_bytes(
     replicated = per_sample(memory.replicated_per_sample_bytes + fp8_replicated)
     stash = memory.stash_fixed_bytes + per_sample(memory.stash_per_sample_bytes + fp8)
     stash += -(-replicated // sequence_parallel) - replicated
+    op_replicated = per_sample(memory.op_replicated_per_sample_bytes)
+    op_bytes = memory.op_fixed_bytes + per_sample(memory.op_per_sample_bytes)
+    op_bytes += -(-op_replicated // sequence_parallel) - op_replicated
     return MegatronBytes(
         stash_bytes=stash,
         selective_bytes=stash - per_sample(memory.core_per_sample_bytes),
         checkpoint_bytes=-(-per_sample(memory.checkpoint_per_sample_bytes) // sequence_parallel),
+        op_bytes=min(stash, op_bytes),
     )

@@ -24,7 +24,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, LayerKind, Model
 from phazec.passes.attention import core_ops
-from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes
+from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes, op_checkpoint
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.megatron import check_runs
 from phazec.predict.offload import offloaded_problem
@@ -117,9 +117,10 @@ class Evaluator:
     timings: Timings = field(default_factory=Timings)
 
     def layer_latencies_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 3, layers] of forward and backward latency of every layer (ILP), and
-        the latency of its attention core's forward ops run one after another on all cores (what
-        selective recompute repeats; `attention_core_s`), under the knobs `training` sets that price a
+        """Per t: array [designs, 4, layers] of forward and backward latency of every layer (ILP), the
+        latency of its attention core's forward ops run one after another on all cores (what
+        selective recompute repeats; `attention_core_s`) and of the ops op recompute runs again, the same
+        way (`op_recompute_s`), under the knobs `training` sets that price a
         layer (microbatch, sequence parallelism, precision)."""
         return self._per_layer_s(designs, training, self.schedules_s)
 
@@ -150,14 +151,16 @@ class Evaluator:
         training: Training,
         latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
     ) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 3, layers] of `latency_s` of each layer's forward and backward
-        graph on every design, and its attention core's latency."""
+        """Per t: array [designs, 4, layers] of `latency_s` of each layer's forward and backward
+        graph on every design, its attention core's latency and its op recompute's."""
         out: dict[int, NDArray[np.float64]] = {}
         for t, model in self.graphs.items():
-            per_class = np.zeros((len(designs), 3, len(model.classes)))
+            per_class = np.zeros((len(designs), 4, len(model.classes)))
             for c, cls in enumerate(model.classes):
                 costs = self.class_costs(model, c, designs, training)
                 per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
+                if cls.backward is not None:
+                    per_class[:, 3, c] = op_recompute_s(cls.graph, cls.backward, costs.forward)
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
                 if cls.backward is not None and costs.backward is not None:
                     per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
@@ -272,6 +275,8 @@ class Evaluator:
             optimizer_factor=optimizer_factor(self.knobs.fixed.optimizer),
             selective_stash_bytes=np.stack([r.selective_bytes for r in rows]),
             selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
+            op_stash_bytes=np.stack([r.op_bytes for r in rows]),
+            op_recompute_s=np.stack([latencies[t][j, 3] for t in widths]),
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             bound_sync_windows=bound_sync_windows,
         )
@@ -424,6 +429,7 @@ class LayerArrays:
     stash_bytes: NDArray[np.int64]
     selective_bytes: NDArray[np.int64]
     checkpoint_bytes: NDArray[np.int64]
+    op_bytes: NDArray[np.int64]
     tensor_parallel: NDArray[np.bool_]
 
 
@@ -454,6 +460,7 @@ def layer_arrays(
         stash_bytes=np.array([r[1].stash_bytes for r in rows], dtype=np.int64),
         selective_bytes=np.array([r[1].selective_bytes for r in rows], dtype=np.int64),
         checkpoint_bytes=np.array([r[1].checkpoint_bytes for r in rows], dtype=np.int64),
+        op_bytes=np.array([r[1].op_bytes for r in rows], dtype=np.int64),
         tensor_parallel=np.array([r[2] for r in rows], dtype=np.bool_),
     )
 
@@ -464,6 +471,15 @@ def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np
     total = np.zeros(forward.all_cores_s.shape[1])
     for i in core_ops(graph, seq_len):
         total = total + forward.all_cores_s[i]
+    return total
+
+
+def op_recompute_s(forward: Graph, backward: Graph, costs: OpCosts) -> NDArray[np.float64]:
+    """Per design: the summed all-core latency of the forward ops op recompute runs again before the
+    backward pass (`phazec.passes.memory.op_checkpoint`), one after another as selective's."""
+    total = np.zeros(costs.all_cores_s.shape[1])
+    for i in op_checkpoint(forward, backward).recomputed:
+        total = total + costs.all_cores_s[i]
     return total
 
 

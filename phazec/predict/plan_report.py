@@ -24,6 +24,7 @@ from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.attention import core_ops
+from phazec.passes.memory import op_checkpoint
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, explain_plan
@@ -266,7 +267,12 @@ def plan_report(
         for v in stage:
             width = tp if model.classes[model.layers[v].cls].tp_width > 1 else 1
             model_flops += width * (layers[v].forward_flops + layers[v].backward_flops)
-            again = {"none": 0, "selective": layers[v].core_flops, "full": layers[v].forward_flops}[mode]
+            again = {
+                "none": 0,
+                "selective": layers[v].core_flops,
+                "full": layers[v].forward_flops,
+                "op": layers[v].op_flops,
+            }[mode]
             recompute_flops += width * again
     microbatches = samples // microbatch
     model_flops *= microbatches
@@ -305,12 +311,15 @@ class LayerFigures:
     backward_flops: int
     core_flops: int
     """The attention core's forward FLOPs (what selective recompute repeats)."""
+    op_flops: int
+    """The forward FLOPs of the ops op recompute runs again (`phazec.passes.memory.op_checkpoint`)."""
 
 
 def layer_figures(
     evaluator: Evaluator, designs: Designs, model: Model, training: Training
 ) -> list[LayerFigures]:
-    """Per layer: TP all-reduce and EP all-to-all latency on the design, FLOPs, attention-core FLOPs."""
+    """Per layer: TP all-reduce and EP all-to-all latency on the design, FLOPs, attention-core FLOPs and
+    op recompute's."""
     microbatch = training.microbatch
     per_class = []
     for c, cls in enumerate(model.classes):
@@ -328,7 +337,11 @@ def layer_figures(
                     comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
         graph = cls.graph
         core = sum(flops(graph.ops[i], graph, microbatch) for i in core_ops(graph, model.seq_len))
-        per_class.append(LayerFigures(comm_s["AllReduce"], comm_s["AllToAll"], totals[0], totals[1], core))
+        again = op_checkpoint(graph, cls.backward).recomputed if cls.backward is not None else ()
+        repeated = sum(flops(graph.ops[i], graph, microbatch) for i in again)
+        per_class.append(
+            LayerFigures(comm_s["AllReduce"], comm_s["AllToAll"], totals[0], totals[1], core, repeated)
+        )
     return [per_class[layer.cls] for layer in model.layers]
 
 
@@ -396,8 +409,8 @@ def not_fit_warning(memory: DeviceMemory, plan: Plan) -> str:
     remedies = [
         remedy
         for remedy, unused in (
-            ("full recompute (plan.recompute=full)", training.recompute == "selective"),
-            ("recompute (plan.recompute=selective or full)", training.recompute == "none" and not offload),
+            ("full recompute (plan.recompute=full)", training.recompute in ("selective", "op")),
+            ("recompute (plan.recompute=op or full)", training.recompute == "none" and not offload),
             (f"more blocks' activations on the host (plan.offload_layers above {offload})", offload > 0),
             (f"a distributed optimizer (plan.zero_stage=1){sharded}", training.zero_stage == 0),
             (f"FSDP (plan.zero_stage=3){sharded}", training.zero_stage < 3),

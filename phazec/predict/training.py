@@ -104,8 +104,10 @@ class Training:
         choices=RECOMPUTE_MODES,
         legacy={False: "none", True: "full"},
     )
-    """Activation recomputation: `none`, `selective` (the attention core) or `full` (every layer); in a
-    search's list, false and true mean none and full."""
+    """Activation recomputation: `none`, `selective` (Megatron's: the attention core), `full` (every
+    layer) or `op` (torchtitan's op-level selective activation checkpointing, `selective_ac_option =
+    "op"`: every second linear layer's product and the elementwise and normalisation ops recomputed,
+    `phazec.passes.memory.op_checkpoint`); in a search's list, false and true mean none and full."""
     sequence_parallel: bool = knob(False, search=[False])
     """Megatron's sequence parallelism: activations outside the attention and MLP GEMMs split over the
     tensor-parallel group."""

@@ -10,8 +10,9 @@ buffers (per-core and global), HBM and network (collectives inside the layer).
 A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
 stage: forward, backward, and where the stage recomputes (the placement model's mode of the stage,
 `PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute,
-or its attention cores' ops under selective recompute, each spread over every core of its kind, one
-after another, as the placement model times them (`phazec.predict.evaluator.attention_core_s`). Per
+its attention cores' ops under selective recompute, or the ops op recompute runs again, each spread
+over every core of its kind, one after another, as the placement model times them
+(`phazec.predict.evaluator.attention_core_s`, `op_recompute_s`). Per
 device of a stage:
 
     utilisation = microbatches * busy core-seconds per microbatch / (cores * time per batch)
@@ -40,6 +41,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
 from phazec.passes.attention import core_ops
+from phazec.passes.memory import op_checkpoint
 from phazec.predict.evaluator import OUTER_KNOBS, Candidate, Evaluator
 from phazec.predict.layer_costs import class_split, low_precision_class, op_table
 from phazec.predict.training import Training, core_settings
@@ -56,8 +58,8 @@ class LayerWork:
     """What one device does for each layer and one microbatch."""
 
     tc_busy_s: F64
-    """Tensor-core core-seconds; arrays here are [3, layers]: forward, backward, and the attention
-    core's forward ops (what selective recompute repeats)."""
+    """Tensor-core core-seconds; arrays here are [4, layers]: forward, backward, the attention core's
+    forward ops (what selective recompute repeats) and the forward ops op recompute runs again."""
     vc_busy_s: F64
     """Vector-core core-seconds."""
     energy_j: dict[str, F64]
@@ -84,6 +86,9 @@ class PlanWork:
     model's mode of the stage), else 1."""
     core_runs: tuple[float, ...]
     """Per stage, attention-core repeats per microbatch: 1 where the stage recomputes selectively, else 0."""
+    op_runs: tuple[float, ...]
+    """Per stage, repeats per microbatch of the ops op recompute runs again: 1 where the stage recomputes
+    in op mode, else 0."""
 
 
 def busy_core_s(problem: ScheduleProblem, found: Schedule) -> tuple[float, float]:
@@ -105,9 +110,10 @@ def _busy_core_s(
     return busy[TC], busy[VC]
 
 
-def core_busy_s(problem: ScheduleProblem, graph: Graph, core: list[int]) -> tuple[float, float]:
-    """Core-seconds of a forward graph's attention-core ops (`core`: their indices, `core_ops`) on a
-    problem built from it, each spread over every core of its kind (`ScheduleOp.latency_io_s`)."""
+def core_busy_s(problem: ScheduleProblem, graph: Graph, core: Sequence[int]) -> tuple[float, float]:
+    """Core-seconds of some of a forward graph's ops (`core`: their indices, the attention core's
+    `core_ops` or op recompute's) on a problem built from it, each spread over every core of its kind
+    (`ScheduleOp.latency_io_s`)."""
     names = {graph.ops[i].name for i in core}
     duration_s = [op.latency_io_s if op.name in names else 0.0 for op in problem.ops]
     return _busy_core_s(problem, duration_s, [True] * len(problem.ops))
@@ -118,7 +124,7 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
     `training`'s microbatch, sequence parallelism, precision and context-parallel width."""
     model = evaluator.graphs[t]
     microbatch, sequence_parallel = training.microbatch, training.sequence_parallel
-    shape = (3, len(model.classes))
+    shape = (4, len(model.classes))
     tc_s, vc_s = np.zeros(shape), np.zeros(shape)
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
@@ -141,10 +147,13 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:
-                core = core_ops(graph, model.seq_len)
-                tc_s[2, c], vc_s[2, c] = core_busy_s(problem, graph, core)
-                for part in ENERGY_PARTS:
-                    energy[part][2, c] = float(parts[part][core].sum())
+                again = [core_ops(graph, model.seq_len)]
+                if cls.backward is not None:
+                    again.append(list(op_checkpoint(graph, cls.backward).recomputed))
+                for row, ops in enumerate(again, start=2):
+                    tc_s[row, c], vc_s[row, c] = core_busy_s(problem, graph, ops)
+                    for part in ENERGY_PARTS:
+                        energy[part][row, c] = float(parts[part][ops].sum())
     layer_class = np.array([layer.cls for layer in model.layers])
     return LayerWork(
         tc_s[:, layer_class], vc_s[:, layer_class], {part: e[:, layer_class] for part, e in energy.items()}
@@ -152,8 +161,9 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
 
 
 def _per_microbatch(placement: Placement, layers: F64, plan: PlanWork) -> F64:
-    """Per stage, the sum over its layers of a [3, layers] array's forward passes, backward pass and
-    attention-core repeats (`plan.forward_runs`, one, `plan.core_runs`)."""
+    """Per stage, the sum over its layers of a [4, layers] array's forward passes, backward pass,
+    attention-core repeats and op recompute's (`plan.forward_runs`, one, `plan.core_runs`,
+    `plan.op_runs`)."""
     out = np.zeros(placement.stage_count)
     for i, stage in enumerate(placement.stages):
         rows = list(stage.layers)
@@ -161,6 +171,7 @@ def _per_microbatch(placement: Placement, layers: F64, plan: PlanWork) -> F64:
             layers[0, rows].sum() * plan.forward_runs[i]
             + layers[1, rows].sum()
             + layers[2, rows].sum() * plan.core_runs[i]
+            + layers[3, rows].sum() * plan.op_runs[i]
         )
     return out
 
@@ -257,6 +268,7 @@ class Usage:
             samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
             forward_runs=tuple(1.0 + float(mode == "full") for mode in figures.modes),
             core_runs=tuple(float(mode == "selective") for mode in figures.modes),
+            op_runs=tuple(float(mode == "op") for mode in figures.modes),
         )
         return plan_usage(placement, self._work[key], plan)
 
@@ -269,7 +281,7 @@ def plan_sizes(evaluator: Evaluator, design: Designs, candidate: Candidate) -> P
     assert isinstance(placement, Placement)
     training, t = candidate.training, placement.t
     layers = len(evaluator.graphs[t].layers)
-    no_latency = {width: np.ones((1, 3, layers)) for width in evaluator.graphs}
+    no_latency = {width: np.ones((1, 4, layers)) for width in evaluator.graphs}
     problem = evaluator.problem(no_latency, 0, training, design)
     variant = Variant(t, placement.hbm_bytes, core_settings(training))
     return plan_figures(problem, variant, tuple(stage.layers for stage in placement.stages), 1)

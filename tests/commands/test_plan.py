@@ -51,17 +51,19 @@ from tests.conftest import compose_config
 from tests.solvers.placement.placement_reference import plan_settings
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
-# Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each; 1000 B of
-# weights per device. Per sample (microbatch 1) a layer stashes 100 B: 40 B of attention core, 40 B
-# not split by tensor parallelism (LayerNorm and dropout), and 20 B of input. Its bytes per recompute
-# mode come from `megatron_bytes`, as the Evaluator builds them: without sequence parallelism stash
-# 100, selective 60, input 20; with it (t = 2) the 40 B and the input split 2 ways: 80, 40, 10. The
+# Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each, op recompute's
+# ops 0.5 s; 1000 B of weights per device. Per sample (microbatch 1) a layer stashes 100 B: 40 B of
+# attention core, 40 B not split by tensor parallelism (LayerNorm and dropout), and 20 B of input; op
+# recompute keeps 50 B of it, 20 B of them not split. Its bytes per recompute mode come from
+# `megatron_bytes`, as the Evaluator builds them: without sequence parallelism stash 100, selective 60,
+# input 20, op 50; with it (t = 2) the unsplit bytes and the input split 2 ways: 80, 40, 10, 40. The
 # edge 0 -> 1 carries 50 B; one tier of 4 devices at 100 B/s: a transfer takes 0.5 s.
 # m = 2 microbatches, s = 2 stages; stage 0 keeps 2 microbatches in flight, stage 1 one.
 LAYER = LayerMemory(
     parameter_count=0, parameter_bytes=0, gradient_bytes=0, optimizer="sgd", optimizer_state_bytes=0,
     stash_fixed_bytes=0, stash_per_sample_bytes=100, input_fixed_bytes=0, input_per_sample_bytes=20,
     core_per_sample_bytes=40, replicated_per_sample_bytes=40, checkpoint_per_sample_bytes=20,
+    op_per_sample_bytes=50, op_replicated_per_sample_bytes=20,
 )  # fmt: skip
 
 
@@ -83,6 +85,8 @@ def toy(t: int = 1, sequence_parallel: bool = False, **overrides: Any) -> Placem
         "input_bytes": both(layer.checkpoint_bytes),
         "selective_stash_bytes": both(layer.selective_bytes),
         "selective_recompute_s": np.array([[0.25, 0.25]]),
+        "op_stash_bytes": both(layer.op_bytes),
+        "op_recompute_s": np.array([[0.5, 0.5]]),
         "tensor_parallel": np.full((1, 2), t > 1),
         "edges": np.array([(0, 1)]),
         "edge_bytes": np.array([50]),
@@ -101,23 +105,27 @@ def toy_variant(t: int = 1, recompute: str = "none", **others: int | bool) -> Va
 
 
 # Time. Load per microbatch = forward 1 + backward 2 + recompute (selective 0.25, full the forward
-# 1) + 2 v transfers of 0.5 s on stage 0 (each of its v chunks sends and receives; stage 1 has no
+# 1, op 0.5) + 2 v transfers of 0.5 s on stage 0 (each of its v chunks sends and receives; stage 1 has no
 # cut after it); time = max load * (m + (s - 1) / v) = max load * (2 + 1 / v). Sequence parallelism
 # moves the same bytes (reduce-scatter + all-gather for all-reduce), and the layers' latencies are
 # given here (the cost pass is what splits their replicated vector work): the time does not change.
-#   v = 1: none [4, 3] -> 12; selective [4.25, 3.25] -> 12.75; full [5, 4] -> 15.
-#   v = 2: none [5, 3] -> 12.5; selective [5.25, 3.25] -> 13.125; full [6, 4] -> 15.
+#   v = 1: none [4, 3] -> 12; selective [4.25, 3.25] -> 12.75; full [5, 4] -> 15; op [4.5, 3.5] -> 13.5.
+#   v = 2: none [5, 3] -> 12.5; selective [5.25, 3.25] -> 13.125; full [6, 4] -> 15; op [5.5, 3.5]
+#   -> 13.75.
 # Memory per device = weights + gradients 2 x 1000 + ceil(kept x u / v) + working, with u the
 # (chunk-)microbatches in flight: v = 1: u = 2 and 1; v = 2: 2 (q - 1) + (v - 1) s + 1 = 5 and 3,
 # the 5 capped at the m v = 4 chunk-microbatches there are (Megatron's warm-up runs all 4 forwards).
-# kept: none the stash, selective the selective stash, full the input; working: none 0, selective one
-# attention core 40, full one layer's stash.
+# kept: none the stash, selective the selective stash, full the input, op the op stash; working: none
+# 0, selective one attention core 40, full one layer's stash, op what it does not keep of one layer's
+# stash (100 - 50; with SP 80 - 40).
 #   no SP (100, 60, 20): v = 1: none 2000 + 200, 2000 + 100; selective 2000 + 120 + 40,
 #     2000 + 60 + 40; full 2000 + 40 + 100, 2000 + 20 + 100. v = 2: none 2000 + 200, 2000 + 150;
 #     selective 2000 + 120 + 40, 2000 + 90 + 40; full 2000 + 40 + 100, 2000 + 30 + 100.
 #   SP (80, 40, 10): v = 1: none 2000 + 160, 2000 + 80; selective 2000 + 80 + 40, 2000 + 40 + 40;
 #     full 2000 + 20 + 80, 2000 + 10 + 80. v = 2: none 2000 + 160, 2000 + 120; selective
 #     2000 + 80 + 40, 2000 + 60 + 40; full 2000 + 20 + 80, 2000 + 15 + 80.
+#   op, no SP: v = 1: 2000 + 100 + 50, 2000 + 50 + 50; v = 2: 2000 + 100 + 50, 2000 + 75 + 50.
+#   op, SP: v = 1: 2000 + 80 + 40, 2000 + 40 + 40; v = 2: 2000 + 80 + 40, 2000 + 60 + 40.
 TIMES: dict[tuple[str, int], tuple[list[float], float]] = {
     ("none", 1): ([4.0, 3.0], 12.0),
     ("selective", 1): ([4.25, 3.25], 12.75),
@@ -125,6 +133,8 @@ TIMES: dict[tuple[str, int], tuple[list[float], float]] = {
     ("none", 2): ([5.0, 3.0], 12.5),
     ("selective", 2): ([5.25, 3.25], 13.125),
     ("full", 2): ([6.0, 4.0], 15.0),
+    ("op", 1): ([4.5, 3.5], 13.5),
+    ("op", 2): ([5.5, 3.5], 13.75),
 }
 MEMORY: dict[tuple[str, bool, int], list[int]] = {
     ("none", False, 1): [2200, 2100],
@@ -139,12 +149,16 @@ MEMORY: dict[tuple[str, bool, int], list[int]] = {
     ("none", True, 2): [2160, 2120],
     ("selective", True, 2): [2120, 2100],
     ("full", True, 2): [2100, 2095],
+    ("op", False, 1): [2150, 2100],
+    ("op", False, 2): [2150, 2125],
+    ("op", True, 1): [2120, 2080],
+    ("op", True, 2): [2120, 2100],
 }
 
 
 @pytest.mark.parametrize("interleave", [1, 2])
 @pytest.mark.parametrize("sequence_parallel", [False, True])
-@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+@pytest.mark.parametrize("mode", ["none", "selective", "full", "op"])
 def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, interleave: int) -> None:
     # The formulas, straight from `plan_figures`: a one-layer stage cannot be cut into two model
     # chunks, so `explain_plan` and the DP refuse the v = 2 plan (the next test), but the arithmetic
@@ -585,7 +599,7 @@ BAD_PLANS = [
     ),
     (
         "plan.recompute=some",
-        r"plan.recompute='some' is not valid: it must be one of \['none', 'selective', 'full'\]",
+        r"plan.recompute='some' is not valid: it must be one of \['none', 'selective', 'full', 'op'\]",
     ),
     ("plan.tp=3", r"3 \* 2 \* 2 = 12 does not divide the 8 devices"),
     ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
@@ -671,6 +685,28 @@ def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> Non
         flash.breakdown.recompute_s == 0
         and flash.time_per_batch_s == reports["flash", "none"].time_per_batch_s
     )
+
+
+def test_op_recompute_runs_every_other_linear_layer_again_under_flash(cache_dir: Path) -> None:
+    """Under a flash kernel Megatron's selective recompute repeats nothing, but torchtitan's op-level
+    checkpointing runs half the linear layers, the norms and the elementwise ops again: it takes time
+    and counts in HFU, less than full recompute, and keeps less than no recompute and more than full."""
+    reports = {
+        mode: predict_plan(
+            settings_from_config(
+                compose_config(
+                    *PLAN, f"cache_dir={cache_dir}", f"plan.recompute={mode}", "hw.device.attention=flash"
+                )
+            )
+        )
+        for mode in ("none", "op", "full")
+    }
+    none, op, full = reports["none"], reports["op"], reports["full"]
+    assert 0 < op.breakdown.recompute_s < full.breakdown.recompute_s and none.breakdown.recompute_s == 0
+    assert none.time_per_batch_s < op.time_per_batch_s < full.time_per_batch_s
+    assert none.hfu == none.mfu and op.hfu > op.mfu
+    stash = {mode: r.memory.activation_stash_bytes for mode, r in reports.items()}
+    assert stash["full"] < stash["op"] < stash["none"]
 
 
 def test_sequence_parallelism_without_tensor_parallelism_is_warned_and_off(

@@ -120,10 +120,14 @@ def test_single_design_presets() -> None:
     )
 
 
-DENSE_BF16_FLOPS = {"h200": 989e12, "b200": 2.25e15, "gb200": 2.5e15, "gb300": 2.5e15}
-"""The published dense BF16 peak of each 2024-25 GPU preset (the sources are in its conf/hw file)."""
+DENSE_BF16_FLOPS = {"h200": 989e12, "b200": 2.25e15, "gb200": 2.5e15, "gb300": 2.5e15, "h100_500w": 989e12}
+"""The published dense BF16 peak of each 2024-25 GPU preset (the sources are in its conf/hw file; the
+500 W H100's is the 700 W part's: its power limit is in its fitted utilisations)."""
 
-CHIP_SYSTEMS = {"h200": "dgx_h200", "b200": "dgx_b200", "gb200": "gb200_nvl72", "gb300": "gb300_nvl72"}
+CHIP_SYSTEMS = {
+    "h200": "dgx_h200", "b200": "dgx_b200", "gb200": "gb200_nvl72", "gb300": "gb300_nvl72",
+    "h100_500w": "dgx_h100",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("hw", DENSE_BF16_FLOPS)

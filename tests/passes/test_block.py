@@ -30,7 +30,7 @@ from phazec.ir.printer import format_graph
 from phazec.ir.verify import verify_graph
 from phazec.passes.autodiff import GRAD_RULES, Autodiff
 from phazec.passes.fuse import Fuse, fuse_elementwise
-from phazec.passes.memory import Memory, megatron_bytes
+from phazec.passes.memory import Memory, megatron_bytes, op_checkpoint
 from phazec.passes.pipeline import TRAINING_PASSES, GraphSettings, training_pipeline
 from phazec.passes.tensor_parallel import TensorParallel
 from phazec.passes.training import graph_totals, rows_at, training_rows
@@ -322,6 +322,42 @@ def test_fp8_keeps_each_linear_layers_input_as_a_one_byte_copy(width: int) -> No
     split = megatron_bytes(memory, 1, width, low_precision=True)
     formula = S * H / width * (27 + 5 * A * S / H) + S * S / width
     assert split.stash_bytes == formula == {1: 1692, 2: 846}[width]
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_op_recompute_keeps_the_input_and_every_other_linear_product(width: int) -> None:
+    # torchtitan's op-level selective checkpointing saves the linear layers' products but every second
+    # one (QKV and fc kept; the projection and fc2 not), the flash kernels and the TP collectives
+    # (here, at t = 2, the all-reduces after the projection and fc2), and rebuilds the rest of the
+    # stash from them and the block's input x. Kept per sample: at t = 1 x 2sh + QKV 6sh + fc 8sh =
+    # 16sh bytes; at t = 2 x and the two all-reduced outputs 2sh each, QKV and fc split: 6sh + 14sh/t,
+    # and sequence parallelism splits the replicated 6sh too: 20sh/t. The 1-byte mask comes from the
+    # batch, as under full recompute.
+    cls = trained(width).classes[0]
+    memory, backward = cls.memory, cls.backward
+    assert memory is not None and backward is not None
+    kept = {1: 16 * S * H, 2: S * H * (6 + 14 // width)}[width]
+    assert memory.op_per_sample_bytes == kept == {1: 768, 2: 624}[width]
+    assert memory.op_replicated_per_sample_bytes == {1: 768, 2: 6 * S * H}[width]
+    assert memory.op_fixed_bytes == 0
+    assert megatron_bytes(memory, 3, 1).op_bytes == 3 * kept
+    if width == 2:  # sequence parallelism
+        assert megatron_bytes(memory, 1, 2).op_bytes == 20 * S * H // 2 == 480
+    again = op_checkpoint(cls.graph, backward)
+    assert again.kept == {"x", "mask", "qkv", "fc"} | ({"proj", "fc2"} if width == 2 else set())
+    # What it runs again: the layer norms, the attention core (QK^T fused with its scale, mask,
+    # softmax, dropout, AV), the GELU chain, the residual add, and at t = 1 the projection and fc2
+    # (each fused with its dropout), which no all-reduce output saves there: GEMM FLOPs
+    # 2 x 2 (a/t) s^2 d for the core, plus 2sh^2 + 2sfh at t = 1.
+    ops = [cls.graph.ops[i] for i in again.recomputed]
+    products = [op for op in ops if op.kind in (OpKind.GEMM, OpKind.FUSED)]
+    unsaved = ["node_proj+node_proj_drop", "node_fc2+node_fc2_drop"] if width == 1 else []
+    assert [op.name for op in products] == ["node_scores+node_scaled", "node_ctx", *unsaved]
+    core = 2 * 2 * (A // width) * S * S * D
+    assert sum(gemm_dims(op, cls.graph, 1).flops for op in products) == core + (
+        2 * S * H * H + 2 * S * F * H if width == 1 else 0
+    )
+    assert {op.op_type for op in ops if op.kind is OpKind.VECTOR} >= {"LayerNormalization", "Erf", "Softmax"}
 
 
 @pytest.mark.parametrize("width", [1, 2])

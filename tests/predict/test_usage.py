@@ -99,7 +99,8 @@ def _placement() -> Placement:
 
 
 def test_plan_utilisation_and_energy_by_hand() -> None:
-    per_layer = np.array([[1.0, 1.0, 2.0], [2.0, 2.0, 3.0], [0.5, 0.5, 1.0]])  # forward, backward, core
+    # forward, backward, attention core, op recompute's ops
+    per_layer = np.array([[1.0, 1.0, 2.0], [2.0, 2.0, 3.0], [0.5, 0.5, 1.0], [0.25, 0.25, 0.5]])
     work = LayerWork(
         tc_busy_s=per_layer,
         vc_busy_s=per_layer / 2,
@@ -115,6 +116,7 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
         samples_per_batch=64,
         forward_runs=(2.0, 1.0),
         core_runs=(0.0, 0.0),
+        op_runs=(0.0, 0.0),
     )
     usage = plan_usage(_placement(), work, plan)
     # Per microbatch, stage 0 (recompute: forward twice) runs 2 * (1 + 1) + (2 + 2) = 8 core-seconds of
@@ -145,6 +147,11 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
     selective = plan_usage(_placement(), work, replace(plan, forward_runs=(1.0, 1.0), core_runs=(1.0, 0.0)))
     assert selective["tensor_core_utilisation_bottleneck"] == 0.35
     assert selective["energy_per_iteration_j"]["compute"] == 152.0
+    # Op recompute in stage 0: it runs its layers' unsaved ops again, 2 + 4 + 0.5 = 6.5 core-seconds
+    # per microbatch (26/80 of its TCs), and the energy is 2 x 4 x (6.5 x 2 + 5 x 1) = 144 J.
+    op = plan_usage(_placement(), work, replace(plan, forward_runs=(1.0, 1.0), op_runs=(1.0, 0.0)))
+    assert op["tensor_core_utilisation_bottleneck"] == 0.325
+    assert op["energy_per_iteration_j"]["compute"] == 144.0
 
 
 def test_neighbours_are_one_step_away() -> None:

@@ -5,7 +5,8 @@
 // This is the one implementation of the model; its statement is the module docstring of
 // phazec/solvers/placement.py. In short: a stage is the difference of two downsets of the layer
 // DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
-// cores, full: forward again; the last stage recomputes only under Megatron's rule) + 2 v transfers
+// cores, full: forward again, op: the ops torchtitan's op-level selective checkpointing does not save;
+// the last stage recomputes only under Megatron's rule) + 2 v transfers
 // of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
 // (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
 // experts' over the expert-data-parallel group, d cp / ep devices) and the activations kept for the
@@ -45,6 +46,8 @@ struct LayerFigures {
   std::vector<int64_t> selective_bytes;  // kept under selective recompute
   std::vector<int64_t> input_bytes;      // the layer's inputs: kept under full recompute
   std::vector<double> selective_s;       // attention-core forward latency (selective recompute)
+  std::vector<int64_t> op_bytes;         // kept under op-level selective checkpointing (op recompute)
+  std::vector<double> op_s;              // forward latency of the ops op recompute runs again
   std::vector<uint8_t> tensor_parallel;
 };
 
@@ -66,7 +69,7 @@ struct PlacementInput {
 /// The bindings fill `PlanSettings` from a Python dict by these names, so a new setting needs its
 /// line here and its use in placement.cpp only (and a range check in check_input where it has one).
 #define PHAZEC_PLAN_SETTINGS(X)                                                                      \
-  X(int64_t, recompute, 0)           /* index in ("none", "selective", "full"): `Recompute` */       \
+  X(int64_t, recompute, 0)           /* index in ("none", "selective", "full", "op"): `Recompute` */ \
   X(int64_t, interleave, 1)          /* model chunks per stage (interleaved 1F1B when > 1) */        \
   X(int64_t, zero_stage, 0)          /* 0-3: what is sharded over the d replicas (`zero_stage`) */   \
   X(int64_t, cp, 1)                  /* context-parallel devices per stage device (`cp`) */          \
@@ -81,7 +84,7 @@ struct PlanSettings {
 #undef PHAZEC_SETTING_FIELD
 };
 
-enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2 };
+enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2, kOp = 3 };
 
 /// One problem variant: which entry of `widths`, the per-device HBM and the plan's settings.
 struct Variant {
@@ -122,6 +125,9 @@ struct StageCost {
   int64_t input_bytes = 0;              // kept under full recompute: the layers' inputs
   int64_t selective_working_bytes = 0;  // the largest attention core of a layer: rebuilt at once
   int64_t full_working_bytes = 0;       // the largest activations of a layer: rebuilt at once
+  double op_s = 0.0;                    // sum of the layers' latencies of the ops op recompute runs again
+  int64_t op_bytes = 0;                 // kept under op recompute
+  int64_t op_working_bytes = 0;         // the largest part of a layer's stash op recompute rebuilds
   int64_t cut_bytes = 0;                // bytes crossing the cut after the stage
   int64_t devices = 1;                  // t when it holds a tensor-parallel layer, else 1
 };

@@ -9,8 +9,8 @@ As implemented:
 2. Local search, per pipeline stage of the best plan found so far (stages whose layers have the same
    classes are searched once). A stage's cost on a design is its compute time per microbatch, the
    sum over its layers of the exact forward and backward schedules' makespans (the forward twice
-   under full recompute, and the attention cores once more under selective recompute, except in the
-   last stage, as the placement model counts it) at the plan's
+   under full recompute, the attention cores once more under selective recompute and the unsaved ops
+   under op recompute, except in the last stage, as the placement model counts it) at the plan's
    microbatch and tensor-parallel width, times the objective's weight (`phazec.search.objective`).
    The search keeps the `search.top_k` designs of least cost seen, and expands the best of them not
    yet expanded until all k are expanded. Expanding a design:
@@ -66,7 +66,7 @@ from phazec.hw.designs import KNOBS, Designs
 from phazec.ir.core import Graph
 from phazec.ir.graph import topological_order
 from phazec.predict import usage
-from phazec.predict.evaluator import Candidate, Evaluator, attention_core_s, best
+from phazec.predict.evaluator import Candidate, Evaluator, attention_core_s, best, op_recompute_s
 from phazec.predict.layer_costs import ClassCosts
 from phazec.search.executors.base import Executor
 from phazec.search.loop import Found, chunks, explore
@@ -169,6 +169,8 @@ class StageWork:
     """(class, forward runs, backward runs) per microbatch, by class index."""
     core_runs: tuple[tuple[int, float], ...]
     """(class, attention-core repeats) per microbatch, by class index: selective recompute's."""
+    op_runs: tuple[tuple[int, float], ...] = ()
+    """(class, repeats of the ops op recompute runs again) per microbatch, by class index."""
 
 
 def stage_works(evaluator: Evaluator, designs: Designs, candidate: Candidate) -> list[StageWork]:
@@ -180,11 +182,13 @@ def stage_works(evaluator: Evaluator, designs: Designs, candidate: Candidate) ->
     modes = usage.plan_sizes(evaluator, designs.take(np.array([candidate.design])), candidate).modes
     runs = [1.0 + float(mode == "full") for mode in modes]
     core = [float(mode == "selective") for mode in modes]
+    again = [float(mode == "op") for mode in modes]
     for i, stage in enumerate(placement.stages):
         counts = sorted(Counter(model.layers[layer].cls for layer in stage.layers).items())
         work = StageWork(
             tuple((c, n * runs[i], float(n)) for c, n in counts),
             tuple((c, n * core[i]) for c, n in counts if core[i]),
+            tuple((c, n * again[i]) for c, n in counts if again[i]),
         )
         if work not in out:
             out.append(work)
@@ -244,7 +248,9 @@ class LocalSearch:
         """Each layer class the stage runs, priced on the picked designs, by class index."""
         ev = self.evaluator
         on = self.designs.take(picked)
-        used = sorted({c for c, _, _ in stage.runs} | {c for c, _ in stage.core_runs})
+        used = sorted(
+            {c for c, _, _ in stage.runs} | {c for c, _ in stage.core_runs} | {c for c, _ in stage.op_runs}
+        )
         training = replace(ev.knobs.fixed, microbatch=self.microbatch)
         return {c: ev.class_costs(ev.graphs[self.t], c, on, training) for c in used}
 
@@ -260,12 +266,16 @@ class LocalSearch:
 
     def core_s(self, stage: StageWork, priced: dict[int, ClassCosts], designs: int) -> NDArray[np.float64]:
         """Per priced design: the time of the attention cores the stage repeats under selective
-        recompute, per microbatch."""
+        recompute, or of the ops it runs again under op recompute, per microbatch."""
         total = np.zeros(designs)
         model = self.evaluator.graphs[self.t]
         for cls_index, repeats in stage.core_runs:
             forward = model.classes[cls_index].graph
             total += repeats * attention_core_s(forward, priced[cls_index].forward, model.seq_len)
+        for cls_index, repeats in stage.op_runs:
+            cls = model.classes[cls_index]
+            assert cls.backward is not None  # a stage that recomputes has a backward pass
+            total += repeats * op_recompute_s(cls.graph, cls.backward, priced[cls_index].forward)
         return total
 
     def _price(self, stage: StageWork, picked: NDArray[np.int64], pool: dict[int, float]) -> None:

@@ -51,6 +51,12 @@ class StageCost:
     """The largest attention core of a layer: rebuilt at once under selective recompute."""
     full_working_bytes: int
     """The largest activations of a layer: rebuilt at once under full recompute."""
+    op_s: float
+    """Sum of the layers' latencies of the ops op recompute runs again."""
+    op_bytes: int
+    """Kept under op recompute."""
+    op_working_bytes: int
+    """The largest part of a layer's stash op recompute rebuilds: rebuilt at once under op recompute."""
     cut_bytes: int
     """Bytes crossing the cut after the stage."""
     devices: int

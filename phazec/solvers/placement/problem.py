@@ -21,11 +21,12 @@ MAX_BYTES = 2**40
 """The largest byte count of one layer the model takes: memory sums of such counts stay far inside
 the C++ DP's 64-bit integers."""
 
-RECOMPUTE_MODES = ("none", "selective", "full")
-"""Activation recomputation: none, the attention core only (selective), every layer (full); the
-compiled model's `recompute` setting is an index into this."""
+RECOMPUTE_MODES = ("none", "selective", "full", "op")
+"""Activation recomputation: none, the attention core only (selective: Megatron's), every layer (full),
+or the ops torchtitan's op-level selective activation checkpointing leaves unsaved (op:
+`phazec.passes.memory.op_checkpoint`); the compiled model's `recompute` setting is an index into this."""
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "full", "op"]
 
 Stages = tuple[tuple[int, ...], ...]
 """Layer ids of each stage, first stage first."""
@@ -79,6 +80,10 @@ class PlacementProblem:
     """Bytes kept for the backward pass under selective recompute (None: the stash bytes)."""
     selective_recompute_s: NDArray[np.float64] | None = None
     """Forward latency of the layer's attention core, recomputed under selective (None: 0)."""
+    op_stash_bytes: NDArray[np.int64] | None = None
+    """Bytes kept for the backward pass under op recompute (None: the stash bytes)."""
+    op_recompute_s: NDArray[np.float64] | None = None
+    """Forward latency of the ops op recompute runs again (None: 0)."""
     expert_param_bytes: NDArray[np.int64] | None = None
     """Of `param_bytes`, those of a Mixture-of-Experts block's routed experts (None: 0), which a
     distributed optimizer shards over the expert-data-parallel group (d cp / ep devices, Megatron-Core's)
@@ -95,6 +100,10 @@ class PlacementProblem:
             object.__setattr__(self, "selective_stash_bytes", self.stash_bytes)
         if self.selective_recompute_s is None:
             object.__setattr__(self, "selective_recompute_s", np.zeros_like(self.forward_latency_s))
+        if self.op_stash_bytes is None:
+            object.__setattr__(self, "op_stash_bytes", self.stash_bytes)
+        if self.op_recompute_s is None:
+            object.__setattr__(self, "op_recompute_s", np.zeros_like(self.forward_latency_s))
         if self.expert_param_bytes is None:
             object.__setattr__(self, "expert_param_bytes", np.zeros_like(self.param_bytes))
         for name, value in _validated_arrays(self).items():
@@ -112,6 +121,18 @@ class PlacementProblem:
         """The selective stash bytes (set by construction)."""
         assert self.selective_stash_bytes is not None
         return self.selective_stash_bytes
+
+    @property
+    def op_stash(self) -> NDArray[np.int64]:
+        """The op recompute stash bytes (set by construction)."""
+        assert self.op_stash_bytes is not None
+        return self.op_stash_bytes
+
+    @property
+    def op_s(self) -> NDArray[np.float64]:
+        """The latencies of the ops op recompute runs again (set by construction)."""
+        assert self.op_recompute_s is not None
+        return self.op_recompute_s
 
     @property
     def expert_bytes(self) -> NDArray[np.int64]:
@@ -256,6 +277,8 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "input_bytes": (np.int64, 2),
     "selective_stash_bytes": (np.int64, 2),
     "selective_recompute_s": (np.float64, 2),
+    "op_stash_bytes": (np.int64, 2),
+    "op_recompute_s": (np.float64, 2),
     "tensor_parallel": (np.bool_, 2),
     "edges": (np.int64, 2),
     "edge_bytes": (np.int64, 1),
@@ -311,6 +334,8 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "input_bytes",
         "selective_stash_bytes",
         "selective_recompute_s",
+        "op_stash_bytes",
+        "op_recompute_s",
         "edge_bytes",
     ):
         seconds = name.endswith("_s")
@@ -330,6 +355,7 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
             f"(expert tensor parallelism is not modelled); give 0 expert bytes at every t > 1."
         )
     _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
+    _check_part(out, "op_stash_bytes", "stash_bytes", "op recompute keeps part of the stash")
     idle = [
         int(t)
         for t, f, b in zip(out["t_values"], out["forward_latency_s"], out["backward_latency_s"], strict=True)
@@ -424,6 +450,8 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "stash_bytes": problem.stash_bytes,
         "selective_bytes": problem.selective_stash,
         "input_bytes": problem.input_bytes,
+        "op_s": problem.op_s,
+        "op_bytes": problem.op_stash,
         "tensor_parallel": problem.tensor_parallel,
         "devices": problem.device_count,
         "microbatches": problem.microbatch_count,

@@ -94,6 +94,7 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     group_sizes = sorted(draw(st.sets(st.integers(1, 16), max_size=2)) | {16})
     stash = np.array(matrix(size))
     kept_share = np.array(matrix(st.floats(0.0, 1.0)))
+    op_share = np.array(matrix(st.floats(0.0, 1.0)))
     params = np.array(matrix(size))
     # Routed experts' share of each layer's weights, at t = 1 only (as in a MoE model).
     at_t1 = (np.array(t_values) == 1)[:, None]
@@ -109,6 +110,8 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         input_bytes=np.array(matrix(size)),
         selective_stash_bytes=np.floor(stash * kept_share).astype(np.int64),
         selective_recompute_s=np.array(matrix(latency)),
+        op_stash_bytes=np.floor(stash * op_share).astype(np.int64),
+        op_recompute_s=np.array(matrix(latency)),
         tensor_parallel=np.array(matrix(st.booleans()), dtype=bool),
         edges=np.array(edges, dtype=np.int64),
         edge_bytes=np.array(
@@ -224,7 +227,8 @@ def block_chains(draw: st.DrawFn) -> Drawn:
 
     per_layer = (
         "forward_latency_s", "backward_latency_s", "param_bytes", "expert_param_bytes", "activation_bytes",
-        "stash_bytes", "input_bytes", "selective_stash_bytes", "selective_recompute_s", "tensor_parallel",
+        "stash_bytes", "input_bytes", "selective_stash_bytes", "selective_recompute_s", "op_stash_bytes",
+        "op_recompute_s", "tensor_parallel",
     )  # fmt: skip
     changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
     edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
@@ -352,6 +356,7 @@ def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, 
         forward_latency_s=np.maximum(shorter(real.forward_latency_s), 0.001),  # drawn >= 0.001
         backward_latency_s=shorter(real.backward_latency_s),
         selective_recompute_s=shorter(real.selective_s),
+        op_recompute_s=shorter(real.op_s),
     )
     variants = variants_of(drawn)
     for optimum, lower in zip(
