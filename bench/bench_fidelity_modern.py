@@ -353,7 +353,8 @@ def main() -> None:
         by_chip.setdefault((modern.family, split), []).append(abs(error))
         for feature in modern.features or ("none",):
             by_feature.setdefault((feature, split), []).append(abs(error))
-        note = assumed if report.fits else "  (over HBM in phazec's memory model)"
+        over = f"{report.memory.total_bytes / 1e9:.1f} GB of {report.memory.hbm_bytes / 1e9:g}"
+        note = assumed if report.fits else f"  (over HBM in phazec's memory model: {over})"
         print(f"{p.run.row_id:34s} {modern.family:10s} {'+'.join(modern.features) or '-':12s} {split:12s} "
               f"{p.run.measured_s:11.3f} {report.time_per_batch_s:12.3f} {error:+8.1%}{note}")  # fmt: skip
     summary(by_chip, "chip family")

@@ -16,7 +16,9 @@ its own operator and every s x s tensor goes through HBM (`unfused`, the templat
   FLASH_BLOCK x FLASH_BLOCK (`phazec.ir.ops.flash_dims`); its backward (`FlashAttentionGrad`, from the
   autodiff pass) recomputes the scores: five products, 2.5x the forward FLOPs as FlashAttention-2
   counts them. Its backward reads Q, K, V, O and dO: the stash of selective recompute, no s^2 bytes.
-  The softmax statistics (4 bytes per row, 2/d of O) are not counted.
+  The softmax statistics (4 bytes per row, 2/d of O) are not counted. Under grouped-query attention
+  it reads K and V with their own key-value heads, before Hugging Face's `repeat_kv` copies them over
+  the query heads (`unrepeated`), as FlashAttention-2's, cuDNN's and Transformer Engine's kernels do.
 
 A causal model (`causal`) has its mask applied by position inside the kernel: the mask tensor is not
 read, and a causal flash kernel skips the tiles above the diagonal. Otherwise the kernel reads the
@@ -219,9 +221,28 @@ def flash_op(graph: Graph, core: Core, causal: bool) -> tuple[Op, list[Op]]:
     attrs: dict[str, AttrValue] = {
         "heads": math.prod(q[:-2]), "seq": q[-2], "head_dim": q[-1], "causal": int(causal)
     }  # fmt: skip
-    inputs = (core.q, core.k, core.v, *mask)
+    inputs = (core.q, unrepeated(graph, core.k), unrepeated(graph, core.v), *mask)
     op = Op(f"{core.av.name}.flash", "FlashAttention", OpKind.GEMM, inputs, (out,), attrs)
     return op, [*core.scales, core.qk, *core.vector, core.av, *views]
+
+
+def unrepeated(graph: Graph, name: str) -> str:
+    """The keys or values `name` a flash kernel reads before grouped-query attention repeats them over
+    the query heads (Hugging Face's `repeat_kv`: an unsqueeze, an `Expand` and reshapes, then the key's
+    transpose): the `Expand`'s input where `name` is that expansion through views read by nothing
+    else (but `Shape`), else `name`. FlashAttention-2, cuDNN's and Transformer Engine's kernels read
+    the key-value heads as they are, so the repeated copy is neither written nor kept for the backward
+    pass, and its gradient's sum over the repeats is the kernel's."""
+    consumers, producers = graph.consumers(), graph.producers()
+    current = name
+    while (op := producers.get(current)) is not None and op.op_type in (*VIEW_TYPES, "Expand"):
+        readers = [r for r in consumers.get(current, []) if r.op_type != "Shape"]
+        if current != name and len(readers) != 1:
+            break
+        if op.op_type == "Expand":
+            return op.inputs[0]
+        current = op.inputs[0]
+    return name
 
 
 def softmax_op(graph: Graph, core: Core, causal: bool) -> tuple[Op, list[Op]] | None:

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
+from numpy.typing import NDArray
 
 from phazec.errors import PhazecError
 from phazec.solvers.placement.problem import PlacementProblem
@@ -103,16 +104,18 @@ def offloaded_problem(
     forward_s, backward_s = problem.forward_latency_s.copy(), problem.backward_latency_s.copy()
     forward_s[:, hiding] = np.maximum(forward_s[:, hiding], copy_s)
     backward_s[:, hiding] = np.maximum(backward_s[:, hiding], copy_s)
-    kept = {}
-    for field in ("stash_bytes", "selective_stash", "input_bytes"):
-        figures = getattr(problem, field).copy()
-        figures[:, offloaded] = 0
-        kept[field] = figures
+
+    def kept(figures: NDArray[np.int64]) -> NDArray[np.int64]:
+        out = figures.copy()
+        out[:, offloaded] = 0
+        return out
+
     return replace(
         problem,
         forward_latency_s=forward_s,
         backward_latency_s=backward_s,
-        stash_bytes=kept["stash_bytes"],
-        selective_stash_bytes=kept["selective_stash"],
-        input_bytes=kept["input_bytes"],
+        stash_bytes=kept(problem.stash_bytes),
+        selective_stash_bytes=kept(problem.selective_stash),
+        op_stash_bytes=kept(problem.op_stash),
+        input_bytes=kept(problem.input_bytes),
     )

@@ -212,3 +212,45 @@ def test_an_attention_core_with_sinks_runs_as_flash(cache_dir: Path) -> None:
     touched = [graph.tensors[n].shape for op in graph.ops for n in (*op.inputs, *op.outputs) if n]
     assert not any(len(shape) == 4 and shape[-2] == s and shape[-1] >= s for shape in touched)
     assert any(w.endswith("self_attn.sinks") for w in graph.weights)
+
+
+def test_a_flash_kernel_reads_grouped_query_keys_and_values_unrepeated(cache_dir: Path) -> None:
+    """A tiny Llama block (s = 256, 8 query heads of d = 32) with 2 key-value heads against the same block
+    with 8: under flash attention the kernel reads K and V with their own heads (Hugging Face's
+    repeat_kv expansion, and its gradient's sum over the repeats, are gone), so the block keeps
+    2 tensors x (8 - 2) heads x 256 x 32 x 2 bytes = 196,608 bytes a sample fewer than the block with
+    8 key-value heads, whose K and V are 8 heads wide. Unfused, the repeated copies stay, as eager
+    PyTorch writes them."""
+    from phazec.frontend import load_model
+    from phazec.frontend.schema import ModelConfig
+    from phazec.passes.training import rows_at
+
+    s, d = 256, 32
+    dims = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 1, "num_attention_heads": 8,
+            "vocab_size": 1000, "max_position_embeddings": s}  # fmt: skip
+
+    def block(kv_heads: int, kernel: str) -> tuple[Graph, Graph, int]:
+        overrides = [f"model.hf_config.{key}={value}" for key, value in dims.items()]
+        cfg = compose_config(
+            "model=llama2_7b", f"model.name=gqa{kv_heads}", f"model.hf_config.num_key_value_heads={kv_heads}",
+            f"model.seq_len={s}", *overrides,
+        )  # fmt: skip
+        model_cfg = typed(ModelConfig, cfg.model, "model")
+        assert isinstance(model_cfg, ModelConfig)
+        trained, _ = training_pipeline(1, GraphSettings(attention=kernel, causal=True)).run(
+            load_model(model_cfg, cache_dir)
+        )
+        (cls,) = [c for c in trained.classes if trained.layers[c.members[0]].kind is LayerKind.BLOCK]
+        (row,) = [r for r in rows_at(trained, 1) if r.kind == LayerKind.BLOCK]
+        assert cls.backward is not None
+        return cls.graph, cls.backward, row.memory.stash_per_sample_bytes
+
+    grouped, grouped_backward, grouped_stash = block(2, "flash")
+    _, _, full_stash = block(8, "flash")
+    flash = only(grouped, "FlashAttention")
+    assert [grouped.tensors[name].numel() for name in flash.inputs] == [8 * s * d, 2 * s * d, 2 * s * d]
+    assert not any(op.op_type == "Expand" for op in grouped.ops)
+    assert not any(op.op_type == "ReduceSum" for op in grouped_backward.ops)
+    assert full_stash - grouped_stash == 2 * (8 - 2) * s * d * 2
+    unfused, _, _ = block(2, "unfused")
+    assert sum(op.op_type == "Expand" for op in unfused.ops) == 2
