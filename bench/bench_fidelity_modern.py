@@ -100,6 +100,13 @@ sets `cpu_offloading=True`, `cpu_offloading_weights=False`, `cpu_offloading_num_
 src/megatron/bridge/perf_recipes/llama/gb200/llama3.py, the commit the row cites). Every other row's
 recipe offloads nothing (0); the B200 and B300 70B FSDP recipes that do have no row."""
 
+FUSED_CROSS_ENTROPY_SOURCE = "Megatron-Bridge"
+"""Rows whose source names it run Transformer Engine's fused cross entropy (`plan.fused_cross_entropy`):
+Megatron-Bridge's performance recipes call `_benchmark_common(cfg, cross_entropy_impl="te")`, which sets
+`cross_entropy_fusion_impl`, with `cross_entropy_loss_fusion` on by the GPT provider's default
+(NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a, src/megatron/bridge/perf_recipes/
+_common.py and models/gpt_provider.py). The other frameworks' rows cast the logits to fp32."""
+
 POWER_LIMITED = frozenset({"h100_500w"})
 """Families whose power limit slows their tensor cores, GEMMs and attention kernels alike: their fit
 moves `hw.device.attention_utilisation` with the GEMMs' utilisation, at the ratio of their preset's
@@ -125,6 +132,8 @@ class ModernRun:
     """The NVLink domain's size where it is not the system preset's (`system.tiers.0.group_size`)."""
     offload_layers: int
     """Transformer blocks whose activations go to the host (`OFFLOAD_LAYERS`)."""
+    fused_cross_entropy: bool
+    """The loss reads the bf16 logits (`FUSED_CROSS_ENTROPY_SOURCE`)."""
     recompute_stated: bool = True
     """False where the row says nothing of recompute (not even its recipe's default): it runs the least
     recompute that fits (`least_recompute_that_fits`)."""
@@ -153,7 +162,12 @@ class ModernRun:
         """The plan knobs and system changes `bench_fidelity.run_config` does not set: each knob only
         if it is one of `knobs` (`training_knobs()`: `expressible` has refused the rows that need a
         missing one)."""
-        values = (("precision", self.precision), ("cp", self.cp), ("offload_layers", self.offload_layers))
+        values = (
+            ("precision", self.precision),
+            ("cp", self.cp),
+            ("offload_layers", self.offload_layers),
+            ("fused_cross_entropy", str(self.fused_cross_entropy).lower()),
+        )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
         if self.gpus_per_domain is not None:
@@ -260,7 +274,10 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     multi_rack = system.endswith("nvl72") and gpus > 72 and gpus % 64 == 0
     stated = row["recompute"].strip().lower() != "not stated"
     domain = 64 if multi_rack else None
-    return ModernRun(run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, stated)
+    fused = FUSED_CROSS_ENTROPY_SOURCE in row["source"]
+    return ModernRun(
+        run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, fused, stated
+    )
 
 
 def least_recompute_that_fits(

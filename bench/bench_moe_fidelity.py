@@ -58,6 +58,10 @@ FRAMEWORKS = (
 )
 """(row id prefix, the framework whose run the row measured)."""
 
+FUSED_CROSS_ENTROPY = frozenset({"Megatron-Bridge"})
+"""Frameworks whose runs use Transformer Engine's fused cross entropy (`plan.fused_cross_entropy`):
+Megatron-Bridge's performance recipes (`bench_fidelity_modern.FUSED_CROSS_ENTROPY_SOURCE`)."""
+
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
     "deepseek-ai/DeepSeek-V2": "deepseek_v2",
@@ -162,6 +166,11 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
     )
 
 
+def framework(row_id: str) -> str:
+    """The framework whose run a row measured (`FRAMEWORKS`)."""
+    return next(name for prefix, name in FRAMEWORKS if row_id.startswith(prefix))
+
+
 def predict(run: MoeRun) -> PlanReport:
     """The row's plan timed as `phazec-plan` times it."""
     overlaps, not_overlaps = str(run.overlaps).lower(), str(not run.overlaps).lower()
@@ -181,6 +190,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.microbatch={run.microbatch}", f"plan.interleave={run.interleave}",
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
+                f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
                 f"plan.overlap_grad_reduce={overlaps}", f"plan.overlap_param_gather={overlaps}",
@@ -216,8 +226,7 @@ def main() -> None:
         split = "calibration" if run.row_id in CALIBRATION else "held-out"
         error = report.time_per_batch_s / run.measured_s - 1
         errors.setdefault(split, []).append(abs(error))
-        framework = next(name for prefix, name in FRAMEWORKS if run.row_id.startswith(prefix))
-        by_framework.setdefault(framework, []).append(abs(error))
+        by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
@@ -227,9 +236,9 @@ def main() -> None:
     for split, values in sorted(errors.items()):
         print(f"  {split:11s} {len(values):3d} rows: mean {np.mean(values):6.1%}, max {np.max(values):6.1%}")
     print("by the framework that ran them:")
-    for framework, values in sorted(by_framework.items()):
+    for name, values in sorted(by_framework.items()):
         mean, worst = np.mean(values), np.max(values)
-        print(f"  {framework:28s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")
+        print(f"  {name:28s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")
     print(f"\ntotal: {time.perf_counter() - start:.0f} s")
 
 

@@ -11,8 +11,7 @@ chip's hw preset, with the file it comes from:
   `bench_fidelity.CALIBRATION` (A100, H100, V100);
 - `../shared/validation/modern-runs.csv` (`bench_fidelity_modern.py`): every expressible dense row not in
   its family's `bench_fidelity_modern.CALIBRATION`, whose chip family is an hw preset (B200, GB200, the
-  DGX H100, H200); Meta's 500 W H100s are a chip no preset holds (`bench_fidelity_modern.HBM_GB`) and
-  are left out.
+  DGX H100, H200, Meta's 500 W H100s as `h100_500w`).
 
 `phazec.hw.validation` turns the rows into the band `phazec-plan` prints (docs/guide/plan.md, Error
 bands). Run it again after changing a device preset or the model of time: the figures are the model's

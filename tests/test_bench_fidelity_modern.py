@@ -15,7 +15,7 @@ ROW = {
     "microbatch": "1", "tp": "4", "pp": "8", "dp": "4", "interleave": "", "recompute": "not stated",
     "seq_parallel": "yes", "gpu": "GB200 (DGX-GB200, NVL72)", "gpus": "256", "measured_s_per_iter": "",
     "measured_tokens_per_s": "800", "kv_heads": "8", "experts": "", "cp": "2", "precision": "mxfp8",
-    "zero_stage": "1 (distributed optimizer)",
+    "zero_stage": "1 (distributed optimizer)", "source": "NVIDIA-NeMo/Megatron-Bridge@067f987 perf summary",
 }  # fmt: skip
 """A Megatron-Bridge-like 405B row on 256 GB200s in MXFP8 with context parallelism 2."""
 
@@ -34,6 +34,9 @@ def test_a_row_waits_for_the_knobs_it_needs_then_plans_with_them() -> None:
     assert run.gpus_per_domain == 64
     expected = ("plan.precision=mxfp8", "plan.cp=2", "system.tiers.0.group_size=64")
     assert run.overrides(LATER) == expected
+    # A Megatron-Bridge row runs Transformer Engine's fused cross entropy, once phazec has the knob.
+    assert run.fused_cross_entropy
+    assert "plan.fused_cross_entropy=true" in run.overrides(LATER | {"fused_cross_entropy"})
     assert run.run.zero_stage == 1  # bench_fidelity.run_config sets plan.zero_stage
     assert (run.run.recompute, run.run.sequence_parallel, run.run.interleave) == ("none", True, 1)
     # 126 blocks on 8 stages: the embedding and the loss count as a layer each, 128 / 8 = 16 a stage.

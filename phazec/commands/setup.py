@@ -35,7 +35,8 @@ class Job:
 
 def graph_settings(settings: Settings, device: DeviceModel, training: Training) -> GraphSettings:
     """The training passes' options the settings and the device model ask for: vocabulary parallelism,
-    the device's attention kernel and fusions, the model's causality, the optimizer, expert parallelism."""
+    the device's attention kernel and fusions, the model's causality, the optimizer, expert parallelism,
+    the loss kernel."""
     return GraphSettings(
         optimizer=training.optimizer,
         expert_parallel=training.ep,
@@ -44,6 +45,7 @@ def graph_settings(settings: Settings, device: DeviceModel, training: Training) 
         causal=is_causal(settings.model.arch, settings.model.causal),
         fuse_elementwise=device.fuse_elementwise,
         fuse_norm_rope=device.fuse_norm_rope,
+        fused_cross_entropy=training.fused_cross_entropy,
     )
 
 

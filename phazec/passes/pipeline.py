@@ -21,6 +21,7 @@ from phazec.passes.autodiff import Autodiff
 from phazec.passes.base import Pass
 from phazec.passes.expert_parallel import ExpertParallel
 from phazec.passes.fuse import Fuse
+from phazec.passes.loss import FusedCrossEntropy
 from phazec.passes.memory import Memory
 from phazec.passes.norm_rope import NormRope
 from phazec.passes.tensor_parallel import TensorParallel
@@ -94,12 +95,15 @@ class GraphSettings:
     """Attach each layer's once-per-batch optimizer update graph."""
     expert_parallel: int = 1
     """Expert-parallel width ep: each MoE block's routed experts over ep devices (`ExpertParallel`)."""
+    fused_cross_entropy: bool = False
+    """The loss reads the logits in the output layer's type (`phazec.passes.loss`)."""
 
 
 TRAINING_PASSES: tuple[tuple[str, Callable[[GraphSettings, int], Pass]], ...] = (
     ("norm-rope", lambda s, width: NormRope(s.fuse_norm_rope)),
     ("tensor-parallel", lambda s, width: TensorParallel(width, s.vocab_parallel)),
     ("expert-parallel", lambda s, width: ExpertParallel(s.expert_parallel)),
+    ("loss", lambda s, width: FusedCrossEntropy(s.fused_cross_entropy)),
     ("attention", lambda s, width: Attention(s.attention, s.causal)),
     ("autodiff", lambda s, width: Autodiff(s.optimizer if s.update else None)),
     ("fuse", lambda s, width: Fuse(s.fuse, s.fuse_elementwise)),

@@ -157,6 +157,12 @@ class Training:
     """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
     devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
     experts / ep experts per device. It must divide the experts and every stage's devices (tp x dp)."""
+    fused_cross_entropy: bool = knob(False)
+    """The loss as Transformer Engine's fused cross entropy computes it (Megatron-Core's
+    `cross_entropy_fusion_impl="te"`, set by Megatron-Bridge's performance recipes): it reads the
+    logits in the output layer's precision and keeps them for the backward pass (2 bytes a logit in
+    bf16); false: they are cast to fp32 first and kept in fp32, as Hugging Face's loss and
+    Megatron-Core's native cross entropy do (`phazec.passes.loss`)."""
     offload_layers: int = knob(0, recorded=True, minimum=0)
     """Activation offloading (Megatron-Core's `--cpu-offloading-num-layers`, activations only): the
     activations the model's first `offload_layers` transformer blocks keep for their backward pass are

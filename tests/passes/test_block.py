@@ -431,6 +431,6 @@ def test_a_pipeline_error_names_its_pass_and_the_passes_before_it() -> None:
     with pytest.raises(PhazecError, match=r"valid widths: 1, 2\. \(pass tensor-parallel, after norm-rope\)$"):
         training_pipeline(4).run(block_model())
     assert [name for name, _ in TRAINING_PASSES] == [
-        "norm-rope", "tensor-parallel", "expert-parallel", "attention", "autodiff", "fuse", "memory",
+        "norm-rope", "tensor-parallel", "expert-parallel", "loss", "attention", "autodiff", "fuse", "memory",
     ]  # fmt: skip
     assert [p.name for p in training_pipeline(2).passes] == [name for name, _ in TRAINING_PASSES]
