@@ -34,7 +34,7 @@ from typing import ClassVar
 from phazec.hw.device import check_kernel
 from phazec.ir.core import AttrValue, Graph, Model, Op, OpKind
 from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES, VIEW_TYPES
-from phazec.passes.base import PassResult
+from phazec.passes.base import PassResult, rewrite_forward_graphs
 
 PRODUCT_KINDS = (OpKind.GEMM, OpKind.FUSED)
 """Kinds of a core's products: a GEMM, or on a fused graph a GEMM with its epilogue."""
@@ -65,12 +65,9 @@ class Attention:
         check_kernel(self.kernel)
         if self.kernel == "unfused":
             return PassResult(model, False)
-        classes = [
-            replace(cls, graph=attention_graph(cls.graph, model.seq_len, self.kernel, self.causal))
-            for cls in model.classes
-        ]
-        modified = any(new != old for new, old in zip(classes, model.classes, strict=True))
-        return PassResult(replace(model, classes=classes), modified)
+        return rewrite_forward_graphs(
+            model, lambda graph: attention_graph(graph, model.seq_len, self.kernel, self.causal)
+        )
 
 
 @dataclass(frozen=True, slots=True)

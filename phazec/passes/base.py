@@ -4,10 +4,11 @@ Passes run in a `phazec.passes.pipeline.Pipeline`, which verifies the IR between
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol
 
-from phazec.ir.core import Model
+from phazec.ir.core import Graph, Model
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +28,10 @@ class Pass(Protocol):
     def __call__(self, model: Model) -> PassResult:
         """Run the pass."""
         ...
+
+
+def rewrite_forward_graphs(model: Model, rewrite: Callable[[Graph], Graph]) -> PassResult:
+    """`model` with `rewrite` applied to every layer class's forward graph, and whether any changed."""
+    classes = [replace(cls, graph=rewrite(cls.graph)) for cls in model.classes]
+    modified = any(new != old for new, old in zip(classes, model.classes, strict=True))
+    return PassResult(replace(model, classes=classes), modified)

@@ -19,7 +19,7 @@ from typing import ClassVar
 from phazec.ir.core import Graph, Model
 from phazec.ir.ops import VIEW_TYPES
 from phazec.passes.attention import live
-from phazec.passes.base import PassResult
+from phazec.passes.base import PassResult, rewrite_forward_graphs
 
 LOSS = "SoftmaxCrossEntropyLoss"
 
@@ -36,9 +36,7 @@ class FusedCrossEntropy:
         """Drop the cast before every class's loss."""
         if not self.fused:
             return PassResult(model, False)
-        classes = [replace(cls, graph=fused_loss_graph(cls.graph)) for cls in model.classes]
-        modified = any(new != old for new, old in zip(classes, model.classes, strict=True))
-        return PassResult(replace(model, classes=classes), modified)
+        return rewrite_forward_graphs(model, fused_loss_graph)
 
 
 def fused_loss_graph(graph: Graph) -> Graph:

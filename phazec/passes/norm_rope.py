@@ -28,7 +28,7 @@ from typing import ClassVar
 
 from phazec.ir.core import Graph, Model, Op, OpKind
 from phazec.passes.attention import live
-from phazec.passes.base import PassResult
+from phazec.passes.base import PassResult, rewrite_forward_graphs
 
 RMS_NORM = "RMSNormalization"
 ROTARY = "RotaryEmbedding"
@@ -54,9 +54,7 @@ class NormRope:
         """Fuse the chains of every class's forward graph."""
         if not self.fused:
             return PassResult(model, False)
-        classes = [replace(cls, graph=norm_rope_graph(cls.graph)) for cls in model.classes]
-        modified = any(new != old for new, old in zip(classes, model.classes, strict=True))
-        return PassResult(replace(model, classes=classes), modified)
+        return rewrite_forward_graphs(model, norm_rope_graph)
 
 
 @dataclass(frozen=True, slots=True)
