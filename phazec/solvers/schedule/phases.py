@@ -65,13 +65,13 @@ def phase_schedule(
     """The barrier problem's schedule and bound for schedules no longer than `best` (op i in one of
     `modes[i]`), or None where no resource is needed by every op that takes time or no op must hold
     all of it (module docstring); `node_limit` search nodes."""
+    resource = _shared_resource(problem, modes)
+    if resource is None:
+        return None
     horizon_s = best.makespan_s
     fitted = fit(problem, modes, horizon_s)
     if fitted is None:
         return Phased(best, horizon_s, 0, True)  # nothing shorter fits
-    resource = _shared_resource(problem, fitted)
-    if resource is None:
-        return None
     n = len(problem.ops)
     whole_s: dict[int, float] = {}
     while True:
