@@ -28,7 +28,7 @@ import dataclasses
 
 from phazec.ir.graph import topological_order
 from phazec.solvers import core
-from phazec.solvers.schedule.exact import capacities, extension_modes, predecessors
+from phazec.solvers.schedule.exact import RESOURCES, capacities, extension_modes, predecessors
 from phazec.solvers.schedule.exclusive import fit, holds_all
 from phazec.solvers.schedule.heuristic import greedy_run
 from phazec.solvers.schedule.model import Incumbent, bounds
@@ -38,9 +38,6 @@ from phazec.solvers.schedule.replay import replay
 DROPPED_GAP_SHARE = 0.5
 """The ops of least latency take no time in the searched barrier problem while their latencies sum to
 at most this share of the gap tolerance (times the best lower bound); the rest of it is the search's."""
-
-RESOURCE_INDEX = {TC: 0, VC: 1, NET: 2}
-"""A resource's place in the search's units (`exact.capacities`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +96,7 @@ def phase_schedule(
     relaxed_modes = [(True,) if i in whole_s or i in dropped else fitted[i] for i in range(n)]
     units = extension_modes(relaxed, relaxed_modes)
     barrier = [0, 0, 0, 0]
-    barrier[RESOURCE_INDEX[resource]] = problem.capacity(resource)
+    barrier[RESOURCES.index(resource)] = problem.capacity(resource)
     for i in whole_s:
         units[i] = [(0.0, (barrier[0], barrier[1], barrier[2], barrier[3]))]
     room_s = horizon_s - barrier_s

@@ -200,8 +200,9 @@ def schedule(
     lower_s = modelled_modes(problem, best)[1].lower_s
     if not _meets(best, lower_s, config):
         lower_s = max(lower_s, _exclusive_s(problem, config, best))
-    phased = _phased(problem, config, best, lower_s) if not _meets(best, lower_s, config) else None
-    if _meets(best, lower_s, config):
+    proven = _meets(best, lower_s, config)
+    phased = None if proven else _phased(problem, config, best, lower_s)
+    if proven:
         found = _schedule(problem, best, lower_s, "optimal", ())
     elif phased is not None and _meets(phased.best, phased.lower_s, config):
         found = _schedule(problem, phased.best, phased.lower_s, "optimal", (phased.record,))
@@ -317,9 +318,19 @@ def _search(
         best = _better(best, _feasible(problem, *out.found))
     lower_s = max(lower_s, out.bound_s)
     proven = out.complete or _meets(best, lower_s, config)
+    record = _search_record(SEARCH, best, lower_s, proven, runtime_s)
+    logger.debug("exact search: %d nodes, %s", out.nodes, record.status)
+    return best, lower_s, record
+
+
+def _search_record(
+    backend: str, best: Incumbent, lower_s: float, proven: bool, runtime_s: float
+) -> SolveRecord:
+    """The record of a search that builds no model (`backend`: the exact search or the barrier
+    problem's): its best schedule, its bound, `optimal` when proven, else `node_limit`."""
     bound_s = min(lower_s, best.makespan_s)
-    record = SolveRecord(
-        backend=SEARCH,
+    return SolveRecord(
+        backend=backend,
         status="optimal" if proven else "node_limit",
         objective_s=best.makespan_s,
         bound_s=bound_s,
@@ -329,8 +340,6 @@ def _search(
         num_constraints=0,
         core_resources=(),
     )
-    logger.debug("exact search: %d nodes, %s", out.nodes, record.status)
-    return best, lower_s, record
 
 
 @dataclass(frozen=True)
@@ -356,18 +365,8 @@ def _phased(
     if phased is None:
         return None
     best, lower_s = phased.best, max(lower_s, phased.lower_s)
-    bound_s = min(lower_s, best.makespan_s)
-    record = SolveRecord(
-        backend=PHASES,
-        status="optimal" if _meets(best, lower_s, config) else "node_limit",
-        objective_s=best.makespan_s,
-        bound_s=bound_s,
-        gap=(best.makespan_s - bound_s) / best.makespan_s if best.makespan_s > 0 else 0.0,
-        runtime_s=time.perf_counter() - begin,
-        num_vars=0,
-        num_constraints=0,
-        core_resources=(),
-    )
+    runtime_s = time.perf_counter() - begin
+    record = _search_record(PHASES, best, lower_s, _meets(best, lower_s, config), runtime_s)
     logger.debug("barrier problem: %d nodes, %s", phased.nodes, record.status)
     return _Phased(best, lower_s, record)
 
