@@ -242,7 +242,7 @@ def canonical_key(problem: ScheduleProblem, config: SolverConfig) -> str:
     Operator names are left out, so identical blocks under different names share one key.
     """
     canonical = {
-        "version": 8,
+        "version": 9,
         "ops": [
             [op.kind.value, float(op.latency_s).hex(), float(op.latency_io_s).hex(), float(op.hbm_s).hex()]
             for op in problem.ops

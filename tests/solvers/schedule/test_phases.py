@@ -53,6 +53,36 @@ def test_a_graph_with_an_op_on_another_resource_is_left_alone() -> None:
     assert phase_schedule(problem, all_modes(problem), best, 2.0, rel_gap=1e-4, node_limit=1000) is None
 
 
+def test_without_whole_ops_the_shortest_ops_are_dropped_from_the_search() -> None:
+    # Two vector cores, no op worth spreading: a (2), b (1) -> c (1), and four casts of 1e-5. The
+    # cores end evenly only without the casts: optimum 2.00002 (two casts beside a, two after c).
+    # Within the gap tolerance of 1e-4 x 2, the barrier problem has no whole op, but it drops the
+    # casts (4e-5 <= 0.7 x 2e-4): its search proves 2, and expanding its schedule with the casts
+    # gives one within the tolerance.
+    cast = 1e-5
+    problem = ScheduleProblem(
+        (
+            vector("a", 2.0, 2.0),
+            vector("b", 1.0, 1.0),
+            vector("c", 1.0, 1.0),
+            *(vector(f"cast{i}", cast, cast) for i in range(4)),
+        ),
+        ((1, 2),),
+        num_tc=1,
+        num_vc=2,
+    )
+    modes = all_modes(problem)
+    assert all(m == (False,) for m in modes)
+    optimum = brute_force_makespan(problem)
+    assert abs(optimum - (2.0 + 2 * cast)) < 1e-12
+    # a and the casts on one core, b and c on the other: 2.00004.
+    worse = incumbent(problem, (0.0, 0.0, 1.0, 2.0, 2.0 + cast, 2.0 + 2 * cast, 2.0 + 3 * cast), (False,) * 7)
+    phased = phase_schedule(problem, modes, worse, 2.0, rel_gap=1e-4, node_limit=10_000)
+    assert phased is not None and phased.complete
+    assert phased.lower_s == 2.0 <= optimum
+    assert optimum <= phased.best.makespan_s <= 2.0 * (1 + 1e-4)
+
+
 @st.composite
 def vector_problems(draw: st.DrawFn) -> ScheduleProblem:
     """Random small graphs of vector ops, some far slower on one core than spread, on 1 to 4 cores."""
@@ -68,14 +98,19 @@ def vector_problems(draw: st.DrawFn) -> ScheduleProblem:
 
 
 @settings(max_examples=200, deadline=None)
-@given(vector_problems(), st.sampled_from([1e-4, 0.5]))
-def test_never_above_the_optimum_and_always_feasible(problem: ScheduleProblem, rel_gap: float) -> None:
+@given(vector_problems(), st.sampled_from([1e-4, 0.5]), st.booleans())
+def test_never_above_the_optimum_and_always_feasible(
+    problem: ScheduleProblem, rel_gap: float, bounded: bool
+) -> None:
     # From the list schedule: the bound never passes the optimum, the schedule is a real one (the
-    # replay inside checks it), and where the search finishes the schedule meets its bound.
+    # replay inside checks it), and where the search finishes the schedule meets its bound. With
+    # the combinatorial bound given (`bounded`) and the gap at 0.5, ops are dropped from the search.
     optimum = brute_force_makespan(problem)
     modes = all_modes(problem)
-    best = incumbent(problem, *list_schedule(problem, bounds(problem, modes).lower_s))
-    phased = phase_schedule(problem, modes, best, 0.0, rel_gap=rel_gap, node_limit=10_000)
+    lower_s = bounds(problem, modes).lower_s
+    best = incumbent(problem, *list_schedule(problem, lower_s))
+    given_s = lower_s if bounded else 0.0
+    phased = phase_schedule(problem, modes, best, given_s, rel_gap=rel_gap, node_limit=10_000)
     if phased is None:
         return
     assert phased.lower_s <= optimum * (1 + 1e-12)
