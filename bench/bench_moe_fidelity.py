@@ -11,7 +11,7 @@ system presets, as Megatron-Core runs them (distributed optimizer, overlapped gr
 parameter gather but in SimuMax's runs, which disable every overlap, `MoeRun.overlaps`; flash attention,
 selective recompute where the row names one; mixed-precision Adam), balanced routing (NVIDIA's MoE
 benchmarks force it). Measured seconds per iteration: the row's own, else global batch x sequence /
-(tokens/s per GPU x GPUs).
+(tokens/s per GPU x GPUs). A row's recompute is the csv's, unless `RECOMPUTE_READ` reads it otherwise.
 
 Split, written down before anything is run: nothing is fitted here. The H100's device constants are
 the ones `bench_fidelity.py` fitted on the dense rows of `public-runs.csv` (conf/hw/h100.yaml), so
@@ -58,9 +58,27 @@ FRAMEWORKS = (
 )
 """(row id prefix, the framework whose run the row measured)."""
 
-FUSED_CROSS_ENTROPY = frozenset({"Megatron-Bridge"})
-"""Frameworks whose runs use Transformer Engine's fused cross entropy (`plan.fused_cross_entropy`):
-Megatron-Bridge's performance recipes (`bench_fidelity_modern.FUSED_CROSS_ENTROPY_SOURCE`)."""
+FUSED_CROSS_ENTROPY = frozenset({"Megatron-Bridge", "NeMo Automodel"})
+"""Frameworks whose runs take the loss on the bf16 logits, keeping no fp32 copy (`plan.fused_cross_entropy`):
+Megatron-Bridge's performance recipes (Transformer Engine's fused cross entropy,
+`bench_fidelity_modern.FUSED_CROSS_ENTROPY_SOURCE`) and NeMo Automodel's MoE benchmark configs
+(`MaskedCrossEntropy` with `fp32_upcast: false`, the configs `EP_FROM_CONFIG` names)."""
+
+RECOMPUTE_READ = {"TT-SCOUT-GB200-256-BF16": "full", "TT-SCOUT-GB200-256-MXFP8": "full"}
+"""Rows whose stated recompute cannot have run, read otherwise. torchtitan's Llama 4 Scout rows state
+no activation checkpointing at a local batch of 10 sequences of 8,192 tokens (torchtitan's MXFP8 page:
+"mode: none", selective per-op checkpointing being broken then): 924 GB a GPU in phazec's model (the
+loss's bf16 and fp32 logits alone 99 GB; 48 blocks of 81,920 tokens keep at least 40 GB a tensor of
+the hidden width), where a GB200 has 186 GB, and the runs ran. Whatever saved the memory is not stated;
+full recompute, torchtitan's other mode, is the reading (123 GB)."""
+
+EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
+"""Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
+configs of those runs: NVIDIA-NeMo/Automodel `examples/benchmark/configs/gptoss_120b_te_deepep.yaml` and
+`gptoss_20b_te_deepep.yaml`, `distributed.ep_size` (read at 037e04a, later than the csv's 36044ad; their
+global and local batch, FSDP width and the other parallel sizes are the table's). The same configs set
+no activation checkpointing, DeepEP, Transformer Engine's linear layers, balanced routing
+(`fake_balanced_gate`) and the loss without an fp32 copy of the logits."""
 
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
@@ -69,6 +87,7 @@ PRESETS = {
     "Qwen/Qwen3-30B-A3B": "qwen3_30b_a3b",
     "Qwen/Qwen3-235B-A22B": "qwen3_235b_a22b",
     "openai/gpt-oss-120b": "gpt_oss_120b",
+    "openai/gpt-oss-20b": "gpt_oss_20b",
 }
 """The row's Hugging Face config -> phazec's preset of it."""
 
@@ -131,7 +150,7 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
             not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
             "layers split over pp neither evenly nor with the embedding and loss as a layer each",
         ),
-        (not row["ep"], "expert-parallel width not stated"),
+        (not row["ep"] and row["source_id"] not in EP_FROM_CONFIG, "expert-parallel width not stated"),
     )
     for hit, reason in reasons:
         if hit:
@@ -152,9 +171,11 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         dp=int(row["dp"]),
-        ep=int(row["ep"]),
+        ep=int(row["ep"] or EP_FROM_CONFIG[row["source_id"]]),
         interleave=int(row["interleave"] or 1),
-        recompute="selective" if row["recompute"].startswith("selective") else "none",
+        recompute=RECOMPUTE_READ.get(
+            row["source_id"], "selective" if row["recompute"].startswith("selective") else "none"
+        ),
         gpus=gpus,
         measured_s=measured_s(row),
         precision=row["precision"].strip().split(" ")[0].lower(),
@@ -228,9 +249,10 @@ def main() -> None:
         errors.setdefault(split, []).append(abs(error))
         by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
+        note = f"  (recompute read: {run.recompute})" if run.row_id in RECOMPUTE_READ else ""
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
-              f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}",
+              f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}{note}",
               flush=True)  # fmt: skip
     print("\nmean and max absolute error per split:")
     for split, values in sorted(errors.items()):

@@ -66,6 +66,8 @@ MOE_PRESETS = (
     "gpt_oss_120b",
     "deepseek_v3",
     "deepseek_v2",
+    "llama4_scout",
+    "gpt_oss_20b",
 )
 """Every Mixture-of-Experts model preset in conf/model/ (lowered shallow: `SHALLOW`)."""
 
@@ -75,6 +77,7 @@ SHALLOW = {
     "deepseek_v3": "model.hf_config.num_hidden_layers=4",
     "deepseek_v2": "model.hf_config.num_hidden_layers=2",
     "llama4_scout": "model.hf_config.num_hidden_layers=4",
+    "gpt_oss_20b": "model.hf_config.num_hidden_layers=2",
 }
 """Presets the suite lowers with 4 blocks instead of their 54 and 72: GPT-2's architecture is
 exported at full depth as gpt2_xl and gpt3_175b, and every figure the suite checks on these two is per

@@ -137,10 +137,12 @@ FULL_DEPTH: dict[str, tuple[int, int]] = {
     "deepseek_v3": (671_026_404_352, 37_552_282_624),
     "deepseek_v2": (235_741_434_880, 21_375_800_320),
     "llama4_scout": (107_769_861_120, 17_172_894_720),
+    "gpt_oss_20b": (20_914_757_184, 4_187_440_704),
 }
 """(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
 116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out), 671B/37B, 236B/21B as
-published, and 107.8B/17.2B (Meta's 109B/17B is the multimodal model's; this is its text model)."""
+published, 107.8B/17.2B (Meta's 109B/17B is the multimodal model's; this is its text model), and
+20.9B/4.2B (3.6B without the embedding)."""
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
@@ -149,7 +151,7 @@ def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
     hf = full.hf_config
     if name.startswith("deepseek"):
         by_hand = deepseek_counts(hf)
-    elif name == "gpt_oss_120b":
+    elif name.startswith("gpt_oss"):
         by_hand = gpt_oss_counts(hf)
     elif name == "llama4_scout":
         by_hand = llama4_counts(hf)
