@@ -27,7 +27,7 @@ from phazec.passes.attention import core_ops
 from phazec.passes.memory import op_checkpoint
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import RECORDED, Training, core_settings
-from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, explain_plan
+from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, chunks_fit, explain_plan
 from phazec.solvers.placement.problem import Placement, Stages, Variant
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ class PlanReport:
 
 def plan_stages(model: Model, plan: Plan) -> Stages:
     """Megatron's stages: the blocks split evenly (or `plan.layers` per stage), the embedding first,
-    the head last; every stage's block count divisible by the interleave."""
+    the head last; under interleaving every stage holds at least one layer per model chunk
+    (`chunks_fit`, the placement's rule), and uneven chunks are timed as 1/v of their stage's load."""
     blocks = list(range(1, len(model.layers) - 1))
     counts = list(plan.layers) if plan.layers is not None else None
     if counts is None:
@@ -197,20 +198,22 @@ def plan_stages(model: Model, plan: Plan) -> Stages:
             f"plan.layers={counts} is not valid: give {plan.pp} positive block counts (one per stage, "
             f"plan.pp={plan.pp}) adding up to the model's {len(blocks)} blocks."
         )
-    interleave = plan.training.interleave
-    bad = [c for c in counts if c % interleave]
-    if bad:
-        raise PhazecError(
-            f"plan.interleave={interleave} does not divide the blocks per stage {counts}; the "
-            "interleaved schedule splits each stage into that many equal model chunks."
-        )
     stages, first = [], 1
     for count in counts:
         stages.append(list(range(first, first + count)))
         first += count
     stages[0].insert(0, 0)
     stages[-1].append(len(model.layers) - 1)
-    return tuple(tuple(stage) for stage in stages)
+    split = tuple(tuple(stage) for stage in stages)
+    interleave = plan.training.interleave
+    if not chunks_fit(split, interleave):
+        raise PhazecError(
+            f"plan.interleave={interleave} needs at least {interleave} layers in every pipeline stage (a "
+            "model chunk holds at least one; the embedding and the head count as a layer each of the "
+            f"first and the last stage), but the stages hold {[len(stage) for stage in split]}: lower "
+            "plan.interleave, or give the stages more blocks (plan.pp, plan.layers)."
+        )
+    return split
 
 
 def time_plan(plan: Plan, evaluator: Evaluator, designs: Designs) -> PlanReport:

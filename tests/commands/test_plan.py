@@ -645,7 +645,7 @@ def test_bad_plans_are_named(override: str, message: str, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("plan.interleave=2", r"plan.interleave=2 does not divide the blocks per stage \[1, 1\]"),
+        ("plan.interleave=3", r"plan.interleave=3 needs at least 3 layers in every .* hold \[2, 2\]"),
         ("plan.layers=[2,1]", r"plan.layers=\[2, 1\] is not valid: give 2 positive block counts"),
         ("plan.tp=8", r"tensor-parallel width 8 does not divide"),
         ("plan.pp=3", r"plan.pp=3 does not divide the model's 2 transformer blocks; choose a divisor of 2"),
@@ -659,6 +659,21 @@ def test_bad_plans_needing_the_model_are_named(override: str, message: str, cach
         overrides += ["system.devices=12"]
     with pytest.raises(PhazecError, match=message):
         predict_plan(settings_from_config(compose_config(*overrides)))
+
+
+def test_uneven_model_chunks_are_timed_as_a_vth_of_their_stage(cache_dir: Path) -> None:
+    """Two blocks on two stages under interleave 2: the chunks are the embedding, a block, a block and
+    the head, far from equal, which the search's placement already allows (a layer per chunk). The
+    bubble is (s - 1) / v = 1/2 of a microbatch's load of the slowest stage, m = 16 / (2 x 2) = 4."""
+    config = compose_config(*PLAN, "plan.interleave=2", f"cache_dir={cache_dir}")
+    report = predict_plan(settings_from_config(config))
+    b = report.breakdown
+    work_s = (
+        b.forward_s + b.backward_s + b.recompute_s + b.tp_communication_s + b.ep_communication_s
+        + b.pipeline_p2p_s + b.weight_gather_s
+    )  # fmt: skip
+    assert report.layers_per_stage == (2, 2)
+    assert b.bubble_s == pytest.approx((2 - 1) / 2 * work_s / 4, rel=1e-12)
 
 
 def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> None:
