@@ -29,7 +29,7 @@ from phazec.predict.plan_report import PlanReport
 from phazec.report.plan import plan_table
 from phazec.report.result import is_multi
 from phazec.report.table import multi_table, result_table
-from phazec.util.interrupt import Interrupted, exit_interrupted, interruptible
+from phazec.util.interrupt import Interrupted, ends_as_signalled, exit_interrupted, interruptible
 
 __all__ = [
     "JobError",
@@ -216,10 +216,11 @@ def _entry(app: Callable[[], None], command: str) -> None:
     """Run a Hydra app as a command: a command line that does not compose ends with one paragraph and
     exit 2, Python warnings go to the run's log file, not the terminal, and any other command line
     Hydra rejects exits 2."""
-    check_command_line(command, sys.argv[1:])
-    logging.captureWarnings(True)
-    with bad_command_line_exits_2():
-        app()
+    with ends_as_signalled():
+        check_command_line(command, sys.argv[1:])
+        logging.captureWarnings(True)
+        with bad_command_line_exits_2():
+            app()
 
 
 def main() -> None:

@@ -38,7 +38,15 @@ from phazec.predict.training import Knobs
 from phazec.search import loop as explore
 from phazec.search.executors.local import Workers
 from phazec.solvers.schema import SolverConfig
-from phazec.util.interrupt import Interrupted, held_by_the_system, interruptible
+from phazec.util.interrupt import (
+    MESSAGE,
+    SIGNALS,
+    Interrupted,
+    ends_as_signalled,
+    held_by_the_system,
+    interruptible,
+    outside_jobs,
+)
 from tests.conftest import compose_config
 from tests.search.test_search import QUICK, SMALL, answer, search
 
@@ -385,6 +393,29 @@ def test_a_signal_a_library_turns_into_its_own_error_is_still_an_interrupt() -> 
     assert stopped.value.exit_status == 143
     with pytest.raises(ValueError, match="no signal"), interruptible():
         raise ValueError("no signal")  # without a signal, an error stays itself
+
+
+def test_a_signal_a_library_turns_into_its_own_error_outside_a_job_still_exits_as_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Outside a job the handler exits; a SIGTERM while Hydra composed the config had OmegaConf's
+    `finally` raise an AttributeError in place of that exit, which Hydra reported: exit 2 (CI of this
+    stop). The command still ends as the signal, its line last."""
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    try:
+        outside_jobs()
+        with pytest.raises(SystemExit) as stopped, ends_as_signalled():
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            finally:
+                raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+        assert stopped.value.code == 143
+        assert capsys.readouterr().err.endswith(f"phazec: {MESSAGE}\n")
+        with pytest.raises(ValueError, match="no signal"), ends_as_signalled():
+            raise ValueError("no signal")  # without a signal, an error stays itself
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def test_two_searches_share_one_new_store_and_cache(tmp_path: Path, cache_dir: Path) -> None:

@@ -48,7 +48,12 @@ def _raise(signum: int, frame: FrameType | None) -> NoReturn:
     raise Interrupted(signum)
 
 
+EXITED: list[int] = []
+"""Every signal `outside_jobs`' handler has taken, in order (see `ends_as_signalled`)."""
+
+
 def _exit(signum: int, frame: FrameType | None) -> NoReturn:
+    EXITED.append(signum)
     print(f"phazec: {MESSAGE}", file=sys.stderr)
     raise SystemExit(128 + signum)
 
@@ -63,6 +68,26 @@ def outside_jobs() -> None:
     for s in SIGNALS:
         if signal.getsignal(s) is not signal.SIG_IGN:
             signal.signal(s, _exit)
+
+
+@contextlib.contextmanager
+def ends_as_signalled() -> Iterator[None]:
+    """Around a command's whole run: a signal taken outside a job (`outside_jobs`) whose exit a library
+    replaced with an error of its own still ends the command as the signal, with the one line last
+    and 130 or 143. A SIGTERM while Hydra composed the config raised the exit inside OmegaConf, whose
+    `finally` then raised an AttributeError on the node the exit left half built; Hydra reported it
+    and exited 1, which became exit 2 (CI of this stop)."""
+    before = len(EXITED)
+    try:
+        yield
+    except BaseException as err:
+        if len(EXITED) == before:
+            raise
+        status = 128 + EXITED[before]
+        if isinstance(err, SystemExit) and err.code == status:
+            raise
+        print(f"phazec: {MESSAGE}", file=sys.stderr)
+        raise SystemExit(status) from None
 
 
 @contextlib.contextmanager
