@@ -19,11 +19,14 @@ every MoE row phazec can express is held out (`CALIBRATION` is empty); the B200'
 utilisation are the ones `bench_fidelity_modern.py` fitted on their dense rows. A row runs in its
 precision (`plan.precision`), zero stage (`plan.zero_stage`) and context-parallel width (`plan.cp`) on
 its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one rack in 64-GPU NVLink
-domains, as there). Rows phazec cannot express yet are listed with the reason: the H800 has no
-preset; tensor parallelism of MoE blocks is not modelled; some models have no preset.
+domains, as there). A row whose 61 blocks split unevenly runs the pipeline layout its release's
+Megatron-Bridge recipe sets (`LAYOUTS`). Rows phazec cannot express yet are listed with the reason:
+the H800 has no preset; tensor parallelism of MoE blocks is not modelled; DeepSeek's multi-token
+prediction is not built; some uneven splits are not stated (`NO_LAYOUT`).
 """
 
 import csv
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -72,6 +75,16 @@ loss's bf16 and fp32 logits alone 99 GB; 48 blocks of 81,920 tokens keep at leas
 the hidden width), where a GB200 has 186 GB, and the runs ran. Whatever saved the memory is not stated;
 full recompute, torchtitan's other mode, is the reading (123 GB)."""
 
+RECOMPUTE_NOT_EXPRESSED = {
+    "MB2511-DSV3-GB200-256-BF16": "mla_up_proj",
+    "MB2604-KIMIK2-GB300-256-MXFP8": "mla_up_proj",
+}
+"""Rows whose recipe recomputes modules phazec has no mode for (Megatron-Core's `recompute_modules`,
+read in the Megatron-Bridge release's performance configs, `LAYOUTS`): they run as the csv says
+(no recompute), timed without the recomputation and counted with its activations. `mla_up_proj`
+recomputes multi-head latent attention's query and key-value up-projections (and their rotary
+embedding) in the backward pass, keeping the latents instead of the heads' queries, keys and values."""
+
 EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
 """Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
 configs of those runs: NVIDIA-NeMo/Automodel `examples/benchmark/configs/gptoss_120b_te_deepep.yaml` and
@@ -79,6 +92,54 @@ configs of those runs: NVIDIA-NeMo/Automodel `examples/benchmark/configs/gptoss_
 global and local batch, FSDP width and the other parallel sizes are the table's). The same configs set
 no activation checkpointing, DeepEP, Transformer Engine's linear layers, balanced routing
 (`fake_balanced_gate`) and the loss without an fp32 copy of the logits."""
+
+LAYOUTS = {
+    "MB2511-DSV3-GB200-256-BF16": "Et*4|(t*4|)*14tL",
+    "MB2604-KIMIK2-GB300-256-MXFP8": "Et*4|(t*4|)*14tL",
+}
+"""Megatron-Core pipeline layouts (`pipeline_model_parallel_layout`: E the embedding, t a block, L the
+loss, '|' between virtual stages, `*n` a repeat) of rows whose 61 blocks split over pp neither evenly nor
+with the embedding and loss as a layer each, as the release's Megatron-Bridge recipes set them for the
+row's pp x vp (NVIDIA-NeMo/Megatron-Bridge, read at its tags; `stage_layout` folds them onto the
+stages):
+
+- DeepSeek-V3, 25.11 (v0.2.0, `recipes/deepseek/deepseek_v3.py`, `layout_map[(4, 4)]`): the
+  embedding and 4 blocks, 14 virtual stages of 4, then a block and the loss; the table lists the model
+  without multi-token prediction, so no MTP layer before the loss;
+- Kimi K2, 26.04 (v0.4.0, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`): the same.
+
+`NO_LAYOUT` lists the rows whose layout the recipes do not give, or that train a layer phazec does not
+build."""
+
+NO_LAYOUT = {
+    **dict.fromkeys(
+        ("MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-B200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8"),
+        "its release's recipe trains a multi-token-prediction layer (v0.4.0: mtp_num_layers = 1), not built",
+    ),
+    "MB2511-DSV3-B200-256-MXFP8-MTP": "it trains a multi-token-prediction layer ('w/ MTP'), not built",
+    **dict.fromkeys(
+        ("MB2511-DSV3-GB200-256-MXFP8", "MB2511-DSV3-GB300-256-BF16", "MB2511-DSV3-GB300-256-MXFP8"),
+        "Megatron-Bridge's 25.11 recipes give no layout of 61 blocks for its pp x vp",
+    ),
+    **dict.fromkeys(
+        ("AM-DSV3-H100-256-BF16", "AM-KIMIK2-H100-256-BF16"),
+        "NeMo Automodel's split of 61 blocks over its pp x vp stages is not stated",
+    ),
+}
+"""Rows of uneven depth phazec does not time, with the reason (`LAYOUTS`)."""
+
+
+def stage_layout(layout: str, pp: int) -> tuple[int, ...]:
+    """Blocks per stage of a Megatron-Core pipeline layout: its virtual stages, expanded, go round the
+    pp stages in turn (virtual stage j on stage j mod pp, as interleaved 1F1B places model chunks)."""
+    while "(" in layout:
+        layout = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    layout = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), layout)
+    virtual = layout.split("|")
+    if len(virtual) % pp != 0:
+        raise ValueError(f"layout of {len(virtual)} virtual stages over pp {pp}")
+    return tuple(sum(chunk.count("t") for chunk in virtual[stage::pp]) for stage in range(pp))
+
 
 PRESETS = {
     "deepseek-ai/DeepSeek-V3": "deepseek_v3",
@@ -88,6 +149,7 @@ PRESETS = {
     "Qwen/Qwen3-235B-A22B": "qwen3_235b_a22b",
     "openai/gpt-oss-120b": "gpt_oss_120b",
     "openai/gpt-oss-20b": "gpt_oss_20b",
+    "moonshotai/Kimi-K2-Base": "kimi_k2",
 }
 """The row's Hugging Face config -> phazec's preset of it."""
 
@@ -146,8 +208,10 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
         (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
+        (row["source_id"] in NO_LAYOUT, NO_LAYOUT.get(row["source_id"], "")),
         (
-            not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
+            row["source_id"] not in LAYOUTS
+            and not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
             "layers split over pp neither evenly nor with the embedding and loss as a layer each",
         ),
         (not row["ep"] and row["source_id"] not in EP_FROM_CONFIG, "expert-parallel width not stated"),
@@ -182,7 +246,11 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         zero_stage=int(zero),
         cp=int(row["cp"] or 1),
         gpus_per_domain=64 if multi_rack else None,
-        layers_per_stage=bench_fidelity.stage_blocks(int(row["layers"]), int(row["pp"])),
+        layers_per_stage=(
+            stage_layout(LAYOUTS[row["source_id"]], int(row["pp"]))
+            if row["source_id"] in LAYOUTS
+            else bench_fidelity.stage_blocks(int(row["layers"]), int(row["pp"]))
+        ),
         overlaps=not row["source_id"].startswith("SIMUMAX"),
     )
 
@@ -250,6 +318,8 @@ def main() -> None:
         by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
         note = f"  (recompute read: {run.recompute})" if run.row_id in RECOMPUTE_READ else ""
+        if run.row_id in RECOMPUTE_NOT_EXPRESSED:
+            note = f"  (the recipe's {RECOMPUTE_NOT_EXPRESSED[run.row_id]} recompute not expressed)"
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
               f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}{note}",

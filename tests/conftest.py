@@ -68,6 +68,7 @@ MOE_PRESETS = (
     "deepseek_v2",
     "llama4_scout",
     "gpt_oss_20b",
+    "kimi_k2",
 )
 """Every Mixture-of-Experts model preset in conf/model/ (lowered shallow: `SHALLOW`)."""
 
@@ -78,13 +79,14 @@ SHALLOW = {
     "deepseek_v2": "model.hf_config.num_hidden_layers=2",
     "llama4_scout": "model.hf_config.num_hidden_layers=4",
     "gpt_oss_20b": "model.hf_config.num_hidden_layers=2",
+    "kimi_k2": "model.hf_config.num_hidden_layers=2",
 }
 """Presets the suite lowers with 4 blocks instead of their 54 and 72: GPT-2's architecture is
 exported at full depth as gpt2_xl and gpt3_175b, and every figure the suite checks on these two is per
 block, embedding or head, or is compared with Hugging Face's model at the same depth (their full
 exports took a minute of CI). The MoE presets keep 2 blocks (DeepSeek-V3 4: its 3 dense and one MoE
-block; DeepSeek-V2's 2 are its dense block and one MoE block; Llama 4 Scout 4: three blocks with
-rotary embeddings and one without); their full-depth counts are checked on
+block; DeepSeek-V2's and Kimi K2's 2 are their dense block and one MoE block; Llama 4 Scout 4:
+three blocks with rotary embeddings and one without); their full-depth counts are checked on
 Hugging Face's model alone (`tests/frontend/test_moe.py`)."""
 
 

@@ -22,7 +22,9 @@ the one routing assumption (`phazec.ir.core.Routing`): every expert gets the sam
 scaled by `model.moe.imbalance` (the busiest expert's share over the balanced one; every expert is
 priced at it) or, with token dropping, exactly `model.moe.capacity_factor` times the balanced share,
 rounded up to a whole token per sample (Megatron-Core's capacity, which it computes per microbatch:
-the same at microbatch 1, at most a token per sample and expert more above it).
+the same at microbatch 1, at most a token per sample and expert more above it). Without dropping, a
+share that is not a whole number of tokens a sample (Kimi K2's 4096 x 8 / 384 = 85.3) is rounded up
+the same way: an even spread gives the busiest expert that many, and every expert is priced at it.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def llama4_layers(model: Any) -> list[tuple[str, Any]]:
 
 def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     """The routing assumption of a model whose expert modules `static_experts` will replace (None for a
-    dense model); checks the top-k against the experts and that the tokens split evenly."""
+    dense model); checks the top-k against the experts."""
     found = expert_modules(model)
     if not found:
         named = [k for k in EXPERT_KEYS if (getattr(model.config, k, 0) or 0) > 1]
@@ -135,15 +137,11 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     moe = cfg.moe
     dropping = moe.capacity_factor is not None
     factor = float(moe.capacity_factor) if moe.capacity_factor is not None else float(moe.imbalance)
-    per_sample = cfg.seq_len * top_k * factor / experts
-    if dropping:  # Megatron-Core's capacity (`get_capacity`), rounded up, per sample
-        per_sample = math.ceil(per_sample)
-    if per_sample != int(per_sample):
-        raise PhazecError(
-            f"model {cfg.name!r}: {cfg.seq_len} tokens x top-{top_k} x factor {factor} over {experts} "
-            f"experts is {per_sample} tokens per expert and sample, not a whole number; choose "
-            "model.seq_len (or model.moe.imbalance / capacity_factor) so that it is."
-        )
+    share = cfg.seq_len * top_k * factor / experts
+    # A whole share is kept as it is (up to the float rounding of the factor); any other is rounded up:
+    # Megatron-Core's capacity (`get_capacity`) with dropping, and without it the busiest expert's
+    # share of an even spread, ceil(s k / E) tokens a sample, at which every expert is priced.
+    per_sample = round(share) if abs(share - round(share)) <= 1e-9 * share else math.ceil(share)
     stacked = {
         f"m.{name}.{p}": value.numel()
         for name, module in found

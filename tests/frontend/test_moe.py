@@ -138,18 +138,19 @@ FULL_DEPTH: dict[str, tuple[int, int]] = {
     "deepseek_v2": (235_741_434_880, 21_375_800_320),
     "llama4_scout": (107_769_861_120, 17_172_894_720),
     "gpt_oss_20b": (20_914_757_184, 4_187_440_704),
+    "kimi_k2": (1_026_408_209_408, 32_861_477_888),
 }
 """(total, active) parameters of each preset at full depth: 30.5B/3.3B, 235B/22B, 46.7B/12.9B,
 116.8B/5.1B (5.7B with the embedding, which OpenAI's figure leaves out), 671B/37B, 236B/21B as
-published, 107.8B/17.2B (Meta's 109B/17B is the multimodal model's; this is its text model), and
-20.9B/4.2B (3.6B without the embedding)."""
+published, 107.8B/17.2B (Meta's 109B/17B is the multimodal model's; this is its text model),
+20.9B/4.2B (3.6B without the embedding), and 1.03T/32.9B (Moonshot AI's 1T/32B)."""
 
 
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_full_depth_counts_by_hand_equal_hugging_face(name: str) -> None:
     full = typed_full_depth(name)
     hf = full.hf_config
-    if name.startswith("deepseek"):
+    if name.startswith("deepseek") or name == "kimi_k2":
         by_hand = deepseek_counts(hf)
     elif name.startswith("gpt_oss"):
         by_hand = gpt_oss_counts(hf)
@@ -238,6 +239,17 @@ def test_llama4_scout_block_forward_flops_per_token(moe_lowered: Any) -> None:
         if op.op_type == "Mul" and (e, 512, 1) in [graph.tensors[i].shape for i in op.inputs]
     ]
     assert graph.tensors[scaled.outputs[0]].shape == (e, 512, h)  # the tokens, before the experts
+
+
+def test_a_share_short_of_a_whole_token_is_rounded_up_for_every_expert(moe_lowered: Any) -> None:
+    """Kimi K2 spreads 4096 x 8 token copies over 384 experts: 85 1/3 a sample, so an even spread gives
+    the busiest expert 86, and every expert's grouped GEMMs run 86 rows (the MoE block's gate and up
+    projection reads [384, 86, 7168], its down projection [384, 86, 2048])."""
+    model = moe_lowered("kimi_k2")
+    assert model.routing is not None and model.routing.tokens_per_expert == 86
+    graph = model.graph_of(2)  # the embedding, the dense block, the MoE block
+    shapes = [graph.tensors[op.inputs[0]].shape for op in graph.ops if op.op_type == "MatMul"]
+    assert [shape for shape in shapes if shape[0] == 384] == [(384, 86, 7168), (384, 86, 2048)]
 
 
 def test_capacity_factor_and_imbalance_scale_the_tokens_per_expert(tmp_path: Path) -> None:
