@@ -75,15 +75,11 @@ loss's bf16 and fp32 logits alone 99 GB; 48 blocks of 81,920 tokens keep at leas
 the hidden width), where a GB200 has 186 GB, and the runs ran. Whatever saved the memory is not stated;
 full recompute, torchtitan's other mode, is the reading (123 GB)."""
 
-RECOMPUTE_NOT_EXPRESSED = {
-    "MB2511-DSV3-GB200-256-BF16": "mla_up_proj",
-    "MB2604-KIMIK2-GB300-256-MXFP8": "mla_up_proj",
-}
-"""Rows whose recipe recomputes modules phazec has no mode for (Megatron-Core's `recompute_modules`,
-read in the Megatron-Bridge release's performance configs, `LAYOUTS`): they run as the csv says
-(no recompute), timed without the recomputation and counted with its activations. `mla_up_proj`
-recomputes multi-head latent attention's query and key-value up-projections (and their rotary
-embedding) in the backward pass, keeping the latents instead of the heads' queries, keys and values."""
+UP_PROJECTION_RECOMPUTE = frozenset({"MB2511-DSV3-GB200-256-BF16", "MB2604-KIMIK2-GB300-256-MXFP8"})
+"""Rows whose recipe recomputes multi-head latent attention's up-projections (Megatron-Core's
+`recompute_modules=["mla_up_proj"]`, read in the Megatron-Bridge release's performance configs:
+v0.2.0 `DEEPSEEK_V3_GB200_BASE_CONFIG`, v0.4.0 `KIMI_K2_PRETRAIN_CONFIG_GB300`; the csv says "not
+stated"): they run selective recompute with `plan.recompute_mla_up_proj=true`."""
 
 EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
 """Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
@@ -238,7 +234,10 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         ep=int(row["ep"] or EP_FROM_CONFIG[row["source_id"]]),
         interleave=int(row["interleave"] or 1),
         recompute=RECOMPUTE_READ.get(
-            row["source_id"], "selective" if row["recompute"].startswith("selective") else "none"
+            row["source_id"],
+            "selective"
+            if row["recompute"].startswith("selective") or row["source_id"] in UP_PROJECTION_RECOMPUTE
+            else "none",
         ),
         gpus=gpus,
         measured_s=measured_s(row),
@@ -278,6 +277,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",
                 f"plan.microbatch={run.microbatch}", f"plan.interleave={run.interleave}",
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
+                f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
@@ -318,8 +318,8 @@ def main() -> None:
         by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
         note = f"  (recompute read: {run.recompute})" if run.row_id in RECOMPUTE_READ else ""
-        if run.row_id in RECOMPUTE_NOT_EXPRESSED:
-            note = f"  (the recipe's {RECOMPUTE_NOT_EXPRESSED[run.row_id]} recompute not expressed)"
+        if run.row_id in UP_PROJECTION_RECOMPUTE:
+            note = "  (the recipe's selective recompute: mla_up_proj)"
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
               f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}{note}",

@@ -78,6 +78,10 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
+    check_up_projection_recompute(model, train.fixed.recompute_mla_up_proj, train.tried("recompute"), "train")
+    check_up_projection_recompute(
+        model, plan.training.recompute_mla_up_proj, (plan.training.recompute,), "plan"
+    )
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     host_s = system.host_link_bytes_per_s
     check_offload(
@@ -197,6 +201,32 @@ def check_context_parallel(model: ModelConfig, hw: HwSpace, cps: Sequence[int], 
                 f"ring while it computes (as Megatron-Core and torchtitan require); hw.device.attention "
                 f"= {hw.device.attention!r}: set hw.device.attention=flash, or cp=1."
             )
+
+
+def check_up_projection_recompute(model: ModelConfig, on: bool, recompute: Sequence[str], group: str) -> None:
+    """`<group>.recompute_mla_up_proj` (`on`) with the recompute modes `recompute` tried: it needs
+    selective recompute among them and a model with multi-head latent attention (a Hugging Face config
+    with a `kv_lora_rank`).
+
+    Raises:
+        PhazecError: it is on without either.
+    """
+    if not on:
+        return
+    name = f"{group}.recompute_mla_up_proj=true"
+    if model.source != "hf" or not model_kwargs(model).get("kv_lora_rank"):
+        raise PhazecError(
+            f"{name} recomputes multi-head latent attention's up-projections, but model {model.name!r} has "
+            "none (its model.hf_config has no kv_lora_rank, as DeepSeek-V2, DeepSeek-V3 and Kimi K2 have): "
+            f"set {group}.recompute_mla_up_proj=false."
+        )
+    if "selective" not in recompute:
+        modes = list(recompute) if group == "train" else recompute[0]
+        raise PhazecError(
+            f"{name} extends selective recompute, but {group}.recompute is {modes!r}: set "
+            f"{group}.recompute={'[selective]' if group == 'train' else 'selective'}, or "
+            f"{group}.recompute_mla_up_proj=false."
+        )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

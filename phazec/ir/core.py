@@ -196,6 +196,10 @@ class LayerMemory:
     core_per_sample_bytes: int = 0
     """Stash per sample of the attention core (tensors of score shape [b, a, seq, seq]): what selective
     recompute drops."""
+    up_projection_per_sample_bytes: int = 0
+    """Stash per sample written by multi-head latent attention's up-projections on their way to the
+    attention kernel (`phazec.passes.memory.up_projection`: the heads' queries, keys and values): what
+    selective recompute also drops when it recomputes them (`Training.recompute_mla_up_proj`)."""
     replicated_per_sample_bytes: int = 0
     """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
     checkpoint_per_sample_bytes: int = 0

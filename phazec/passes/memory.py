@@ -31,7 +31,7 @@ from typing import ClassVar
 from phazec.errors import PhazecError
 from phazec.ir.core import DTYPE_BYTES, FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model, Op, OpKind
 from phazec.ir.ops import FLASH_PRODUCTS, GEMM_TYPES, VIEW_TYPES
-from phazec.passes.attention import core_scores
+from phazec.passes.attention import core_ops, core_scores
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import weight_of
 
@@ -82,6 +82,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     per_sample = [n for n in stash if cls.backward.tensors[n].batch_axis is not None]
     scores = core_scores(forward, model.seq_len)
     core = [n for n in per_sample if n in scores]
+    up = up_projection(forward, model.seq_len).written
+    up_projected = [n for n in per_sample if n in up]
     replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
@@ -98,6 +100,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         input_fixed_bytes=input_fixed,
         input_per_sample_bytes=input_per_sample,
         core_per_sample_bytes=split_bytes(cls.backward, core)[1],
+        up_projection_per_sample_bytes=split_bytes(cls.backward, up_projected)[1],
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
@@ -109,6 +112,64 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
             forward, [n for n in kept if not forward.tensors[n].tp_split]
         )[1],
     )
+
+
+UP_PROJECTION_WEIGHT = re.compile(r"(^|[./])(q_b_proj|kv_b_proj)([./]|$)")
+"""Multi-head latent attention's up-projection weights, as Hugging Face's DeepSeek-V2 and V3 (and Kimi
+K2) name them: the query's from its latent (absent without a query latent) and the keys' and values'."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpProjection:
+    """What recomputing multi-head latent attention's up-projections runs again (`up_projection`)."""
+
+    ops: tuple[int, ...]
+    """Indices of the forward ops that run again, in graph order."""
+    written: frozenset[str]
+    """The tensors they write."""
+
+
+def up_projection(forward: Graph, seq_len: int) -> UpProjection:
+    """Megatron-Core's `mla_up_proj` recompute module on one layer's forward graph: the up-projection
+    products (linear layers' products reading an `UP_PROJECTION_WEIGHT`) and every op after them on the
+    way to the attention's queries, keys and values (the flash kernel's inputs, or an unfused core's
+    inputs other than its scores): the head split, the rotary embedding of the query's rotary part,
+    the concatenations. Their inputs, the latents (and the keys' shared rotary part), are kept; the
+    heads' queries, keys and values are rebuilt from them in the backward pass. Empty on a layer without
+    multi-head latent attention."""
+    ops = forward.ops
+    starts = [
+        i
+        for i, op in enumerate(ops)
+        if _linear_product(op, forward)
+        and any(UP_PROJECTION_WEIGHT.search(weight_of(forward, t) or "") for t in op.inputs if t)
+    ]
+    if not starts:
+        return UpProjection((), frozenset())
+    scores = core_scores(forward, seq_len)
+    core = {ops[i].name for i in core_ops(forward, seq_len)}
+    attention = [op for op in ops if op.op_type in FLASH_PRODUCTS or op.name in core]
+    needed = {t for op in attention for t in op.inputs if t and t not in scores}
+    for op in reversed(ops):  # back from the attention's inputs
+        if needed.intersection(op.outputs) and op.name not in core:
+            needed.update(t for t in op.inputs if t)
+    reached: set[str] = set()
+    found: list[int] = []
+    for i, op in enumerate(ops):  # forward from the products, topological order
+        if (i in starts or reached.intersection(op.inputs)) and needed.intersection(op.outputs):
+            found.append(i)
+            reached.update(o for o in op.outputs if o)
+    return UpProjection(tuple(found), frozenset(reached))
+
+
+def selective_ops(forward: Graph, seq_len: int, up_projections: bool) -> list[int]:
+    """Indices of the forward ops selective recompute runs again in the backward pass: the attention
+    core's (`core_ops`), and with `up_projections` multi-head latent attention's up-projections
+    (`up_projection`) too, in graph order."""
+    again = set(core_ops(forward, seq_len))
+    if up_projections:
+        again.update(up_projection(forward, seq_len).ops)
+    return sorted(again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +301,8 @@ class MegatronBytes:
     stash_bytes: int
     """Kept for the backward pass without recompute."""
     selective_bytes: int
-    """Kept under selective recompute: the stash without the attention core."""
+    """Kept under selective recompute: the stash without the attention core (and without what
+    multi-head latent attention's up-projections write, when it recomputes them too)."""
     checkpoint_bytes: int
     """Kept under full recompute: the layer's floating-point inputs."""
     op_bytes: int
@@ -254,13 +316,16 @@ def megatron_bytes(
     sequence_parallel: int,
     context_parallel: int = 1,
     low_precision: bool = False,
+    *,
+    up_projections: bool = False,
 ) -> MegatronBytes:
     """A layer's activation bytes per recompute mode; `sequence_parallel` is the width that splits the
     replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off),
     `context_parallel` splits every per-sample byte (each device holds 1/cp of each sample's tokens;
     rounded up), and `low_precision` (the layer's linear layers run in FP8) keeps their inputs as FP8
     copies (`fp8_copy_bytes`; op recompute keeps the layer's inputs and saved outputs, not the copies,
-    which it casts again, so its bytes do not change)."""
+    which it casts again, so its bytes do not change). With `up_projections` selective recompute also
+    recomputes multi-head latent attention's up-projections and drops what they write (`up_projection`)."""
 
     def per_sample(bytes_per_sample: int) -> int:
         return -(-bytes_per_sample * microbatch // context_parallel)
@@ -273,9 +338,10 @@ def megatron_bytes(
     op_replicated = per_sample(memory.op_replicated_per_sample_bytes)
     op_bytes = memory.op_fixed_bytes + per_sample(memory.op_per_sample_bytes)
     op_bytes += -(-op_replicated // sequence_parallel) - op_replicated
+    up_projected = memory.up_projection_per_sample_bytes if up_projections else 0
     return MegatronBytes(
         stash_bytes=stash,
-        selective_bytes=stash - per_sample(memory.core_per_sample_bytes),
+        selective_bytes=stash - per_sample(memory.core_per_sample_bytes + up_projected),
         checkpoint_bytes=-(-per_sample(memory.checkpoint_per_sample_bytes) // sequence_parallel),
         op_bytes=min(stash, op_bytes),
     )

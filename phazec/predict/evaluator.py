@@ -23,8 +23,7 @@ from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, LayerKind, Model
-from phazec.passes.attention import core_ops
-from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes, op_checkpoint
+from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes, op_checkpoint, selective_ops
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.megatron import check_runs
 from phazec.predict.offload import offloaded_problem
@@ -158,7 +157,9 @@ class Evaluator:
             per_class = np.zeros((len(designs), 4, len(model.classes)))
             for c, cls in enumerate(model.classes):
                 costs = self.class_costs(model, c, designs, training)
-                per_class[:, 2, c] = attention_core_s(cls.graph, costs.forward, model.seq_len)
+                per_class[:, 2, c] = attention_core_s(
+                    cls.graph, costs.forward, model.seq_len, training.recompute_mla_up_proj
+                )
                 if cls.backward is not None:
                     per_class[:, 3, c] = op_recompute_s(cls.graph, cls.backward, costs.forward)
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
@@ -244,7 +245,12 @@ class Evaluator:
         widths = sorted(self.graphs)
         rows = [
             layer_arrays(
-                self.graphs[t], microbatch, training.sequence_parallel, training.cp, training.precision
+                self.graphs[t],
+                microbatch,
+                training.sequence_parallel,
+                training.cp,
+                training.precision,
+                up_projections=training.recompute_mla_up_proj,
             )
             for t in widths
         ]
@@ -439,11 +445,14 @@ def layer_arrays(
     sequence_parallel: bool = False,
     context_parallel: int = 1,
     precision: str = "bf16",
+    *,
+    up_projections: bool = False,
 ) -> LayerArrays:
     """Per layer: parameter bytes (and the routed experts' of them), activation bytes per recompute
     mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
     t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
-    copies of their inputs under `precision` fp8 or mxfp8) and the TP flag."""
+    copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what multi-head
+    latent attention's up-projections write with `up_projections`) and the TP flag."""
     rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
@@ -451,7 +460,9 @@ def layer_arrays(
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
         split = sequence_split_width(cls, sequence_parallel)
         low = low_precision_class(model, layer.cls, precision)
-        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel, low)
+        figures = megatron_bytes(
+            cls.memory, microbatch, split, context_parallel, low, up_projections=up_projections
+        )
         memory = cls.memory
         rows.append((memory.parameter_bytes, figures, cls.tp_width > 1, memory.expert_parameter_bytes))
     return LayerArrays(
@@ -465,11 +476,14 @@ def layer_arrays(
     )
 
 
-def attention_core_s(graph: Graph, forward: OpCosts, seq_len: int) -> NDArray[np.float64]:
+def attention_core_s(
+    graph: Graph, forward: OpCosts, seq_len: int, up_projections: bool = False
+) -> NDArray[np.float64]:
     """Per design: the summed all-core latency of the forward ops that read or write an attention
-    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`): what selective recompute repeats."""
+    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`), and with `up_projections` of
+    multi-head latent attention's up-projections (`selective_ops`): what selective recompute repeats."""
     total = np.zeros(forward.all_cores_s.shape[1])
-    for i in core_ops(graph, seq_len):
+    for i in selective_ops(graph, seq_len, up_projections):
         total = total + forward.all_cores_s[i]
     return total
 

@@ -23,8 +23,7 @@ from phazec.hw.designs import Designs
 from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import Model, OpKind
 from phazec.ir.ops import flops
-from phazec.passes.attention import core_ops
-from phazec.passes.memory import op_checkpoint
+from phazec.passes.memory import op_checkpoint, selective_ops
 from phazec.predict.evaluator import Candidate, Evaluator
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, chunks_fit, explain_plan
@@ -313,7 +312,7 @@ class LayerFigures:
     forward_flops: int
     backward_flops: int
     core_flops: int
-    """The attention core's forward FLOPs (what selective recompute repeats)."""
+    """The forward FLOPs selective recompute repeats (`phazec.passes.memory.selective_ops`)."""
     op_flops: int
     """The forward FLOPs of the ops op recompute runs again (`phazec.passes.memory.op_checkpoint`)."""
 
@@ -339,7 +338,8 @@ def layer_figures(
                 if op.kind is OpKind.COLLECTIVE:
                     comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
         graph = cls.graph
-        core = sum(flops(graph.ops[i], graph, microbatch) for i in core_ops(graph, model.seq_len))
+        again_selective = selective_ops(graph, model.seq_len, training.recompute_mla_up_proj)
+        core = sum(flops(graph.ops[i], graph, microbatch) for i in again_selective)
         again = op_checkpoint(graph, cls.backward).recomputed if cls.backward is not None else ()
         repeated = sum(flops(graph.ops[i], graph, microbatch) for i in again)
         per_class.append(

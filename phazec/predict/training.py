@@ -163,6 +163,13 @@ class Training:
     logits in the output layer's precision and keeps them for the backward pass (2 bytes a logit in
     bf16); false: they are cast to fp32 first and kept in fp32, as Hugging Face's loss and
     Megatron-Core's native cross entropy do (`phazec.passes.loss`)."""
+    recompute_mla_up_proj: bool = knob(False)
+    """Selective recompute also recomputes multi-head latent attention's up-projections (Megatron-Core's
+    `recompute_modules` `mla_up_proj`, which Megatron-Bridge's DeepSeek-V3 and Kimi K2 recipes set):
+    each layer keeps its query and key-value latents instead of the heads' queries, keys and values,
+    and runs the up-projections again in the backward pass (`phazec.passes.memory.up_projection`).
+    Needs `recompute` selective (in a search, among the modes tried) and a model with multi-head latent
+    attention."""
     offload_layers: int = knob(0, recorded=True, minimum=0)
     """Activation offloading (Megatron-Core's `--cpu-offloading-num-layers`, activations only): the
     activations the model's first `offload_layers` transformer blocks keep for their backward pass are

@@ -40,8 +40,7 @@ from phazec.cost.energy import ENERGY_PARTS, op_energy_parts_j
 from phazec.hw.designs import Designs
 from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
-from phazec.passes.attention import core_ops
-from phazec.passes.memory import op_checkpoint
+from phazec.passes.memory import op_checkpoint, selective_ops
 from phazec.predict.evaluator import OUTER_KNOBS, Candidate, Evaluator
 from phazec.predict.layer_costs import class_split, low_precision_class, op_table
 from phazec.predict.training import Training, core_settings
@@ -112,7 +111,7 @@ def _busy_core_s(
 
 def core_busy_s(problem: ScheduleProblem, graph: Graph, core: Sequence[int]) -> tuple[float, float]:
     """Core-seconds of some of a forward graph's ops (`core`: their indices, the attention core's
-    `core_ops` or op recompute's) on a problem built from it, each spread over every core of its kind
+    `selective_ops` or op recompute's) on a problem built from it, each spread over every core of its kind
     (`ScheduleOp.latency_io_s`)."""
     names = {graph.ops[i].name for i in core}
     duration_s = [op.latency_io_s if op.name in names else 0.0 for op in problem.ops]
@@ -147,7 +146,7 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:
-                again = [core_ops(graph, model.seq_len)]
+                again = [selective_ops(graph, model.seq_len, training.recompute_mla_up_proj)]
                 if cls.backward is not None:
                     again.append(list(op_checkpoint(graph, cls.backward).recomputed))
                 for row, ops in enumerate(again, start=2):

@@ -269,9 +269,11 @@ class LocalSearch:
         recompute, or of the ops it runs again under op recompute, per microbatch."""
         total = np.zeros(designs)
         model = self.evaluator.graphs[self.t]
+        up_projections = self.evaluator.knobs.fixed.recompute_mla_up_proj
         for cls_index, repeats in stage.core_runs:
             forward = model.classes[cls_index].graph
-            total += repeats * attention_core_s(forward, priced[cls_index].forward, model.seq_len)
+            again_s = attention_core_s(forward, priced[cls_index].forward, model.seq_len, up_projections)
+            total += repeats * again_s
         for cls_index, repeats in stage.op_runs:
             cls = model.classes[cls_index]
             assert cls.backward is not None  # a stage that recomputes has a backward pass
