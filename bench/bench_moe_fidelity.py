@@ -21,8 +21,9 @@ precision (`plan.precision`), zero stage (`plan.zero_stage`) and context-paralle
 its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one rack in 64-GPU NVLink
 domains, as there). A row whose 61 blocks split unevenly runs the pipeline layout its release's
 Megatron-Bridge recipe sets (`LAYOUTS`). Rows phazec cannot express yet are listed with the reason:
-the H800 has no preset; tensor parallelism of MoE blocks is not modelled; DeepSeek's multi-token
-prediction is not built; some uneven splits are not stated (`NO_LAYOUT`).
+the H800 has no preset; tensor parallelism of MoE blocks is not modelled; some uneven splits are not
+stated, and one recipe overlaps the all-to-all with compute (`UNTIMED`). DeepSeek-V3 rows that train a
+multi-token-prediction module run with it (`MTP_ROWS`).
 """
 
 import csv
@@ -75,11 +76,35 @@ loss's bf16 and fp32 logits alone 99 GB; 48 blocks of 81,920 tokens keep at leas
 the hidden width), where a GB200 has 186 GB, and the runs ran. Whatever saved the memory is not stated;
 full recompute, torchtitan's other mode, is the reading (123 GB)."""
 
-UP_PROJECTION_RECOMPUTE = frozenset({"MB2511-DSV3-GB200-256-BF16", "MB2604-KIMIK2-GB300-256-MXFP8"})
+UP_PROJECTION_RECOMPUTE = frozenset(
+    {
+        "MB2511-DSV3-GB200-256-BF16",
+        "MB2511-DSV3-B200-256-MXFP8-MTP",
+        "MB2604-KIMIK2-GB300-256-MXFP8",
+        "MB2604-DSV3-GB300-256-MXFP8",
+    }
+)
 """Rows whose recipe recomputes multi-head latent attention's up-projections (Megatron-Core's
-`recompute_modules=["mla_up_proj"]`, read in the Megatron-Bridge release's performance configs:
-v0.2.0 `DEEPSEEK_V3_GB200_BASE_CONFIG`, v0.4.0 `KIMI_K2_PRETRAIN_CONFIG_GB300`; the csv says "not
-stated"): they run selective recompute with `plan.recompute_mla_up_proj=true`."""
+`recompute_modules=["mla_up_proj"]`, read in the performance configs of the Megatron-Bridge release
+that published the row's table: v0.2.0 (25.11) `DEEPSEEK_V3_GB200_BASE_CONFIG` and
+`DEEPSEEK_V3_B200_BASE_CONFIG`; v0.4.2 (26.04.01) `KIMI_K2_PRETRAIN_CONFIG_GB300` and
+`DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1`, as in v0.4.0; the csv says "not stated"): they run selective
+recompute with `plan.recompute_mla_up_proj=true`."""
+
+MLP_RECOMPUTE = frozenset({"MB2604-DSV3-GB200-256-MXFP8"})
+"""Rows whose recipe reruns the dense MLPs (Megatron-Core's `recompute_modules=["mlp"]`, which leaves MoE
+layers alone): the 26.04 DeepSeek-V3 GB200 row, whose csv entry names mla_up_proj from later recipes
+where its release's (Megatron-Bridge v0.4.2, `scripts/performance/configs/deepseek/
+deepseek_workload_base_configs.py`, `DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1`, which its FP8-MX variants
+take) sets `mlp` alone: it runs selective recompute with `plan.recompute_mlp=true`, which under flash
+attention reruns the first 3 blocks' MLPs and nothing else."""
+
+MTP_ROWS = frozenset(
+    {"MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8", "MB2511-DSV3-B200-256-MXFP8-MTP"}
+)
+"""DeepSeek-V3 rows that train one multi-token-prediction module (`model.mtp_layers=1`): the 26.04
+recipes (Megatron-Bridge v0.4.2, `recipes/deepseek/deepseek_v3.py`: mtp_num_layers = 1) and the 25.11
+row listed 'w/ MTP' (v0.2.0's recipe defaults to 1; its other rows are listed 'w/o MTP')."""
 
 EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
 """Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
@@ -92,6 +117,10 @@ no activation checkpointing, DeepEP, Transformer Engine's linear layers, balance
 LAYOUTS = {
     "MB2511-DSV3-GB200-256-BF16": "Et*4|(t*4|)*14tL",
     "MB2604-KIMIK2-GB300-256-MXFP8": "Et*4|(t*4|)*14tL",
+    **dict.fromkeys(
+        ("MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8", "MB2511-DSV3-B200-256-MXFP8-MTP"),
+        "Et*4|(t*4|)*14tmL",
+    ),
 }
 """Megatron-Core pipeline layouts (`pipeline_model_parallel_layout`: E the embedding, t a block, L the
 loss, '|' between virtual stages, `*n` a repeat) of rows whose 61 blocks split over pp neither evenly nor
@@ -101,18 +130,21 @@ stages):
 
 - DeepSeek-V3, 25.11 (v0.2.0, `recipes/deepseek/deepseek_v3.py`, `layout_map[(4, 4)]`): the
   embedding and 4 blocks, 14 virtual stages of 4, then a block and the loss; the table lists the model
-  without multi-token prediction, so no MTP layer before the loss;
-- Kimi K2, 26.04 (v0.4.0, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`): the same.
+  without multi-token prediction, so no MTP layer before the loss; its 'w/ MTP' B200 row
+  (`layout_map[(16, 1)]`) has the MTP layer ('m') there;
+- DeepSeek-V3, 26.04 (v0.4.2, which published the 26.04.01 table: the same recipe's `layout_map[(4, 4)]`;
+  the GB300 row's pp 2 x vp 8 from `DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1.pp_layout`): the same with the
+  MTP layer;
+- Kimi K2, 26.04 (v0.4.2, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`, as in v0.4.0):
+  without it.
 
-`NO_LAYOUT` lists the rows whose layout the recipes do not give, or that train a layer phazec does not
-build."""
+`UNTIMED` lists the rows whose layout the recipes do not give."""
 
-NO_LAYOUT = {
-    **dict.fromkeys(
-        ("MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-B200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8"),
-        "its release's recipe trains a multi-token-prediction layer (v0.4.0: mtp_num_layers = 1), not built",
+UNTIMED = {
+    "MB2604-DSV3-B200-256-MXFP8": (
+        "its recipe overlaps the expert-parallel all-to-all with compute (moe_a2a_overlap=True, DeepEP), "
+        "not modelled"
     ),
-    "MB2511-DSV3-B200-256-MXFP8-MTP": "it trains a multi-token-prediction layer ('w/ MTP'), not built",
     **dict.fromkeys(
         ("MB2511-DSV3-GB200-256-MXFP8", "MB2511-DSV3-GB300-256-BF16", "MB2511-DSV3-GB300-256-MXFP8"),
         "Megatron-Bridge's 25.11 recipes give no layout of 61 blocks for its pp x vp",
@@ -122,7 +154,11 @@ NO_LAYOUT = {
         "NeMo Automodel's split of 61 blocks over its pp x vp stages is not stated",
     ),
 }
-"""Rows of uneven depth phazec does not time, with the reason (`LAYOUTS`)."""
+"""Rows phazec does not time, with the reason: uneven depths whose layout is not stated (`LAYOUTS`), and
+the 26.04 DeepSeek-V3 B200 row, whose plan (pp 8, vp 2, ep 32 over 4 DGX B200s) is its release's
+`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` (Megatron-Bridge v0.4.2), which overlaps the all-to-all
+with compute; timed without that overlap it takes 49.0 s against 19.7 s measured, 33.2 s of it the
+all-to-all."""
 
 
 def stage_layout(layout: str, pp: int) -> tuple[int, ...]:
@@ -204,7 +240,7 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
         (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
-        (row["source_id"] in NO_LAYOUT, NO_LAYOUT.get(row["source_id"], "")),
+        (row["source_id"] in UNTIMED, UNTIMED.get(row["source_id"], "")),
         (
             row["source_id"] not in LAYOUTS
             and not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
@@ -236,7 +272,8 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         recompute=RECOMPUTE_READ.get(
             row["source_id"],
             "selective"
-            if row["recompute"].startswith("selective") or row["source_id"] in UP_PROJECTION_RECOMPUTE
+            if row["recompute"].startswith("selective")
+            or row["source_id"] in UP_PROJECTION_RECOMPUTE | MLP_RECOMPUTE
             else "none",
         ),
         gpus=gpus,
@@ -264,6 +301,7 @@ def predict(run: MoeRun) -> PlanReport:
     overlaps, not_overlaps = str(run.overlaps).lower(), str(not run.overlaps).lower()
     deepseek = run.preset.startswith("deepseek")
     dense = [f"model.hf_config.first_k_dense_replace={run.dense_layers}"] if deepseek else []
+    mtp = [f"model.mtp_layers={int(run.row_id in MTP_ROWS)}"]
     # SimuMax's runs drop tokens at capacity factor 1, padded to capacity (the csv's caveat)
     capacity = [] if run.overlaps else ["model.moe.capacity_factor=1.0"]
     with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
@@ -271,13 +309,14 @@ def predict(run: MoeRun) -> PlanReport:
             "config",
             overrides=[
                 f"model={run.preset}", f"model.hf_config.num_hidden_layers={run.layers}",
-                *dense, *capacity, f"model.seq_len={run.seq_len}",
+                *dense, *mtp, *capacity, f"model.seq_len={run.seq_len}",
                 f"hw={run.chip}", f"system={run.system}", f"system.devices={run.gpus}",
                 f"system.global_batch={run.global_batch}", "tracking=none", "train.optimizer=adam",
                 f"plan.tp={run.tp}", f"plan.pp={run.pp}", f"plan.dp={run.dp}", f"plan.ep={run.ep}",
                 f"plan.microbatch={run.microbatch}", f"plan.interleave={run.interleave}",
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
+                f"plan.recompute_mlp={run.row_id in MLP_RECOMPUTE}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
@@ -317,9 +356,13 @@ def main() -> None:
         errors.setdefault(split, []).append(abs(error))
         by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
-        note = f"  (recompute read: {run.recompute})" if run.row_id in RECOMPUTE_READ else ""
-        if run.row_id in UP_PROJECTION_RECOMPUTE:
-            note = "  (the recipe's selective recompute: mla_up_proj)"
+        notes = [
+            *([f"recompute read: {run.recompute}"] if run.row_id in RECOMPUTE_READ else []),
+            *(["the recipe's recompute: mla_up_proj"] if run.row_id in UP_PROJECTION_RECOMPUTE else []),
+            *(["the recipe's recompute: mlp"] if run.row_id in MLP_RECOMPUTE else []),
+            *(["1 MTP module"] if run.row_id in MTP_ROWS else []),
+        ]
+        note = f"  ({'; '.join(notes)})" if notes else ""
         print(f"{run.row_id:34s} {split:11s} {run.measured_s:10.3f} {report.time_per_batch_s:11.3f} "
               f"{error:+7.1%} {b.ep_communication_s:8.3f} {b.bubble_s:8.3f} "
               f"{report.memory.total_bytes / 1e9:9.2f} {'yes' if report.fits else 'NO'}{note}",

@@ -11,7 +11,8 @@ from hypothesis import settings
 from omegaconf import DictConfig
 
 from phazec.cli import conf_dir
-from phazec.config.settings import typed
+from phazec.config.settings import settings_from_config, typed
+from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
@@ -57,6 +58,15 @@ def compose_config(*overrides: str) -> DictConfig:
     """The composed phazec config for command-line style overrides."""
     with initialize_config_dir(config_dir=conf_dir(), version_base=None):
         return compose("config", overrides=list(overrides))
+
+
+def refused_before_export(overrides: tuple[str, ...], message: str, cache_dir: Path) -> None:
+    """The settings of `overrides` are refused in one paragraph matching `message`, before the model is
+    lowered: nothing is exported into the empty `cache_dir`."""
+    with pytest.raises(PhazecError, match=message) as err:
+        settings_from_config(compose_config(*overrides, f"cache_dir={cache_dir}"))
+    assert "\n" not in str(err.value)
+    assert not (cache_dir / "onnx").exists()
 
 
 MOE_PRESETS = (

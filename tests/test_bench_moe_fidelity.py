@@ -19,6 +19,10 @@ import bench_moe_fidelity as moe
         ("Et*4|(t*4|)*14tL", 8, (8, 8, 8, 8, 8, 8, 8, 5)),
         # Its H100 layout (pp 8 x vp 4): the embedding and a block, 30 of two, the MTP layer and loss.
         ("Et|(tt|)*30mL", 8, (7, 8, 8, 8, 8, 8, 8, 6)),
+        # With the MTP layer before the loss, at pp 2 x vp 8 (8 virtual stages of 4 on stage 0; 7 of 4
+        # and the last block on stage 1) and pp 16 (a stage a virtual stage).
+        ("Et*4|(t*4|)*14tmL", 2, (32, 29)),
+        ("Et*4|(t*4|)*14tmL", 16, (4,) * 15 + (1,)),
     ],
 )
 def test_a_layout_folds_its_virtual_stages_round_the_stages(
@@ -31,3 +35,7 @@ def test_a_layout_folds_its_virtual_stages_round_the_stages(
 def test_a_layout_of_virtual_stages_the_stages_do_not_share_evenly_is_refused() -> None:
     with pytest.raises(ValueError, match="16 virtual stages over pp 3"):
         moe.stage_layout("Et*4|(t*4|)*14tL", 3)
+
+
+def test_the_rows_that_train_an_mtp_module_are_those_whose_layout_places_one() -> None:
+    assert {row for row, layout in moe.LAYOUTS.items() if "m" in layout} == moe.MTP_ROWS

@@ -26,7 +26,7 @@ from phazec.config.command_line import preset
 from phazec.config.schema import hydra_twin
 from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
-from phazec.frontend import default_cache_dir
+from phazec.frontend import check_mtp, default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
 from phazec.frontend.moe import check_expert_parallel
 from phazec.frontend.schema import ModelConfig
@@ -35,7 +35,7 @@ from phazec.hw.space import HwSpace, check_size, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.predict.offload import check_offload
 from phazec.predict.plan_report import AUTO_DP, Plan
-from phazec.predict.training import KNOB_FIELDS, Knobs, Training, check_knob, spec
+from phazec.predict.training import KNOB_FIELDS, SELECTIVE_KNOBS, Knobs, Training, check_knob, spec
 from phazec.search.driver import check_search
 from phazec.search.schema import SearchConfig
 from phazec.solvers.schedule.backends import check_config
@@ -63,6 +63,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     for key in ("model.name", "hw.name", "system.name"):
         path_name(key, OmegaConf.select(cfg, key))
     model_dims(model)
+    check_mtp(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
     sealed.shared_warning(cache_dir, "cache_dir")
@@ -78,10 +79,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
-    check_up_projection_recompute(model, train.fixed.recompute_mla_up_proj, train.tried("recompute"), "train")
-    check_up_projection_recompute(
-        model, plan.training.recompute_mla_up_proj, (plan.training.recompute,), "plan"
-    )
+    check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
+    check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     host_s = system.host_link_bytes_per_s
     check_offload(
@@ -203,30 +202,34 @@ def check_context_parallel(model: ModelConfig, hw: HwSpace, cps: Sequence[int], 
             )
 
 
-def check_up_projection_recompute(model: ModelConfig, on: bool, recompute: Sequence[str], group: str) -> None:
-    """`<group>.recompute_mla_up_proj` (`on`) with the recompute modes `recompute` tried: it needs
-    selective recompute among them and a model with multi-head latent attention (a Hugging Face config
-    with a `kv_lora_rank`).
+def check_selective_modules(
+    model: ModelConfig, training: Training, recompute: Sequence[str], group: str
+) -> None:
+    """The modules selective recompute also reruns (`<group>.recompute_mla_up_proj`,
+    `<group>.recompute_mlp`; `Training.selective_modules`), with the recompute modes `recompute` tried:
+    each needs selective recompute among them, and the up-projections a model with multi-head latent
+    attention (a Hugging Face config with a `kv_lora_rank`).
 
     Raises:
-        PhazecError: it is on without either.
+        PhazecError: a module is on without either.
     """
-    if not on:
-        return
-    name = f"{group}.recompute_mla_up_proj=true"
-    if model.source != "hf" or not model_kwargs(model).get("kv_lora_rank"):
-        raise PhazecError(
-            f"{name} recomputes multi-head latent attention's up-projections, but model {model.name!r} has "
-            "none (its model.hf_config has no kv_lora_rank, as DeepSeek-V2, DeepSeek-V3 and Kimi K2 have): "
-            f"set {group}.recompute_mla_up_proj=false."
-        )
-    if "selective" not in recompute:
-        modes = list(recompute) if group == "train" else recompute[0]
-        raise PhazecError(
-            f"{name} extends selective recompute, but {group}.recompute is {modes!r}: set "
-            f"{group}.recompute={'[selective]' if group == 'train' else 'selective'}, or "
-            f"{group}.recompute_mla_up_proj=false."
-        )
+    for knob, module in SELECTIVE_KNOBS.items():
+        if module not in training.selective_modules:
+            continue
+        name = f"{group}.{knob}=true"
+        if module == "mla_up_proj" and (model.source != "hf" or not model_kwargs(model).get("kv_lora_rank")):
+            raise PhazecError(
+                f"{name} recomputes multi-head latent attention's up-projections, but model {model.name!r} "
+                "has none (its model.hf_config has no kv_lora_rank, as DeepSeek-V2, DeepSeek-V3 and Kimi K2 "
+                f"have): set {group}.{knob}=false."
+            )
+        if "selective" not in recompute:
+            modes = list(recompute) if group == "train" else recompute[0]
+            raise PhazecError(
+                f"{name} extends selective recompute, but {group}.recompute is {modes!r}: set "
+                f"{group}.recompute={'[selective]' if group == 'train' else 'selective'}, or "
+                f"{group}.{knob}=false."
+            )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

@@ -10,6 +10,7 @@ from phazec.errors import PhazecError
 from phazec.frontend.depth import deepened, shallow
 from phazec.frontend.export import DTYPES, exported_onnx
 from phazec.frontend.lower import lower_onnx, scores_length
+from phazec.frontend.mtp import MTP_ARCHS
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
 from phazec.util.progress import stage
@@ -31,6 +32,7 @@ def validate(cfg: ModelConfig) -> None:
     """Range checks Hydra's types cannot express; raises PhazecError naming the bad value."""
     if cfg.source not in SOURCES:
         raise PhazecError(f"model.source={cfg.source!r} is not a model source; valid: {list(SOURCES)}.")
+    check_mtp(cfg)
     if cfg.source == "onnx":
         onnx_path(cfg.path)
         if cfg.seq_len < 0:
@@ -61,6 +63,22 @@ def validate(cfg: ModelConfig) -> None:
     if bad_widths or not cfg.tp_widths:
         raise PhazecError(
             f"model.tp_widths={list(cfg.tp_widths)} must list positive widths, e.g. [1, 2, 4, 8]."
+        )
+
+
+def check_mtp(cfg: ModelConfig) -> None:
+    """`model.mtp_layers` is at least 0, and above 0 only for a Hugging Face class that has MTP modules."""
+    if cfg.mtp_layers < 0:
+        raise PhazecError(
+            f"model.mtp_layers={cfg.mtp_layers} is not valid: give the number of multi-token-prediction "
+            "modules to train after the last block, 0 for none (DeepSeek-V3 trains 1)."
+        )
+    if cfg.mtp_layers and (cfg.source != "hf" or cfg.arch not in MTP_ARCHS):
+        model = f"the ONNX file {cfg.path!r}" if cfg.source == "onnx" else f"{cfg.arch or 'no class'}"
+        raise PhazecError(
+            f"model.mtp_layers={cfg.mtp_layers} adds DeepSeek's multi-token-prediction modules, which phazec "
+            f"builds for the Hugging Face classes {list(MTP_ARCHS)} only, and model {cfg.name!r} is "
+            f"{model}: set model.mtp_layers=0, or use model=deepseek_v3."
         )
 
 

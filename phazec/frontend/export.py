@@ -28,6 +28,7 @@ from typing import Any
 from phazec.errors import PhazecError
 from phazec.frontend.config_json import model_kwargs
 from phazec.frontend.moe import routing_of, static_experts, static_latent_attention
+from phazec.frontend.mtp import add_mtp, mtp_loss_of
 from phazec.frontend.rotary import real_rotary
 from phazec.frontend.schema import ModelConfig
 from phazec.util import sealed
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 BATCH_SENTINEL = 1009
 """The batch size of every export: a prime, so an axis is batch-scaled iff the sentinel divides it."""
 
-EXPORT_SOURCES = ("export.py", "moe.py", "rotary.py")
+EXPORT_SOURCES = ("export.py", "moe.py", "mtp.py", "rotary.py")
 """The modules of `phazec.frontend` whose code shapes the exported graph (this one, and the formulations
 swapped in while exporting): their text is part of the cache key, so an exported file is never reused
 across a change to them."""
@@ -56,6 +57,7 @@ def cache_key(cfg: ModelConfig) -> str:
         "seq_len": cfg.seq_len,
         "dtype": cfg.dtype,
         "moe": [cfg.moe.imbalance, cfg.moe.capacity_factor],
+        "mtp": cfg.mtp_layers,
         "batch": BATCH_SENTINEL,
         "sources": export_sources_digest(),
         "versions": [metadata.version(p) for p in ("torch", "transformers", "onnx", "onnxscript")],
@@ -261,11 +263,13 @@ def export_proto(model: Any, cfg: ModelConfig) -> Any:
     import onnx
     import torch
 
+    if cfg.mtp_layers:
+        add_mtp(model, cfg.mtp_layers)
     static_latent_attention(model)
     routing = routing_of(model, cfg)
     if routing is not None:
         static_experts(model, routing, cfg.seq_len)
-    wrapper = loss_of(model)
+    wrapper = mtp_loss_of(model) if cfg.mtp_layers else loss_of(model)
     with torch.device("meta"):
         ids = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)
         labels = torch.zeros((BATCH_SENTINEL, cfg.seq_len), dtype=torch.long)

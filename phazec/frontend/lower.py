@@ -2,7 +2,8 @@
 
 Layers come from the exporter's module scopes: the module list with the most numbered children holds
 the transformer blocks. Ops outside every block go to the embedding layer when nothing they read comes
-from a block, and to the head otherwise. Blocks whose operator graphs are identical up to tensor names
+from a block, and to the head otherwise; the ops of a multi-token-prediction module (`phazec.frontend.mtp`)
+form a layer of their own after the blocks. Blocks whose operator graphs are identical up to tensor names
 form one class with one representative graph.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from phazec.errors import PhazecError
+from phazec.frontend.mtp import MTP_SCOPE
 from phazec.ir.core import Edge, Graph, Layer, LayerClass, LayerKind, Model, Op, Routing, Tensor
 from phazec.ir.ops import kind_of, known_op_types
 
@@ -38,7 +40,8 @@ ONNX_DTYPES: dict[int, str] = {
 
 SCOPE_KEY = "pkg.torch.onnx.name_scopes"
 LayerKey = tuple[LayerKind, int]
-"""A layer by kind and block number (0 for the embedding and head)."""
+"""A layer by kind and number: a block's, a multi-token-prediction module's depth, 0 for the embedding
+and head."""
 NUMBERED = re.compile(r"^(.*)\.(\d+)$")
 T = TypeVar("T")
 
@@ -317,7 +320,8 @@ def block_container(scopes: list[list[str]]) -> str | None:
 
 
 def assign_layers(graph: _Onnx) -> list[LayerKey]:
-    """(kind, block number) of every node: blocks from scopes, the rest before or after them."""
+    """(kind, number) of every node: blocks and multi-token-prediction modules (`MTP_SCOPE`) from
+    scopes, the rest before or after them."""
     container = block_container(graph.scopes)
     if container is None:  # no module structure: the whole graph is one block
         return [(LayerKind.BLOCK, 0)] * len(graph.nodes)
@@ -326,7 +330,11 @@ def assign_layers(graph: _Onnx) -> list[LayerKey]:
     result = []
     for node, node_scopes in zip(graph.nodes, graph.scopes, strict=True):
         block = next((int(m.group(1)) for s in node_scopes if (m := pattern.match(s))), None)
-        if block is not None:
+        mtp = next((int(m.group(1)) for s in node_scopes if (m := MTP_SCOPE.search(s))), None)
+        if mtp is not None:
+            result.append((LayerKind.MTP, mtp))
+            after_blocks.update(node.output)
+        elif block is not None:
             result.append((LayerKind.BLOCK, block))
             after_blocks.update(node.output)
         elif any(i in after_blocks for i in node.input):
@@ -351,8 +359,8 @@ def move_head_only_work(nodes: list[Any], layer_of: list[LayerKey]) -> list[Laye
 
 
 def layer_names(layer_of: list[LayerKey]) -> list[LayerKey]:
-    """The layers present, in order: embedding, blocks by number, head."""
-    order = {LayerKind.EMBEDDING: 0, LayerKind.BLOCK: 1, LayerKind.HEAD: 2}
+    """The layers present, in order: embedding, blocks by number, MTP modules by depth, head."""
+    order = {LayerKind.EMBEDDING: 0, LayerKind.BLOCK: 1, LayerKind.MTP: 2, LayerKind.HEAD: 3}
     return sorted(set(layer_of), key=lambda key: (order[key[0]], key[1]))
 
 
@@ -383,7 +391,7 @@ def build_model(graph: _Onnx, layer_of: list[LayerKey], name: str, seq_len: int)
             classes.append(LayerClass(graphs[li], (li,)))
         else:
             classes[cls].members = (*classes[cls].members, li)
-        label = f"block.{number}" if kind is LayerKind.BLOCK else kind.value
+        label = f"{kind.value}.{number}" if kind in (LayerKind.BLOCK, LayerKind.MTP) else kind.value
         layers.append(Layer(li, label, kind, cls))
     edges = layer_edges(graph, producer_layer, readers)
     parameter_count = sum(graph.tensors[p].numel() for p in graph.parameters)

@@ -59,6 +59,10 @@ class ModelConfig:
     """ONNX file to lower (source=onnx); its shapes must be static."""
     moe: MoeConfig = field(default_factory=MoeConfig)
     """The routing assumption of a Mixture-of-Experts model."""
+    mtp_layers: int = 0
+    """DeepSeek's multi-token prediction: that many MTP modules trained after the last block, each a
+    transformer block like the model's last with its own loss (Megatron-Core's `mtp_num_layers`;
+    `phazec.frontend.mtp`); 0: none, as transformers builds the model. DeepSeek-V3's class only."""
     causal: bool | None = None
     """Whether the attention is causal (a fused kernel masks by position and skips masked tiles);
     None: from `arch` (`phazec.passes.attention.is_causal`), false for an ONNX file."""

@@ -50,6 +50,8 @@ class LayerKind(StrEnum):
 
     EMBEDDING = "embedding"
     BLOCK = "block"
+    MTP = "mtp"
+    """A multi-token-prediction module after the blocks (`phazec.frontend.mtp`)."""
     HEAD = "head"
 
 
@@ -200,6 +202,13 @@ class LayerMemory:
     """Stash per sample written by multi-head latent attention's up-projections on their way to the
     attention kernel (`phazec.passes.memory.up_projection`: the heads' queries, keys and values): what
     selective recompute also drops when it recomputes them (`Training.recompute_mla_up_proj`)."""
+    mlp_per_sample_bytes: int = 0
+    """Stash per sample written by a dense block's MLP from its up projections on
+    (`phazec.passes.memory.dense_mlp`): what selective recompute also drops when it reruns the MLP
+    (`Training.recompute_mlp`)."""
+    mlp_fp8_per_sample_bytes: int = 0
+    """How those bytes change when the layer's linear layers run in FP8 (signed, the part of
+    `fp8_per_sample_bytes` that falls on them)."""
     replicated_per_sample_bytes: int = 0
     """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
     checkpoint_per_sample_bytes: int = 0

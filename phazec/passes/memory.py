@@ -84,6 +84,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     core = [n for n in per_sample if n in scores]
     up = up_projection(forward, model.seq_len).written
     up_projected = [n for n in per_sample if n in up]
+    mlp = [n for n in per_sample if n in dense_mlp(forward).written]
     replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
@@ -101,6 +102,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         input_per_sample_bytes=input_per_sample,
         core_per_sample_bytes=split_bytes(cls.backward, core)[1],
         up_projection_per_sample_bytes=split_bytes(cls.backward, up_projected)[1],
+        mlp_per_sample_bytes=split_bytes(cls.backward, mlp)[1],
+        mlp_fp8_per_sample_bytes=sum(copies.get(n, 0) for n in mlp),
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
@@ -119,9 +122,15 @@ UP_PROJECTION_WEIGHT = re.compile(r"(^|[./])(q_b_proj|kv_b_proj)([./]|$)")
 K2) name them: the query's from its latent (absent without a query latent) and the keys' and values'."""
 
 
+SELECTIVE_MODULES = ("mla_up_proj", "mlp")
+"""Megatron-Core's `recompute_modules` that selective recompute can rerun beside the attention core
+(`core_attn`, always): multi-head latent attention's up-projections (`up_projection`) and a dense
+block's MLP (`dense_mlp`); `Training.selective_modules` names those a plan reruns."""
+
+
 @dataclass(frozen=True, slots=True)
-class UpProjection:
-    """What recomputing multi-head latent attention's up-projections runs again (`up_projection`)."""
+class Rerun:
+    """What recomputing one of `SELECTIVE_MODULES` runs again (`up_projection`, `dense_mlp`)."""
 
     ops: tuple[int, ...]
     """Indices of the forward ops that run again, in graph order."""
@@ -129,7 +138,10 @@ class UpProjection:
     """The tensors they write."""
 
 
-def up_projection(forward: Graph, seq_len: int) -> UpProjection:
+NO_RERUN = Rerun((), frozenset())
+
+
+def up_projection(forward: Graph, seq_len: int) -> Rerun:
     """Megatron-Core's `mla_up_proj` recompute module on one layer's forward graph: the up-projection
     products (linear layers' products reading an `UP_PROJECTION_WEIGHT`) and every op after them on the
     way to the attention's queries, keys and values (the flash kernel's inputs, or an unfused core's
@@ -145,7 +157,7 @@ def up_projection(forward: Graph, seq_len: int) -> UpProjection:
         and any(UP_PROJECTION_WEIGHT.search(weight_of(forward, t) or "") for t in op.inputs if t)
     ]
     if not starts:
-        return UpProjection((), frozenset())
+        return NO_RERUN
     scores = core_scores(forward, seq_len)
     core = {ops[i].name for i in core_ops(forward, seq_len)}
     attention = [op for op in ops if op.op_type in FLASH_PRODUCTS or op.name in core]
@@ -159,16 +171,58 @@ def up_projection(forward: Graph, seq_len: int) -> UpProjection:
         if (i in starts or reached.intersection(op.inputs)) and needed.intersection(op.outputs):
             found.append(i)
             reached.update(o for o in op.outputs if o)
-    return UpProjection(tuple(found), frozenset(reached))
+    return Rerun(tuple(found), frozenset(reached))
 
 
-def selective_ops(forward: Graph, seq_len: int, up_projections: bool) -> list[int]:
+def dense_mlp(forward: Graph) -> Rerun:
+    """Megatron-Core's `mlp` recompute module on one layer's forward graph: a dense MLP's ops, from its
+    up (and gate) projections to its down projection, the layer's last linear layer's product. Walking
+    back from the down projection's input, every path meets a linear layer's product (the up and gate
+    projections, where the MLP starts) before the layer's inputs; their input, the normalised hidden
+    state, is kept, what they and the ops up to the down projection write is rebuilt in the backward
+    pass, and the down projection runs again too. Empty on a layer whose last product is no
+    such MLP's (the head's output layer), and on a MoE block (a weight of stacked experts, [E, ...]):
+    Megatron-Core's `mlp` module leaves MoE layers alone."""
+    ops = forward.ops
+    products = {i for i, op in enumerate(ops) if _linear_product(op, forward)}
+    if not products or any(len(forward.tensors[w].shape) == 3 for w in forward.weights):
+        return NO_RERUN
+    index = {op.name: i for i, op in enumerate(ops)}
+    producers = forward.producers()
+    constants = set(forward.constants)
+
+    def activations(op: Op) -> list[str]:
+        return [t for t in op.inputs if t and t not in constants and weight_of(forward, t) is None]
+
+    down = max(products)
+    region = {down}
+    pending = activations(ops[down])[:1]  # its product's input, not a residual added in its epilogue
+    while pending:
+        producer = producers.get(pending.pop())
+        if producer is None:  # the layer's input, reached without an up projection
+            return NO_RERUN
+        i = index[producer.name]
+        if i not in region:
+            region.add(i)
+            if i not in products:
+                pending.extend(activations(producer))
+    if len(region & products) < 2:
+        return NO_RERUN
+    # The down projection's own outputs (a dropout fused into it writes its mask) are kept: its backward
+    # pass reads its input, and whatever follows it in the layer is outside the MLP.
+    written = frozenset(o for i in region - {down} for o in ops[i].outputs if o)
+    return Rerun(tuple(sorted(region)), written)
+
+
+def selective_ops(forward: Graph, seq_len: int, modules: Collection[str] = ()) -> list[int]:
     """Indices of the forward ops selective recompute runs again in the backward pass: the attention
-    core's (`core_ops`), and with `up_projections` multi-head latent attention's up-projections
-    (`up_projection`) too, in graph order."""
+    core's (`core_ops`), and those of the `modules` of `SELECTIVE_MODULES` it also reruns
+    (`up_projection`, `dense_mlp`), in graph order."""
     again = set(core_ops(forward, seq_len))
-    if up_projections:
+    if "mla_up_proj" in modules:
         again.update(up_projection(forward, seq_len).ops)
+    if "mlp" in modules:
+        again.update(dense_mlp(forward).ops)
     return sorted(again)
 
 
@@ -301,8 +355,8 @@ class MegatronBytes:
     stash_bytes: int
     """Kept for the backward pass without recompute."""
     selective_bytes: int
-    """Kept under selective recompute: the stash without the attention core (and without what
-    multi-head latent attention's up-projections write, when it recomputes them too)."""
+    """Kept under selective recompute: the stash without the attention core (and without what the
+    other modules it reruns write, `SELECTIVE_MODULES`)."""
     checkpoint_bytes: int
     """Kept under full recompute: the layer's floating-point inputs."""
     op_bytes: int
@@ -317,15 +371,16 @@ def megatron_bytes(
     context_parallel: int = 1,
     low_precision: bool = False,
     *,
-    up_projections: bool = False,
+    modules: Collection[str] = (),
 ) -> MegatronBytes:
     """A layer's activation bytes per recompute mode; `sequence_parallel` is the width that splits the
     replicated activations and the inputs (the layer's tensor-parallel width, or 1 when off),
     `context_parallel` splits every per-sample byte (each device holds 1/cp of each sample's tokens;
     rounded up), and `low_precision` (the layer's linear layers run in FP8) keeps their inputs as FP8
     copies (`fp8_copy_bytes`; op recompute keeps the layer's inputs and saved outputs, not the copies,
-    which it casts again, so its bytes do not change). With `up_projections` selective recompute also
-    recomputes multi-head latent attention's up-projections and drops what they write (`up_projection`)."""
+    which it casts again, so its bytes do not change). Selective recompute also drops what the `modules`
+    of `SELECTIVE_MODULES` it reruns write (`up_projection`, `dense_mlp`; a dense MLP's FP8 copies
+    with them)."""
 
     def per_sample(bytes_per_sample: int) -> int:
         return -(-bytes_per_sample * microbatch // context_parallel)
@@ -338,10 +393,14 @@ def megatron_bytes(
     op_replicated = per_sample(memory.op_replicated_per_sample_bytes)
     op_bytes = memory.op_fixed_bytes + per_sample(memory.op_per_sample_bytes)
     op_bytes += -(-op_replicated // sequence_parallel) - op_replicated
-    up_projected = memory.up_projection_per_sample_bytes if up_projections else 0
+    dropped = memory.core_per_sample_bytes
+    if "mla_up_proj" in modules:
+        dropped += memory.up_projection_per_sample_bytes
+    if "mlp" in modules:
+        dropped += memory.mlp_per_sample_bytes + (memory.mlp_fp8_per_sample_bytes if low_precision else 0)
     return MegatronBytes(
         stash_bytes=stash,
-        selective_bytes=stash - per_sample(memory.core_per_sample_bytes + up_projected),
+        selective_bytes=stash - per_sample(dropped),
         checkpoint_bytes=-(-per_sample(memory.checkpoint_per_sample_bytes) // sequence_parallel),
         op_bytes=min(stash, op_bytes),
     )

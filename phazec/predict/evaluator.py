@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -158,7 +158,7 @@ class Evaluator:
             for c, cls in enumerate(model.classes):
                 costs = self.class_costs(model, c, designs, training)
                 per_class[:, 2, c] = attention_core_s(
-                    cls.graph, costs.forward, model.seq_len, training.recompute_mla_up_proj
+                    cls.graph, costs.forward, model.seq_len, training.selective_modules
                 )
                 if cls.backward is not None:
                     per_class[:, 3, c] = op_recompute_s(cls.graph, cls.backward, costs.forward)
@@ -250,7 +250,7 @@ class Evaluator:
                 training.sequence_parallel,
                 training.cp,
                 training.precision,
-                up_projections=training.recompute_mla_up_proj,
+                modules=training.selective_modules,
             )
             for t in widths
         ]
@@ -446,13 +446,13 @@ def layer_arrays(
     context_parallel: int = 1,
     precision: str = "bf16",
     *,
-    up_projections: bool = False,
+    modules: Collection[str] = (),
 ) -> LayerArrays:
     """Per layer: parameter bytes (and the routed experts' of them), activation bytes per recompute
     mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
     t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
-    copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what multi-head
-    latent attention's up-projections write with `up_projections`) and the TP flag."""
+    copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what the
+    `modules` of `phazec.passes.memory.SELECTIVE_MODULES` it reruns write) and the TP flag."""
     rows = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
@@ -460,9 +460,7 @@ def layer_arrays(
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
         split = sequence_split_width(cls, sequence_parallel)
         low = low_precision_class(model, layer.cls, precision)
-        figures = megatron_bytes(
-            cls.memory, microbatch, split, context_parallel, low, up_projections=up_projections
-        )
+        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel, low, modules=modules)
         memory = cls.memory
         rows.append((memory.parameter_bytes, figures, cls.tp_width > 1, memory.expert_parameter_bytes))
     return LayerArrays(
@@ -477,13 +475,14 @@ def layer_arrays(
 
 
 def attention_core_s(
-    graph: Graph, forward: OpCosts, seq_len: int, up_projections: bool = False
+    graph: Graph, forward: OpCosts, seq_len: int, modules: Collection[str] = ()
 ) -> NDArray[np.float64]:
     """Per design: the summed all-core latency of the forward ops that read or write an attention
-    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`), and with `up_projections` of
-    multi-head latent attention's up-projections (`selective_ops`): what selective recompute repeats."""
+    core's scores (QK^T, mask, softmax, dropout, AV; `core_scores`), and of the `modules` of
+    `phazec.passes.memory.SELECTIVE_MODULES` it also reruns (`selective_ops`): what selective recompute
+    repeats."""
     total = np.zeros(forward.all_cores_s.shape[1])
-    for i in selective_ops(graph, seq_len, up_projections):
+    for i in selective_ops(graph, seq_len, modules):
         total = total + forward.all_cores_s[i]
     return total
 

@@ -127,10 +127,11 @@ def sequence_split(op: Op, graph: Graph) -> bool:
 
 def low_precision_class(model: Model, cls: int, precision: str) -> bool:
     """Whether class `cls`'s linear layers run in low precision: `precision` fp8 or mxfp8 and a
-    transformer block (the embedding and the output layer stay in bf16, as Transformer Engine and
-    torchao leave them)."""
+    transformer block or a multi-token-prediction module (built of Transformer Engine's layers in
+    Megatron-Core); the embedding and the output layer stay in bf16, as Transformer Engine and torchao
+    leave them."""
     first = model.classes[cls].members[0]
-    return precision != "bf16" and model.layers[first].kind is LayerKind.BLOCK
+    return precision != "bf16" and model.layers[first].kind in (LayerKind.BLOCK, LayerKind.MTP)
 
 
 def reads_weight(op: Op, graph: Graph) -> bool:

@@ -4,9 +4,9 @@ The plan (`plan.*`: tp, pp, dp, microbatch, recompute, sequence_parallel, interl
 on the one design of the `hw` preset with the same model of time and memory the search uses
 (`phazec.solvers.placement`: `explain_plan` is `evaluate_plan` with its parts), so `phazec` prints
 the same time for the same fixed plan. Layers are split as Megatron does: the transformer blocks
-evenly over the stages (or `plan.layers` blocks per stage), the embedding on the first stage and
-the head on the last. A plan that does not fit in HBM is still timed, with a warning (an error
-with `plan.require_fit=true`).
+evenly over the stages (or `plan.layers` blocks per stage), the embedding on the first stage, the
+multi-token-prediction modules and the head on the last. A plan that does not fit in HBM is still
+timed, with a warning (an error with `plan.require_fit=true`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.validation import NO_VALIDATION, Band, band_record
-from phazec.ir.core import Model, OpKind
+from phazec.ir.core import LayerKind, Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.memory import op_checkpoint, selective_ops
 from phazec.predict.evaluator import Candidate, Evaluator
@@ -181,9 +181,10 @@ class PlanReport:
 
 def plan_stages(model: Model, plan: Plan) -> Stages:
     """Megatron's stages: the blocks split evenly (or `plan.layers` per stage), the embedding first,
-    the head last; under interleaving every stage holds at least one layer per model chunk
-    (`chunks_fit`, the placement's rule), and uneven chunks are timed as 1/v of their stage's load."""
-    blocks = list(range(1, len(model.layers) - 1))
+    the multi-token-prediction modules and the head last; under interleaving every stage holds at least
+    one layer per model chunk (`chunks_fit`, the placement's rule), and uneven chunks are timed as 1/v
+    of their stage's load."""
+    blocks = [layer.index for layer in model.layers if layer.kind is LayerKind.BLOCK]
     counts = list(plan.layers) if plan.layers is not None else None
     if counts is None:
         if len(blocks) % plan.pp:
@@ -197,12 +198,12 @@ def plan_stages(model: Model, plan: Plan) -> Stages:
             f"plan.layers={counts} is not valid: give {plan.pp} positive block counts (one per stage, "
             f"plan.pp={plan.pp}) adding up to the model's {len(blocks)} blocks."
         )
-    stages, first = [], 1
+    stages, first = [], blocks[0]
     for count in counts:
         stages.append(list(range(first, first + count)))
         first += count
-    stages[0].insert(0, 0)
-    stages[-1].append(len(model.layers) - 1)
+    stages[0][:0] = range(blocks[0])
+    stages[-1].extend(range(first, len(model.layers)))
     split = tuple(tuple(stage) for stage in stages)
     interleave = plan.training.interleave
     if not chunks_fit(split, interleave):
@@ -338,7 +339,7 @@ def layer_figures(
                 if op.kind is OpKind.COLLECTIVE:
                     comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
         graph = cls.graph
-        again_selective = selective_ops(graph, model.seq_len, training.recompute_mla_up_proj)
+        again_selective = selective_ops(graph, model.seq_len, training.selective_modules)
         core = sum(flops(graph.ops[i], graph, microbatch) for i in again_selective)
         again = op_checkpoint(graph, cls.backward).recomputed if cls.backward is not None else ()
         repeated = sum(flops(graph.ops[i], graph, microbatch) for i in again)

@@ -31,6 +31,9 @@ PRECISIONS = ("bf16", "fp8", "mxfp8")
 """Values of the `precision` knob."""
 ZERO_STAGES = (0, 1, 2, 3)
 """Values of the `zero_stage` knob."""
+SELECTIVE_KNOBS = {"recompute_mla_up_proj": "mla_up_proj", "recompute_mlp": "mlp"}
+"""Each knob that adds one of `phazec.passes.memory.SELECTIVE_MODULES` to selective recompute, and its
+module (`Training.selective_modules`)."""
 
 
 @dataclass(frozen=True)
@@ -170,12 +173,25 @@ class Training:
     and runs the up-projections again in the backward pass (`phazec.passes.memory.up_projection`).
     Needs `recompute` selective (in a search, among the modes tried) and a model with multi-head latent
     attention."""
+    recompute_mlp: bool = knob(False)
+    """Selective recompute also reruns each dense block's MLP (Megatron-Core's `recompute_modules` `mlp`,
+    which Megatron-Bridge's DeepSeek-V3 recipes set): the layer keeps the MLP's input and runs the MLP
+    again, from its up projections to its down projection, in the backward pass
+    (`phazec.passes.memory.dense_mlp`); MoE blocks are left alone, as Megatron-Core leaves them. Needs
+    `recompute` selective (in a search, among the modes tried). Under a fused attention kernel
+    (`hw.device.attention=flash`) selective recompute reruns nothing of the attention core, so
+    `recompute=selective` with this alone is Megatron-Core's `recompute_modules=["mlp"]`."""
     offload_layers: int = knob(0, recorded=True, minimum=0)
     """Activation offloading (Megatron-Core's `--cpu-offloading-num-layers`, activations only): the
     activations the model's first `offload_layers` transformer blocks keep for their backward pass are
     copied to the host's memory after their forward pass and back before their backward pass, each copy
     overlapped with the next block's pass (`phazec.predict.offload`). At most the blocks less 2; needs a
     host link (`system.host_link_bytes_per_s`) and no recompute, as in Megatron-Core."""
+
+    @property
+    def selective_modules(self) -> frozenset[str]:
+        """The `phazec.passes.memory.SELECTIVE_MODULES` selective recompute also reruns here."""
+        return frozenset(module for knob, module in SELECTIVE_KNOBS.items() if getattr(self, knob))
 
 
 KNOB_FIELDS: tuple[Field[Any], ...] = fields(Training)

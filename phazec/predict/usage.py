@@ -146,7 +146,7 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:
-                again = [selective_ops(graph, model.seq_len, training.recompute_mla_up_proj)]
+                again = [selective_ops(graph, model.seq_len, training.selective_modules)]
                 if cls.backward is not None:
                     again.append(list(op_checkpoint(graph, cls.backward).recomputed))
                 for row, ops in enumerate(again, start=2):

@@ -269,10 +269,10 @@ class LocalSearch:
         recompute, or of the ops it runs again under op recompute, per microbatch."""
         total = np.zeros(designs)
         model = self.evaluator.graphs[self.t]
-        up_projections = self.evaluator.knobs.fixed.recompute_mla_up_proj
+        modules = self.evaluator.knobs.fixed.selective_modules
         for cls_index, repeats in stage.core_runs:
             forward = model.classes[cls_index].graph
-            again_s = attention_core_s(forward, priced[cls_index].forward, model.seq_len, up_projections)
+            again_s = attention_core_s(forward, priced[cls_index].forward, model.seq_len, modules)
             total += repeats * again_s
         for cls_index, repeats in stage.op_runs:
             cls = model.classes[cls_index]
