@@ -206,9 +206,14 @@ class LayerMemory:
     """Stash per sample written by a dense block's MLP from its up projections on
     (`phazec.passes.memory.dense_mlp`): what selective recompute also drops when it reruns the MLP
     (`Training.recompute_mlp`)."""
+    mlp_replicated_per_sample_bytes: int = 0
+    """Of those, the ones tensor parallelism leaves whole (the normalisation's output), which sequence
+    parallelism splits."""
     mlp_fp8_per_sample_bytes: int = 0
-    """How those bytes change when the layer's linear layers run in FP8 (signed, the part of
+    """How `mlp_per_sample_bytes` change when the layer's linear layers run in FP8 (signed, the part of
     `fp8_per_sample_bytes` that falls on them)."""
+    mlp_fp8_replicated_per_sample_bytes: int = 0
+    """The part of that change that falls on the replicated ones."""
     replicated_per_sample_bytes: int = 0
     """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
     checkpoint_per_sample_bytes: int = 0

@@ -33,6 +33,7 @@ from phazec.ir.core import DTYPE_BYTES, FLOAT_DTYPES, Graph, LayerClass, LayerMe
 from phazec.ir.ops import FLASH_PRODUCTS, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.attention import core_ops, core_scores
 from phazec.passes.base import PassResult
+from phazec.passes.norm_rope import RMS_NORM
 from phazec.passes.tensor_parallel import weight_of
 
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
@@ -86,6 +87,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     up_projected = [n for n in per_sample if n in up]
     mlp = [n for n in per_sample if n in dense_mlp(forward).written]
     replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
+    mlp_replicated = [n for n in mlp if n in replicated]
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
     kept = [n for n in op_checkpoint(forward, cls.backward).kept if forward.tensors[n].dtype in FLOAT_DTYPES]
@@ -103,7 +105,9 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         core_per_sample_bytes=split_bytes(cls.backward, core)[1],
         up_projection_per_sample_bytes=split_bytes(cls.backward, up_projected)[1],
         mlp_per_sample_bytes=split_bytes(cls.backward, mlp)[1],
+        mlp_replicated_per_sample_bytes=split_bytes(cls.backward, mlp_replicated)[1],
         mlp_fp8_per_sample_bytes=sum(copies.get(n, 0) for n in mlp),
+        mlp_fp8_replicated_per_sample_bytes=sum(copies.get(n, 0) for n in mlp_replicated),
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
@@ -178,9 +182,11 @@ def dense_mlp(forward: Graph) -> Rerun:
     """Megatron-Core's `mlp` recompute module on one layer's forward graph: a dense MLP's ops, from its
     up (and gate) projections to its down projection, the layer's last linear layer's product. Walking
     back from the down projection's input, every path meets a linear layer's product (the up and gate
-    projections, where the MLP starts) before the layer's inputs; their input, the normalised hidden
-    state, is kept, what they and the ops up to the down projection write is rebuilt in the backward
-    pass, and the down projection runs again too. Empty on a layer whose last product is no
+    projections, where the MLP starts) before the layer's inputs. The normalisation before them runs
+    again too where it is one op that feeds nothing else (`_pre_norm`: Transformer Engine's
+    `LayerNormLinear`), and its input is kept; otherwise their input, the normalised hidden state, is
+    kept. What they and the ops up to the down projection write is rebuilt in the backward pass, and the
+    down projection runs again too. Empty on a layer whose last product is no
     such MLP's (the head's output layer), and on a MoE block (a weight of stacked experts, [E, ...]):
     Megatron-Core's `mlp` module leaves MoE layers alone."""
     ops = forward.ops
@@ -208,10 +214,44 @@ def dense_mlp(forward: Graph) -> Rerun:
                 pending.extend(activations(producer))
     if len(region & products) < 2:
         return NO_RERUN
+    region |= _pre_norm(forward, region, products - {down})
     # The down projection's own outputs (a dropout fused into it writes its mask) are kept: its backward
     # pass reads its input, and whatever follows it in the layer is outside the MLP.
     written = frozenset(o for i in region - {down} for o in ops[i].outputs if o)
     return Rerun(tuple(sorted(region)), written)
+
+
+NORM_TYPES = frozenset({"LayerNormalization", RMS_NORM})
+"""Normalisations exported (or fused, `phazec.passes.norm_rope`) as one op."""
+
+
+def _pre_norm(forward: Graph, region: set[int], up: set[int]) -> set[int]:
+    """The ops of the normalisation before an MLP whose `region` of ops is found, `up` its up and gate
+    projections: the norm op whose output reaches those projections, through views, and nothing else.
+    Transformer Engine fuses that norm into the first linear layer (`LayerNormLinear`), so Megatron-Core
+    reruns it with the MLP and keeps its input, not its output; none when the norm is written out step by
+    step (`fuse_norm_rope` off) or another op reads its output."""
+    ops = forward.ops
+    index = {op.name: i for i, op in enumerate(ops)}
+    producers, consumers = forward.producers(), forward.consumers()
+    found: set[int] = set()
+    for read in {op_input for i in up for op_input in ops[i].inputs[:1]}:
+        chain: set[int] = set()
+        name = read
+        while (producer := producers.get(name)) is not None and producer.op_type in VIEW_TYPES:
+            chain.add(index[producer.name])
+            name = producer.inputs[0]
+        if producer is None or producer.op_type not in NORM_TYPES:
+            continue
+        chain.add(index[producer.name])
+        readers = {
+            index[op.name]
+            for t in (o for i in chain for o in ops[i].outputs if o)
+            for op in consumers.get(t, [])
+        }
+        if readers <= region | chain:
+            found |= chain
+    return found
 
 
 def selective_ops(forward: Graph, seq_len: int, modules: Collection[str] = ()) -> list[int]:
@@ -396,11 +436,18 @@ def megatron_bytes(
     dropped = memory.core_per_sample_bytes
     if "mla_up_proj" in modules:
         dropped += memory.up_projection_per_sample_bytes
-    if "mlp" in modules:
-        dropped += memory.mlp_per_sample_bytes + (memory.mlp_fp8_per_sample_bytes if low_precision else 0)
+    dropped = per_sample(dropped)
+    if "mlp" in modules:  # as the stash: its replicated part split by sequence parallelism
+        low = low_precision
+        mlp_replicated = per_sample(
+            memory.mlp_replicated_per_sample_bytes
+            + (memory.mlp_fp8_replicated_per_sample_bytes if low else 0)
+        )
+        dropped += per_sample(memory.mlp_per_sample_bytes + (memory.mlp_fp8_per_sample_bytes if low else 0))
+        dropped += -(-mlp_replicated // sequence_parallel) - mlp_replicated
     return MegatronBytes(
         stash_bytes=stash,
-        selective_bytes=stash - per_sample(dropped),
+        selective_bytes=stash - dropped,
         checkpoint_bytes=-(-per_sample(memory.checkpoint_per_sample_bytes) // sequence_parallel),
         op_bytes=min(stash, op_bytes),
     )

@@ -175,9 +175,10 @@ class Training:
     attention."""
     recompute_mlp: bool = knob(False)
     """Selective recompute also reruns each dense block's MLP (Megatron-Core's `recompute_modules` `mlp`,
-    which Megatron-Bridge's DeepSeek-V3 recipes set): the layer keeps the MLP's input and runs the MLP
-    again, from its up projections to its down projection, in the backward pass
-    (`phazec.passes.memory.dense_mlp`); MoE blocks are left alone, as Megatron-Core leaves them. Needs
+    which Megatron-Bridge's DeepSeek-V3 recipes set): the layer runs the MLP again in the backward pass,
+    from the norm before it (which Transformer Engine fuses into its first linear layer) or its up
+    projections to its down projection, and keeps that input (`phazec.passes.memory.dense_mlp`); MoE
+    blocks are left alone, as Megatron-Core leaves them. Needs
     `recompute` selective (in a search, among the modes tried). Under a fused attention kernel
     (`hw.device.attention=flash`) selective recompute reruns nothing of the attention core, so
     `recompute=selective` with this alone is Megatron-Core's `recompute_modules=["mlp"]`."""
