@@ -186,9 +186,9 @@ def dense_mlp(forward: Graph) -> Rerun:
     again too where it is one op that feeds nothing else (`_pre_norm`: Transformer Engine's
     `LayerNormLinear`), and its input is kept; otherwise their input, the normalised hidden state, is
     kept. What they and the ops up to the down projection write is rebuilt in the backward pass, and the
-    down projection runs again too. Empty on a layer whose last product is no
-    such MLP's (the head's output layer), and on a MoE block (a weight of stacked experts, [E, ...]):
-    Megatron-Core's `mlp` module leaves MoE layers alone."""
+    down projection runs again too. Empty on a layer whose last product is no such MLP's (the head's
+    output layer), and on a MoE block (a weight of stacked experts, [E, ...]): Megatron-Core's `mlp`
+    module leaves MoE layers alone."""
     ops = forward.ops
     products = {i for i, op in enumerate(ops) if _linear_product(op, forward)}
     if not products or any(len(forward.tensors[w].shape) == 3 for w in forward.weights):
