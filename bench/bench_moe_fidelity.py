@@ -19,10 +19,11 @@ every MoE row phazec can express is held out (`CALIBRATION` is empty); the B200'
 utilisation are the ones `bench_fidelity_modern.py` fitted on their dense rows. A row runs in its
 precision (`plan.precision`), zero stage (`plan.zero_stage`) and context-parallel width (`plan.cp`) on
 its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one rack in 64-GPU NVLink
-domains, as there). A row whose 61 blocks split unevenly runs the pipeline layout its release's
-Megatron-Bridge recipe sets (`LAYOUTS`). Rows phazec cannot express yet are listed with the reason:
-the H800 has no preset; tensor parallelism of MoE blocks is not modelled; DeepSeek's multi-token
-prediction is not built; some uneven splits are not stated (`NO_LAYOUT`).
+domains, as there). A row whose blocks split unevenly runs the pipeline layout its release's
+Megatron-Bridge recipe sets (`LAYOUTS`). A row at tp > 1 runs with sequence parallelism where the csv
+says it ran with it (Megatron-Core's MoE layers need it). Rows phazec cannot express yet are listed with
+the reason: the H800 has no preset; tensor parallelism of multi-head latent attention is not modelled;
+DeepSeek's multi-token prediction is not built; some uneven splits are not stated (`NO_LAYOUT`).
 """
 
 import csv
@@ -92,17 +93,24 @@ no activation checkpointing, DeepEP, Transformer Engine's linear layers, balance
 LAYOUTS = {
     "MB2511-DSV3-GB200-256-BF16": "Et*4|(t*4|)*14tL",
     "MB2604-KIMIK2-GB300-256-MXFP8": "Et*4|(t*4|)*14tL",
+    "MB2604-Q235B-H100-256-FP8": "Ett|(ttt|)*30ttL",
 }
 """Megatron-Core pipeline layouts (`pipeline_model_parallel_layout`: E the embedding, t a block, L the
-loss, '|' between virtual stages, `*n` a repeat) of rows whose 61 blocks split over pp neither evenly nor
-with the embedding and loss as a layer each, as the release's Megatron-Bridge recipes set them for the
-row's pp x vp (NVIDIA-NeMo/Megatron-Bridge, read at its tags; `stage_layout` folds them onto the
-stages):
+loss, '|' between virtual stages, `*n` a repeat) of rows whose blocks split over pp x vp virtual stages
+unevenly, as the release's Megatron-Bridge recipes set them for the row's pp x vp
+(NVIDIA-NeMo/Megatron-Bridge, read at its tags; `stage_layout` folds them onto the stages):
 
 - DeepSeek-V3, 25.11 (v0.2.0, `recipes/deepseek/deepseek_v3.py`, `layout_map[(4, 4)]`): the
   embedding and 4 blocks, 14 virtual stages of 4, then a block and the loss; the table lists the model
   without multi-token prediction, so no MTP layer before the loss;
-- Kimi K2, 26.04 (v0.4.0, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`): the same.
+- Kimi K2, 26.04 (v0.4.0, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`): the same;
+- Qwen3-235B-A22B on H100, 26.04 (v0.4.0): the performance config (`scripts/performance/configs/qwen/
+  qwen3_workload_base_configs.py`, `QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2`: tp 2, pp 8, vp 4,
+  ep 32) sets no layout; its recipe (`recipes/qwen/qwen3_moe.py`, `qwen3_235b_a22b_pretrain_config`)
+  sets `account_for_embedding_in_pipeline_split` and `account_for_loss_in_pipeline_split`, under which
+  Megatron-Core counts the embedding and the loss as a layer each: 94 + 2 = 96 over 32 virtual stages,
+  3 each, the first the embedding and 2 blocks, the last 2 blocks and the loss (11, 12 x 6 and 11 blocks
+  a stage).
 
 `NO_LAYOUT` lists the rows whose layout the recipes do not give, or that train a layer phazec does not
 build."""
@@ -149,6 +157,9 @@ PRESETS = {
 }
 """The row's Hugging Face config -> phazec's preset of it."""
 
+LATENT_ATTENTION = frozenset({"deepseek_v3", "deepseek_v2", "kimi_k2"})
+"""Presets with multi-head latent attention, which phazec does not split over tensor-parallel ranks."""
+
 
 @dataclass(frozen=True)
 class MoeRun:
@@ -175,6 +186,8 @@ class MoeRun:
     precision: str
     zero_stage: int
     cp: int
+    sequence_parallel: bool
+    """Megatron's sequence parallelism: at tp > 1 where the csv says the run used it."""
     gpus_per_domain: int | None
     """The NVLink domain's size where it is not the system preset's."""
     layers_per_stage: tuple[int, ...] | None
@@ -203,7 +216,10 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset"),
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
-        (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
+        (
+            int(row["tp"]) > 1 and preset in LATENT_ATTENTION,
+            "tensor parallelism of multi-head latent attention is not modelled",
+        ),
         (row["source_id"] in NO_LAYOUT, NO_LAYOUT.get(row["source_id"], "")),
         (
             row["source_id"] not in LAYOUTS
@@ -244,6 +260,7 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         precision=row["precision"].strip().split(" ")[0].lower(),
         zero_stage=int(zero),
         cp=int(row["cp"] or 1),
+        sequence_parallel=int(row["tp"]) > 1 and row["seq_parallel"].startswith("yes"),
         gpus_per_domain=64 if multi_rack else None,
         layers_per_stage=(
             stage_layout(LAYOUTS[row["source_id"]], int(row["pp"]))
@@ -279,6 +296,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
+                f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),

@@ -28,7 +28,7 @@ from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
-from phazec.frontend.moe import check_expert_parallel
+from phazec.frontend.moe import check_expert_parallel, check_moe_tensor_parallel
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, check_size, hw_space_from_config
@@ -107,6 +107,12 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     devices = system.devices
     check_expert_parallel(model, "train", typed_settings.train.fixed.ep, devices)
     check_expert_parallel(model, "plan", typed_settings.plan.training.ep, devices)
+    check_moe_tensor_parallel(
+        model, "model.tp_widths", model.tp_widths, "train.sequence_parallel", train.tried("sequence_parallel")
+    )
+    check_moe_tensor_parallel(
+        model, "plan.tp", (plan.tp,), "plan.sequence_parallel", (plan.training.sequence_parallel,)
+    )
     finite_numbers(plain)  # last: a group's own check names a bad value more precisely
     return typed_settings
 
