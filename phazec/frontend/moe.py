@@ -82,22 +82,30 @@ def check_moe_tensor_parallel(
     """Before any work: a tensor-parallel width above 1 (`widths_key`: `plan.tp` or `model.tp_widths`) on
     a MoE model, which Megatron-Core runs only with sequence parallelism (each tensor-parallel rank
     routes its own s/t tokens, expert tensor parallelism 1; `sp_key` gives the values tried) and which
-    phazec splits only with attention it can split that way.
+    phazec splits only in blocks without multi-head latent attention or shared experts.
 
     Raises:
         PhazecError: a width above 1 on a MoE model without sequence parallelism, with multi-head latent
-            attention, or with a shared expert on the flattened tokens (Llama 4).
+            attention, or with shared experts.
     """
     wide = [t for t in widths if t > 1]
     if not (wide and cfg.source == "hf" and any(k in cfg.hf_config for k in EXPERT_KEYS)):
         return
-    shown = f"{widths_key}={list(widths) if len(widths) > 1 or widths_key.startswith('model') else widths[0]}"
-    unsplit = TP_UNSPLIT.get(cfg.arch) or ("kv_lora_rank" in cfg.hf_config and TP_UNSPLIT["latent"]) or ""
+    shown = f"{widths_key}={widths[0] if widths_key.startswith('plan') else list(widths)}"
+    shared = cfg.arch in SHARED_EXPERT_ARCHS or any(cfg.hf_config.get(k) for k in SHARED_EXPERT_KEYS)
+    unsplit = [
+        reason
+        for hit, reason in (
+            ("kv_lora_rank" in cfg.hf_config, "its multi-head latent attention (DeepSeek's)"),
+            (shared, "its shared experts"),
+        )
+        if hit
+    ]
     if unsplit:
         raise PhazecError(
-            f"{shown} on model {cfg.name!r}: {unsplit}; tensor parallelism of such a Mixture-of-Experts "
-            "block is not modelled yet: use tp 1 (plan.tp=1, model.tp_widths=[1]) and expert parallelism "
-            "(plan.ep, train.ep)."
+            f"{shown} on model {cfg.name!r}: {' and '.join(unsplit)} would be split over the "
+            "tensor-parallel ranks, which is not modelled yet for a Mixture-of-Experts block: use tp 1 "
+            "(plan.tp=1, model.tp_widths=[1]) and expert parallelism (plan.ep, train.ep)."
         )
     if not all(sequence_parallel):
         tried = ", ".join(str(v).lower() for v in sequence_parallel)
@@ -111,12 +119,11 @@ def check_moe_tensor_parallel(
         )
 
 
-TP_UNSPLIT = {
-    "latent": "its multi-head latent attention (DeepSeek's) is not split over tensor-parallel ranks",
-    "Llama4ForCausalLM": "its shared expert runs on the flattened tokens beside the routed experts",
-}
-"""MoE models whose blocks phazec does not split over tensor-parallel ranks, and why: by `arch`, or
-`latent` for every model with multi-head latent attention (`kv_lora_rank` in its config)."""
+SHARED_EXPERT_KEYS = ("n_shared_experts", "shared_expert_intermediate_size")
+"""`hf_config` keys that give a MoE model shared experts (DeepSeek's count, Qwen2-MoE's width)."""
+
+SHARED_EXPERT_ARCHS = frozenset({"Llama4ForCausalLM"})
+"""Architectures with a shared expert their config does not name (Llama 4's, one in every MoE block)."""
 
 
 def check_top_k(top_k: int, experts: int) -> None:

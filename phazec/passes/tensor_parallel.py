@@ -22,9 +22,9 @@ sequence-parallel shard of the tokens: every per-sample tensor of the MoE layer 
 counts tokens (the flattened tokens [s, h], the router's logits, the permuted tokens [E, C, h] and the
 expert activations, `token_region`) keeps 1/t of them (rounded up: C/t of the C tokens per expert);
 the router's and the experts' weights stay whole (the expert-parallel pass then spreads the experts
-over the ep group, whose ranks include the tensor-parallel ones). Shared experts (the other weight
-GEMMs after the attention output) are a dense MLP: column- then row-parallel, an all-reduce after.
-Multi-head latent attention (a weight GEMM feeding another before the attention scores) is refused.
+over the ep group, whose ranks include the tensor-parallel ones). Shared experts (other weight GEMMs
+after the attention output) and multi-head latent attention (a weight GEMM feeding another before the
+attention scores) are refused.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class BlockLayout:
     roles: Roles
     heads: int
     ffn: int
-    """The MLP's (a MoE block's shared experts') width; 0 for a MoE block without shared experts."""
+    """The MLP's width; 0 for a MoE block (its routed experts are not split)."""
     tokens: frozenset[str] = frozenset()
     """A MoE block's tensors split along their batch axis, the tokens (`token_region`)."""
 
@@ -204,29 +204,24 @@ def block_layout(graph: Graph, where: str, routing: Routing | None = None) -> Bl
 def moe_layout(
     graph: Graph, qkv: list[Op], after: list[Op], routing: Routing, *, heads: int, where: str
 ) -> BlockLayout:
-    """A MoE block's layout (module docstring): the attention's GEMMs as a dense block's, the routed
-    region's tensors split along their tokens, and the shared experts' GEMMs (every weight GEMM after the
-    attention output that is neither an expert's nor a router's, whose output is one logit per expert) a
-    column- then row-parallel MLP; raises PhazecError for a shared expert that reads the routed tokens."""
+    """A MoE block's layout (module docstring): the attention's GEMMs as a dense block's and the routed
+    region's tensors split along their tokens; raises PhazecError for a block with shared experts (a
+    weight GEMM after the attention output that is neither an expert's nor a router's, whose output is
+    one logit per expert), whose split is not modelled yet."""
     attn_out = after[0]
-    tokens = token_region(graph, attn_out, routing)
     rest = [op for op in after[1:] if weight_of(graph, op.inputs[1]) not in routing.expert_parameters]
-    shared = [op for op in rest if gemm_dims(op, graph).n != routing.experts]
-    flat = [op.name for op in shared if op.inputs[0] in tokens]
-    if flat:
+    shared = [op.name for op in rest if gemm_dims(op, graph).n != routing.experts]
+    if shared:
         raise PhazecError(
-            f"{where}: the shared-expert GEMMs {flat} read the routed tokens (flattened, as Llama 4's "
-            "shared expert does); tensor parallelism of such a block is not modelled yet: use tp 1 "
-            "(plan.tp=1, model.tp_widths=[1])."
+            f"{where}: the weight GEMMs {shared} beside the routed experts are shared experts; tensor "
+            "parallelism of a MoE block with shared experts is not modelled yet: use tp 1 (plan.tp=1, "
+            "model.tp_widths=[1])."
         )
     return BlockLayout(
-        roles=Roles(
-            column=tuple(op.name for op in [*qkv, *shared[:-1]]),
-            row=(attn_out.name, *(op.name for op in shared[-1:])),
-        ),
+        roles=Roles(column=tuple(op.name for op in qkv), row=(attn_out.name,)),
         heads=heads,
-        ffn=gemm_dims(shared[0], graph).n if shared else 0,
-        tokens=frozenset(tokens),
+        ffn=0,
+        tokens=frozenset(token_region(graph, attn_out, routing)),
     )
 
 

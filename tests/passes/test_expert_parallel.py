@@ -229,28 +229,40 @@ MOE_PLAN = (
 )  # fmt: skip
 
 
-@pytest.mark.slow  # a search on the TPUv4 design: about two minutes
-def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
-    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism: the
-    same time to the bit from `phazec-plan` and from the search's fixed plan (the C++ DP's model), and
-    the all-to-alls in its breakdown (two NVLink nodes of 8: each ep group inside one)."""
+TENSOR_PARALLEL = (
+    "model.baseline={pp: 2, dp: 4, tp: 2}", "model.tp_widths=[2]", "plan.tp=2", "plan.dp=4",
+    "plan.sequence_parallel=true", "train.sequence_parallel=[true]",
+)  # fmt: skip
+"""The same plan at tp 2 x dp 4 with sequence parallelism (each ep group a node's 4 replicas' 2 ranks)."""
+
+
+@pytest.mark.slow  # a search on the TPUv4 design: about two minutes each
+@pytest.mark.parametrize("tp", [1, 2])
+def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(
+    tp: int, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism (and
+    tp 2 x pp 2 x dp 4, `TENSOR_PARALLEL`): the same time to the bit from `phazec-plan` and from the
+    search's fixed plan (the C++ DP's model), and the all-to-alls in its breakdown (two NVLink nodes of
+    8: each ep group inside one)."""
     from phazec.commands.plan import predict_plan
     from phazec.commands.search import run_search
     from phazec.config.settings import tpuv4_space
     from phazec.report.table import result_table
 
-    report = predict_plan(settings_from_config(compose_config(*MOE_PLAN, f"cache_dir={cache_dir}")))
+    plan = (*MOE_PLAN, *(TENSOR_PARALLEL if tp > 1 else ()), f"cache_dir={cache_dir}")
+    report = predict_plan(settings_from_config(compose_config(*plan)))
     assert report.fits and report.breakdown.ep_communication_s > 0
     assert report.breakdown.total_s == pytest.approx(report.time_per_batch_s, rel=1e-12)
     search = compose_config(
-        *MOE_PLAN, f"cache_dir={cache_dir}", "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
+        *plan, "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
         "train.last_stage_recomputes=true", "train.optimizer_step=true", "system.hbm_gb=[80]",
         "search.workers=1",
     )  # fmt: skip
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
-    assert result["plan"]["dp"] % 8 == 0
+    assert result["plan"]["tp"] == tp and result["plan"]["dp"] * tp % 8 == 0
     assert (result["plan"]["ep"], result["plan"]["optimizer"]) == (8, "adam")
     assert f"d={result['plan']['dp']} ep=8" in result_table(result)
 

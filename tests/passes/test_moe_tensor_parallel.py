@@ -146,12 +146,13 @@ def test_phazec_plan_memory_per_device_by_hand(tmp_path: Path) -> None:
         ),
         (
             ("model=deepseek_v3", "plan.tp=2", "plan.sequence_parallel=true"),
-            r"^plan.tp=2 on model 'deepseek_v3': its multi-head latent attention .* is not split over "
-            r"tensor-parallel ranks; .* use tp 1",
+            r"^plan.tp=2 on model 'deepseek_v3': its multi-head latent attention \(DeepSeek's\) and its "
+            r"shared experts would be split over the tensor-parallel ranks, which is not modelled yet .* "
+            r"use tp 1",
         ),
         (
-            ("model=llama4_scout", "plan.tp=2", "plan.sequence_parallel=true"),
-            r"^plan.tp=2 on model 'llama4_scout': its shared expert runs on the flattened tokens",
+            ("model=llama4_scout", "model.tp_widths=[2]", "train.sequence_parallel=[true]"),
+            r"^model.tp_widths=\[2\] on model 'llama4_scout': its shared experts would be split",
         ),
     ],
 )
@@ -165,11 +166,25 @@ def test_moe_tensor_parallelism_it_cannot_time_is_one_paragraph_before_any_work(
     assert not (tmp_path / "onnx").exists()
 
 
-def test_the_pass_refuses_latent_attention_under_tensor_parallelism(tmp_path: Path) -> None:
-    """Without the settings' check (the pass on its own), multi-head latent attention is refused by the
-    pass, naming the down-projections."""
+TINY_QWEN2_MOE = ModelConfig(
+    name="tiny_qwen2_moe", arch="Qwen2MoeForCausalLM", seq_len=S,
+    hf_config={**{k: v for k, v in TINY.items() if k != "head_dim"}, "shared_expert_intermediate_size": 64},
+)  # fmt: skip
+"""The tiny blocks with Qwen2-MoE's shared expert (and its gate) beside the routed ones."""
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("mla", r"the weight GEMMs \[.*\] feed other projections before the attention scores"),
+        ("qwen2_moe", r"the weight GEMMs \[.*\] beside the routed experts are shared experts"),
+    ],
+)
+def test_the_pass_refuses_what_it_cannot_split(name: str, message: str, tmp_path: Path) -> None:
+    """Without the settings' check (the pass on its own): multi-head latent attention, naming its
+    down-projections, and shared experts, naming their GEMMs."""
     from tests.passes.test_up_projection import TINY_MLA
 
-    lowered: Model = load_model(TINY_MLA, tmp_path)
-    with pytest.raises(PhazecError, match=r"feed other projections before the attention scores"):
+    lowered: Model = load_model(TINY_MLA if name == "mla" else TINY_QWEN2_MOE, tmp_path)
+    with pytest.raises(PhazecError, match=message):
         training_graphs(lowered, [2], GraphSettings())
