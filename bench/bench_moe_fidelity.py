@@ -22,8 +22,8 @@ its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one r
 domains, as there). A row whose blocks split unevenly runs the pipeline layout its release's
 Megatron-Bridge recipe sets (`LAYOUTS`). A row at tp > 1 runs with sequence parallelism where the csv
 says it ran with it (Megatron-Core's MoE layers need it). Rows phazec cannot express yet are listed with
-the reason: the H800 has no preset; tensor parallelism of multi-head latent attention is not modelled;
-DeepSeek's multi-token prediction is not built; some uneven splits are not stated (`NO_LAYOUT`).
+the reason: the H800 has no preset; DeepSeek's multi-token prediction is not built; some uneven splits
+are not stated (`NO_LAYOUT`).
 """
 
 import csv
@@ -121,6 +121,10 @@ NO_LAYOUT = {
         "its release's recipe trains a multi-token-prediction layer (v0.4.0: mtp_num_layers = 1), not built",
     ),
     "MB2511-DSV3-B200-256-MXFP8-MTP": "it trains a multi-token-prediction layer ('w/ MTP'), not built",
+    "MB2509-DSV3-H100-1024-FP8": (
+        "its recipe's layout (v0.1.0rc4 scripts/performance/run_script.py, H100: Et|(tt|)*30mL) holds a "
+        "multi-token-prediction layer, not built"
+    ),
     **dict.fromkeys(
         ("MB2511-DSV3-GB200-256-MXFP8", "MB2511-DSV3-GB300-256-BF16", "MB2511-DSV3-GB300-256-MXFP8"),
         "Megatron-Bridge's 25.11 recipes give no layout of 61 blocks for its pp x vp",
@@ -156,9 +160,6 @@ PRESETS = {
     "moonshotai/Kimi-K2-Base": "kimi_k2",
 }
 """The row's Hugging Face config -> phazec's preset of it."""
-
-LATENT_ATTENTION = frozenset({"deepseek_v3", "deepseek_v2", "kimi_k2"})
-"""Presets with multi-head latent attention, which phazec does not split over tensor-parallel ranks."""
 
 
 @dataclass(frozen=True)
@@ -216,10 +217,6 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset"),
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
-        (
-            int(row["tp"]) > 1 and preset in LATENT_ATTENTION,
-            "tensor parallelism of multi-head latent attention is not modelled",
-        ),
         (row["source_id"] in NO_LAYOUT, NO_LAYOUT.get(row["source_id"], "")),
         (
             row["source_id"] not in LAYOUTS

@@ -82,29 +82,20 @@ def check_moe_tensor_parallel(
     """Before any work: a tensor-parallel width above 1 (`widths_key`: `plan.tp` or `model.tp_widths`) on
     a MoE model, which Megatron-Core runs only with sequence parallelism (each tensor-parallel rank
     routes its own s/t tokens, expert tensor parallelism 1; `sp_key` gives the values tried) and which
-    phazec splits only in blocks without multi-head latent attention or shared experts.
+    phazec splits only in blocks without shared experts on the flattened tokens.
 
     Raises:
-        PhazecError: a width above 1 on a MoE model without sequence parallelism, with multi-head latent
-            attention, or with shared experts.
+        PhazecError: a width above 1 on a MoE model without sequence parallelism, or with shared experts
+            on the flattened tokens (Llama 4, Qwen2-MoE).
     """
     wide = [t for t in widths if t > 1]
     if not (wide and cfg.source == "hf" and any(k in cfg.hf_config for k in EXPERT_KEYS)):
         return
     shown = f"{widths_key}={widths[0] if widths_key.startswith('plan') else list(widths)}"
-    shared = cfg.arch in SHARED_EXPERT_ARCHS or any(cfg.hf_config.get(k) for k in SHARED_EXPERT_KEYS)
-    unsplit = [
-        reason
-        for hit, reason in (
-            ("kv_lora_rank" in cfg.hf_config, "its multi-head latent attention (DeepSeek's)"),
-            (shared, "its shared experts"),
-        )
-        if hit
-    ]
-    if unsplit:
+    if cfg.arch in FLAT_SHARED_EXPERT_ARCHS or "shared_expert_intermediate_size" in cfg.hf_config:
         raise PhazecError(
-            f"{shown} on model {cfg.name!r}: {' and '.join(unsplit)} would be split over the "
-            "tensor-parallel ranks, which is not modelled yet for a Mixture-of-Experts block: use tp 1 "
+            f"{shown} on model {cfg.name!r}: its shared experts run on the flattened tokens the router "
+            "reads, and their split over the tensor-parallel ranks is not modelled yet: use tp 1 "
             "(plan.tp=1, model.tp_widths=[1]) and expert parallelism (plan.ep, train.ep)."
         )
     if not all(sequence_parallel):
@@ -119,11 +110,10 @@ def check_moe_tensor_parallel(
         )
 
 
-SHARED_EXPERT_KEYS = ("n_shared_experts", "shared_expert_intermediate_size")
-"""`hf_config` keys that give a MoE model shared experts (DeepSeek's count, Qwen2-MoE's width)."""
-
-SHARED_EXPERT_ARCHS = frozenset({"Llama4ForCausalLM"})
-"""Architectures with a shared expert their config does not name (Llama 4's, one in every MoE block)."""
+FLAT_SHARED_EXPERT_ARCHS = frozenset({"Llama4ForCausalLM", "Qwen2MoeForCausalLM"})
+"""Architectures whose shared experts run on the flattened tokens the router reads (Llama 4's, one in
+every MoE block; Qwen2-MoE's, `shared_expert_intermediate_size` wide), which phazec does not split over
+tensor-parallel ranks; DeepSeek's run on the block's hidden states and are split as a dense MLP."""
 
 
 def check_top_k(top_k: int, experts: int) -> None:

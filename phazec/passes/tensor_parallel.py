@@ -22,9 +22,14 @@ sequence-parallel shard of the tokens: every per-sample tensor of the MoE layer 
 counts tokens (the flattened tokens [s, h], the router's logits, the permuted tokens [E, C, h] and the
 expert activations, `token_region`) keeps 1/t of them (rounded up: C/t of the C tokens per expert);
 the router's and the experts' weights stay whole (the expert-parallel pass then spreads the experts
-over the ep group, whose ranks include the tensor-parallel ones). Shared experts (other weight GEMMs
-after the attention output) and multi-head latent attention (a weight GEMM feeding another before the
-attention scores) are refused.
+over the ep group, whose ranks include the tensor-parallel ones). Shared experts (the other weight
+GEMMs after the attention output) are a dense block's MLP: column- then row-parallel, an all-reduce
+after; shared experts on the flattened tokens the router reads (Llama 4's, Qwen2-MoE's) are refused.
+
+Multi-head latent attention (DeepSeek's) is split as Megatron-Core splits it: the down-projections (a
+weight GEMM feeding another before the attention scores) and their layer norms stay whole, the
+up-projections are column-parallel (heads split t ways; the rotary key, one for every head, is
+broadcast to each rank's heads), the output projection row-parallel.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ class BlockLayout:
     roles: Roles
     heads: int
     ffn: int
-    """The MLP's width; 0 for a MoE block (its routed experts are not split)."""
+    """The MLP's (a MoE block's shared experts') width; 0 for a MoE block without shared experts."""
     tokens: frozenset[str] = frozenset()
     """A MoE block's tensors split along their batch axis, the tokens (`token_region`)."""
 
@@ -154,7 +159,8 @@ def block_layout(graph: Graph, where: str, routing: Routing | None = None) -> Bl
     split along their tokens, `moe_layout`); raises PhazecError naming the missing op."""
     gemms = [op for op in graph.ops if op.kind is OpKind.GEMM]
     weighted = [op for op in gemms if weight_of(graph, op.inputs[1]) is not None]
-    free = [op for op in gemms if weight_of(graph, op.inputs[1]) is None]
+    # Products of two activations (a router reading a cast of its weight, DeepSeek's, is neither).
+    free = [op for op in gemms if graph.tensors[op.inputs[1]].batch_axis is not None]
     if len(free) != 2 or free[1].name not in descendants(graph, free[0]):
         raise PhazecError(
             f"{where}: the tensor-parallel pass expected a block with two weight-free MatMuls (attention "
@@ -182,13 +188,8 @@ def block_layout(graph: Graph, where: str, routing: Routing | None = None) -> Bl
             f"{where}: the tensor-parallel pass found weight GEMMs {stray} outside attention "
             "and MLP; it cannot split this block."
         )
-    latent = [op.name for op in qkv if any(other.name in below[op.name] for other in qkv)]
-    if latent:
-        raise PhazecError(
-            f"{where}: the weight GEMMs {latent} feed other projections before the attention scores "
-            "(multi-head latent attention's down-projections); tensor parallelism of such attention is "
-            "not modelled yet: use tp 1 (plan.tp=1, model.tp_widths=[1])."
-        )
+    # Multi-head latent attention's down-projections feed the up-projections: they stay whole.
+    qkv = [op for op in qkv if not any(other.name in below[op.name] for other in qkv)]
     heads = gemm_dims(scores, graph).batch
     experts = routing.expert_parameters if routing is not None else ()
     if routing is not None and any(weight_of(graph, op.inputs[1]) in experts for op in after):
@@ -204,24 +205,29 @@ def block_layout(graph: Graph, where: str, routing: Routing | None = None) -> Bl
 def moe_layout(
     graph: Graph, qkv: list[Op], after: list[Op], routing: Routing, *, heads: int, where: str
 ) -> BlockLayout:
-    """A MoE block's layout (module docstring): the attention's GEMMs as a dense block's and the routed
-    region's tensors split along their tokens; raises PhazecError for a block with shared experts (a
-    weight GEMM after the attention output that is neither an expert's nor a router's, whose output is
-    one logit per expert), whose split is not modelled yet."""
+    """A MoE block's layout (module docstring): the attention's GEMMs as a dense block's, the routed
+    region's tensors split along their tokens, and the shared experts' GEMMs (every weight GEMM after the
+    attention output that is neither an expert's nor a router's, whose output is one logit per expert) a
+    column- then row-parallel MLP; raises PhazecError for shared experts that read the routed tokens."""
     attn_out = after[0]
+    tokens = token_region(graph, attn_out, routing)
     rest = [op for op in after[1:] if weight_of(graph, op.inputs[1]) not in routing.expert_parameters]
-    shared = [op.name for op in rest if gemm_dims(op, graph).n != routing.experts]
-    if shared:
+    shared = [op for op in rest if gemm_dims(op, graph).n != routing.experts]
+    flat = [op.name for op in shared if op.inputs[0] in tokens]
+    if flat:
         raise PhazecError(
-            f"{where}: the weight GEMMs {shared} beside the routed experts are shared experts; tensor "
-            "parallelism of a MoE block with shared experts is not modelled yet: use tp 1 (plan.tp=1, "
-            "model.tp_widths=[1])."
+            f"{where}: the shared-expert GEMMs {flat} read the routed tokens (flattened, as Llama 4's and "
+            "Qwen2-MoE's shared experts do); tensor parallelism of such a block is not modelled yet: use "
+            "tp 1 (plan.tp=1, model.tp_widths=[1])."
         )
     return BlockLayout(
-        roles=Roles(column=tuple(op.name for op in qkv), row=(attn_out.name,)),
+        roles=Roles(
+            column=tuple(op.name for op in [*qkv, *shared[:-1]]),
+            row=(attn_out.name, *(op.name for op in shared[-1:])),
+        ),
         heads=heads,
-        ffn=0,
-        tokens=frozenset(token_region(graph, attn_out, routing)),
+        ffn=gemm_dims(shared[0], graph).n if shared else 0,
+        tokens=frozenset(tokens),
     )
 
 
@@ -326,7 +332,9 @@ class _Sharder:
         return PhazecError(f"{self.where}: the tensor-parallel pass {message}; it cannot split this layer.")
 
     def mark_operand(self, tensor: str, axis: int) -> None:
-        """Split a weight operand (and the data ops viewing it) along an axis."""
+        """Split a weight operand (and the data ops viewing it) along an axis; a data op that broadcasts
+        its input along that axis (multi-head latent attention's rotary key, one for every head) splits
+        its output only."""
         while True:
             self.split[tensor] = axis
             op = self.producers.get(tensor)
@@ -338,6 +346,8 @@ class _Sharder:
             axis = INVERSE_AXIS_RULES.get(op.op_type, _aligned)(
                 axis, self.graph.tensors[tensor], source, op.attrs
             )
+            if op.op_type == "Expand" and 0 <= axis < len(source.shape) and source.shape[axis] == 1:
+                return
             tensor = op.inputs[0]
 
     def gemm_role(self, op: Op) -> None:

@@ -15,11 +15,12 @@ from phazec.cost.ops import OpKind as CostKind
 from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
-from phazec.ir.core import Model, OpKind
+from phazec.ir.core import OpKind
 from phazec.ir.ops import gemm_dims
 from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.layer_costs import Split, op_table
 from tests.conftest import compose_config
+from tests.passes.test_up_projection import TINY_MLA
 
 S, H, HEADS, KV_HEADS, HEAD_DIM, E, TOP_K, F, VOCAB = 32, 64, 4, 2, 16, 8, 2, 32, 256
 TINY = {
@@ -145,14 +146,13 @@ def test_phazec_plan_memory_per_device_by_hand(tmp_path: Path) -> None:
             r"train.sequence_parallel=\[true\], or use tp 1\.$",
         ),
         (
-            ("model=deepseek_v3", "plan.tp=2", "plan.sequence_parallel=true"),
-            r"^plan.tp=2 on model 'deepseek_v3': its multi-head latent attention \(DeepSeek's\) and its "
-            r"shared experts would be split over the tensor-parallel ranks, which is not modelled yet .* "
-            r"use tp 1",
+            ("model=deepseek_v3", "plan.tp=2", "plan.sequence_parallel=false"),
+            r"^plan.tp=2 on the Mixture-of-Experts model 'deepseek_v3' needs sequence parallelism",
         ),
         (
             ("model=llama4_scout", "model.tp_widths=[2]", "train.sequence_parallel=[true]"),
-            r"^model.tp_widths=\[2\] on model 'llama4_scout': its shared experts would be split",
+            r"^model.tp_widths=\[2\] on model 'llama4_scout': its shared experts run on the flattened "
+            r"tokens the router reads, and their split over the tensor-parallel ranks is not modelled yet",
         ),
     ],
 )
@@ -170,21 +170,41 @@ TINY_QWEN2_MOE = ModelConfig(
     name="tiny_qwen2_moe", arch="Qwen2MoeForCausalLM", seq_len=S,
     hf_config={**{k: v for k, v in TINY.items() if k != "head_dim"}, "shared_expert_intermediate_size": 64},
 )  # fmt: skip
-"""The tiny blocks with Qwen2-MoE's shared expert (and its gate) beside the routed ones."""
+"""The tiny blocks with Qwen2-MoE's shared expert (and its gate) on the flattened tokens."""
 
 
-@pytest.mark.parametrize(
-    ("name", "message"),
-    [
-        ("mla", r"the weight GEMMs \[.*\] feed other projections before the attention scores"),
-        ("qwen2_moe", r"the weight GEMMs \[.*\] beside the routed experts are shared experts"),
-    ],
-)
-def test_the_pass_refuses_what_it_cannot_split(name: str, message: str, tmp_path: Path) -> None:
-    """Without the settings' check (the pass on its own): multi-head latent attention, naming its
-    down-projections, and shared experts, naming their GEMMs."""
-    from tests.passes.test_up_projection import TINY_MLA
-
-    lowered: Model = load_model(TINY_MLA if name == "mla" else TINY_QWEN2_MOE, tmp_path)
-    with pytest.raises(PhazecError, match=message):
+def test_the_pass_refuses_shared_experts_on_the_routed_tokens(tmp_path: Path) -> None:
+    """Without the settings' check (the pass on its own), naming the shared expert's GEMMs."""
+    lowered = load_model(TINY_QWEN2_MOE, tmp_path)
+    with pytest.raises(PhazecError, match=r"the shared-expert GEMMs \[.*\] read the routed tokens"):
         training_graphs(lowered, [2], GraphSettings())
+
+
+def test_latent_attention_and_shared_experts_split_as_megatron_core_splits_them(tmp_path: Path) -> None:
+    """The tiny DeepSeek-V3 (`TINY_MLA`: 4 heads, query latent 32, key-value latent 16, heads of 8 + 8
+    and 8; a dense block of FFN 128, then a MoE block of 8 experts of FFN 32, top-2, one shared expert)
+    at t = 2, ep 2, flash attention. Per device, in each block: the query down-projection 64 -> 32 and
+    the key-value one 64 -> 16 + 8 whole (duplicated); the query up-projection 32 -> 2 heads x 16, the
+    key-value one 16 -> 2 heads x (8 + 8) (column-parallel); the flash kernel over 2 heads (the rotary key
+    broadcast to them); the output projection 2 x 8 -> 64 (row-parallel, an all-reduce of 32 x 64 bf16,
+    4,096 B a sample). The dense block's MLP 64 -> 64 (gate, up) and 64 -> 64 (down), half of 128. The
+    MoE block's router on 16 tokens (its weight cast to fp32 and whole), 4 experts of 2 x 4 tokens, and
+    the shared expert 64 -> 16 (gate, up), 16 -> 64 (down) with its all-reduce."""
+    lowered = load_model(TINY_MLA, tmp_path)
+    settings = GraphSettings(expert_parallel=2, optimizer="adam", attention="flash", causal=True)
+    model = training_graphs(lowered, [2], settings)[2]
+    attention = [(1, S, H, 32, None), (1, S, 32, 32, "column"), (1, S, H, 24, None), (1, S, 16, 32, "column")]
+    out = (1, S, 16, H, "row")
+    dense, moe = (model.classes[model.layers[i].cls] for i in (1, 2))
+    assert gemm_shapes(dense)[:4] == attention and gemm_shapes(dense)[5:] == [
+        out, (1, S, H, H, "column"), (1, S, H, H, "column"), (1, S, H, H, "row"),
+    ]  # fmt: skip
+    assert gemm_shapes(moe)[:4] == attention and gemm_shapes(moe)[5:] == [
+        out, (1, S // 2, H, E, None), (E // 2, 8, H, 2 * F, None), (E // 2, 8, F, H, None),
+        (1, S, H, F // 2, "column"), (1, S, H, F // 2, "column"), (1, S, F // 2, H, "row"),
+    ]  # fmt: skip
+    for cls in (dense, moe):
+        flash = next(op for op in cls.graph.ops if op.op_type == "FlashAttention")
+        assert flash.attrs["heads"] == 2
+        reduces = [op.attrs["bytes"] for op in cls.graph.ops if op.op_type == "AllReduce"]
+        assert reduces == [S * H * 2, S * H * 2]
