@@ -19,11 +19,13 @@ every MoE row phazec can express is held out (`CALIBRATION` is empty); the B200'
 utilisation are the ones `bench_fidelity_modern.py` fitted on their dense rows. A row runs in its
 precision (`plan.precision`), zero stage (`plan.zero_stage`) and context-parallel width (`plan.cp`) on
 its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one rack in 64-GPU NVLink
-domains, as there). A row whose 61 blocks split unevenly runs the pipeline layout its release's
-Megatron-Bridge recipe sets (`LAYOUTS`). Rows phazec cannot express yet are listed with the reason:
-the H800 has no preset; tensor parallelism of MoE blocks is not modelled; some uneven splits are not
-stated, and one recipe overlaps the all-to-all with compute (`UNTIMED`). DeepSeek-V3 rows that train a
-multi-token-prediction module run with it (`MTP_ROWS`).
+domains, as there). A row whose blocks split unevenly runs the pipeline layout its release's
+Megatron-Bridge recipe sets (`LAYOUTS`). A row at tp > 1 runs with sequence parallelism where the csv
+says it ran with it (Megatron-Core's MoE layers need it). DeepSeek-V3 rows that train a
+multi-token-prediction module run with it (`MTP_ROWS`). Rows whose recipe overlaps the expert-parallel
+all-to-all with compute, which phazec does not model, are timed without it and reported apart, out of
+the held-out figures (`A2A_OVERLAP`). Rows phazec cannot express yet are listed with the reason: the
+H800 has no preset; some uneven splits are not stated (`UNTIMED`).
 """
 
 import csv
@@ -78,6 +80,7 @@ full recompute, torchtitan's other mode, is the reading (123 GB)."""
 
 UP_PROJECTION_RECOMPUTE = frozenset(
     {
+        "MB2604-DSV3-B200-256-MXFP8",
         "MB2511-DSV3-GB200-256-BF16",
         "MB2511-DSV3-B200-256-MXFP8-MTP",
         "MB2604-KIMIK2-GB300-256-MXFP8",
@@ -88,19 +91,26 @@ UP_PROJECTION_RECOMPUTE = frozenset(
 `recompute_modules=["mla_up_proj"]`, read in the performance configs of the Megatron-Bridge release
 that published the row's table: v0.2.0 (25.11) `DEEPSEEK_V3_GB200_BASE_CONFIG` and
 `DEEPSEEK_V3_B200_BASE_CONFIG`; v0.4.2 (26.04.01) `KIMI_K2_PRETRAIN_CONFIG_GB300` and
-`DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1`, as in v0.4.0; the csv says "not stated"): they run selective
+`DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1`, as in v0.4.0, and `DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2`, which
+reruns the dense MLPs too; the csv says "not stated"): they run selective
 recompute with `plan.recompute_mla_up_proj=true`."""
 
-MLP_RECOMPUTE = frozenset({"MB2604-DSV3-GB200-256-MXFP8"})
+MLP_RECOMPUTE = frozenset({"MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-B200-256-MXFP8"})
 """Rows whose recipe reruns the dense MLPs (Megatron-Core's `recompute_modules=["mlp"]`, which leaves MoE
 layers alone): the 26.04 DeepSeek-V3 GB200 row, whose csv entry names mla_up_proj from later recipes
 where its release's (Megatron-Bridge v0.4.2, `scripts/performance/configs/deepseek/
 deepseek_workload_base_configs.py`, `DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1`, which its FP8-MX variants
 take) sets `mlp` alone: it runs selective recompute with `plan.recompute_mlp=true`, which under flash
-attention reruns the first 3 blocks' MLPs and nothing else."""
+attention reruns the first 3 blocks' MLPs and nothing else; and the B200 row, whose
+`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` sets `["mla_up_proj", "mlp"]`."""
 
 MTP_ROWS = frozenset(
-    {"MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8", "MB2511-DSV3-B200-256-MXFP8-MTP"}
+    {
+        "MB2604-DSV3-GB200-256-MXFP8",
+        "MB2604-DSV3-B200-256-MXFP8",
+        "MB2604-DSV3-GB300-256-MXFP8",
+        "MB2511-DSV3-B200-256-MXFP8-MTP",
+    }
 )
 """DeepSeek-V3 rows that train one multi-token-prediction module (`model.mtp_layers=1`): the 26.04
 recipes (Megatron-Bridge v0.4.2, `recipes/deepseek/deepseek_v3.py`: mtp_num_layers = 1) and the 25.11
@@ -121,29 +131,37 @@ LAYOUTS = {
         ("MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-GB300-256-MXFP8", "MB2511-DSV3-B200-256-MXFP8-MTP"),
         "Et*4|(t*4|)*14tmL",
     ),
+    "MB2604-DSV3-B200-256-MXFP8": "Et*4|(t*4|)*14tmL",
+    "MB2604-Q235B-H100-256-FP8": "Ett|(ttt|)*30ttL",
 }
 """Megatron-Core pipeline layouts (`pipeline_model_parallel_layout`: E the embedding, t a block, L the
-loss, '|' between virtual stages, `*n` a repeat) of rows whose 61 blocks split over pp neither evenly nor
-with the embedding and loss as a layer each, as the release's Megatron-Bridge recipes set them for the
-row's pp x vp (NVIDIA-NeMo/Megatron-Bridge, read at its tags; `stage_layout` folds them onto the
-stages):
+loss, '|' between virtual stages, `*n` a repeat) of rows whose blocks split over pp x vp virtual stages
+unevenly, as the release's Megatron-Bridge recipes set them for the row's pp x vp
+(NVIDIA-NeMo/Megatron-Bridge, read at its tags; `stage_layout` folds them onto the stages):
 
 - DeepSeek-V3, 25.11 (v0.2.0, `recipes/deepseek/deepseek_v3.py`, `layout_map[(4, 4)]`): the
   embedding and 4 blocks, 14 virtual stages of 4, then a block and the loss; the table lists the model
   without multi-token prediction, so no MTP layer before the loss; its 'w/ MTP' B200 row
   (`layout_map[(16, 1)]`) has the MTP layer ('m') there;
 - DeepSeek-V3, 26.04 (v0.4.2, which published the 26.04.01 table: the same recipe's `layout_map[(4, 4)]`;
-  the GB300 row's pp 2 x vp 8 from `DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1.pp_layout`): the same with the
-  MTP layer;
+  the GB300 row's pp 2 x vp 8 from `DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1.pp_layout`, the B200 row's pp 8
+  x vp 2 from `DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2.pp_layout`): the same with the MTP layer;
 - Kimi K2, 26.04 (v0.4.2, `recipes/kimi/kimi_k2.py`, `map_pp_vp_to_layout[(4, 4)]`, as in v0.4.0):
-  without it.
+  without it;
+- Qwen3-235B-A22B on H100, 26.04 (v0.4.2, as v0.4.0): the performance config (`scripts/performance/
+  configs/qwen/qwen3_workload_base_configs.py`, `QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2`: tp 2,
+  pp 8, vp 4, ep 32) sets no layout; its recipe (`recipes/qwen/qwen3_moe.py`,
+  `qwen3_235b_a22b_pretrain_config`) sets `account_for_embedding_in_pipeline_split` and
+  `account_for_loss_in_pipeline_split`, under which Megatron-Core counts the embedding and the loss as a
+  layer each: 94 + 2 = 96 over 32 virtual stages, 3 each, the first the embedding and 2 blocks, the last
+  2 blocks and the loss (11, 12 x 6 and 11 blocks a stage).
 
 `UNTIMED` lists the rows whose layout the recipes do not give."""
 
 UNTIMED = {
-    "MB2604-DSV3-B200-256-MXFP8": (
-        "its recipe overlaps the expert-parallel all-to-all with compute (moe_a2a_overlap=True, DeepEP), "
-        "not modelled"
+    "MB2509-DSV3-H100-1024-FP8": (
+        "its recipe's layout (v0.1.0rc4 scripts/performance/run_script.py, H100: Et|(tt|)*30mL) holds a "
+        "multi-token-prediction layer, which phazec builds at tp 1 only"
     ),
     **dict.fromkeys(
         ("MB2511-DSV3-GB200-256-MXFP8", "MB2511-DSV3-GB300-256-BF16", "MB2511-DSV3-GB300-256-MXFP8"),
@@ -155,10 +173,18 @@ UNTIMED = {
     ),
 }
 """Rows phazec does not time, with the reason: uneven depths whose layout is not stated (`LAYOUTS`), and
-the 26.04 DeepSeek-V3 B200 row, whose plan (pp 8, vp 2, ep 32 over 4 DGX B200s) is its release's
-`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` (Megatron-Bridge v0.4.2), which overlaps the all-to-all
-with compute; timed without that overlap it takes 49.0 s against 19.7 s measured, 33.2 s of it the
-all-to-all."""
+a multi-token-prediction layer under tensor parallelism."""
+
+A2A_OVERLAP = {
+    "MB2604-DSV3-B200-256-MXFP8": "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP)",
+    "MB2604-Q235B-H100-256-FP8": "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2",
+    "MB2604-OSS120B-GB200-64-BF16": "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2",
+}
+"""Rows whose recipe overlaps the expert-parallel all-to-all with the compute of another microbatch
+(`moe_a2a_overlap=True`, Megatron-Core's `overlap_moe_expert_parallel_comm`; the configs named, in
+Megatron-Bridge v0.4.2's `scripts/performance/configs/`, which published the 26.04.01 table; every other
+Megatron-Bridge row's recipe sets it false or leaves it at its default, false). phazec does not model
+that overlap: they are timed without it, printed apart and left out of the held-out figures."""
 
 
 def stage_layout(layout: str, pp: int) -> tuple[int, ...]:
@@ -211,6 +237,8 @@ class MoeRun:
     precision: str
     zero_stage: int
     cp: int
+    sequence_parallel: bool
+    """Megatron's sequence parallelism: at tp > 1 where the csv says the run used it."""
     gpus_per_domain: int | None
     """The NVLink domain's size where it is not the system preset's."""
     layers_per_stage: tuple[int, ...] | None
@@ -239,7 +267,6 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         (chip is None, f"GPU {row['gpu'].split(' ')[0]} has no preset"),
         (not zero.isdigit(), "zero stage not stated"),
         (preset is None, f"no preset of {row['hf_config']}"),
-        (int(row["tp"]) > 1, "tensor parallelism of MoE blocks is not modelled"),
         (row["source_id"] in UNTIMED, UNTIMED.get(row["source_id"], "")),
         (
             row["source_id"] not in LAYOUTS
@@ -281,6 +308,7 @@ def expressible(row: dict[str, str]) -> MoeRun | str:
         precision=row["precision"].strip().split(" ")[0].lower(),
         zero_stage=int(zero),
         cp=int(row["cp"] or 1),
+        sequence_parallel=int(row["tp"]) > 1 and row["seq_parallel"].startswith("yes"),
         gpus_per_domain=64 if multi_rack else None,
         layers_per_stage=(
             stage_layout(LAYOUTS[row["source_id"]], int(row["pp"]))
@@ -318,6 +346,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.recompute_mlp={run.row_id in MLP_RECOMPUTE}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
+                f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
@@ -333,7 +362,8 @@ def predict(run: MoeRun) -> PlanReport:
 
 
 def main() -> None:
-    """Every MoE row: skipped with its reason, or measured, predicted, error, fit in HBM; then the summary."""
+    """Every MoE row: skipped with its reason, or measured, predicted, error, fit in HBM; then the summary
+    (the `A2A_OVERLAP` rows as a split of their own)."""
     start = time.perf_counter()
     with RUNS.open() as f:
         rows = [row for row in csv.DictReader(f) if row["experts"] and int(row["experts"]) > 0]
@@ -352,14 +382,21 @@ def main() -> None:
             print(f"skip {row['source_id']:34s} phazec refuses the plan: {err}")
             continue
         split = "calibration" if run.row_id in CALIBRATION else "held-out"
+        split = "a2a overlap" if run.row_id in A2A_OVERLAP else split
         error = report.time_per_batch_s / run.measured_s - 1
         errors.setdefault(split, []).append(abs(error))
-        by_framework.setdefault(framework(run.row_id), []).append(abs(error))
+        if split == "held-out":
+            by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
+        modules = [
+            m
+            for m, rows in (("mla_up_proj", UP_PROJECTION_RECOMPUTE), ("mlp", MLP_RECOMPUTE))
+            if run.row_id in rows
+        ]
         notes = [
+            *(["timed without the recipe's all-to-all overlap"] if run.row_id in A2A_OVERLAP else []),
             *([f"recompute read: {run.recompute}"] if run.row_id in RECOMPUTE_READ else []),
-            *(["the recipe's recompute: mla_up_proj"] if run.row_id in UP_PROJECTION_RECOMPUTE else []),
-            *(["the recipe's recompute: mlp"] if run.row_id in MLP_RECOMPUTE else []),
+            *([f"the recipe's recompute: {', '.join(modules)}"] if modules else []),
             *(["1 MTP module"] if run.row_id in MTP_ROWS else []),
         ]
         note = f"  ({'; '.join(notes)})" if notes else ""
@@ -370,7 +407,7 @@ def main() -> None:
     print("\nmean and max absolute error per split:")
     for split, values in sorted(errors.items()):
         print(f"  {split:11s} {len(values):3d} rows: mean {np.mean(values):6.1%}, max {np.max(values):6.1%}")
-    print("by the framework that ran them:")
+    print("held-out rows by the framework that ran them:")
     for name, values in sorted(by_framework.items()):
         mean, worst = np.mean(values), np.max(values)
         print(f"  {name:28s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")

@@ -232,6 +232,7 @@ struct PlanModel {
   const PlacementInput& in;
   const PlanSettings& settings;
   bool experts = false;  // a layer at the plan's width holds routed experts (`has_experts`)
+  int64_t t = 1;         // the plan's tensor-parallel width
 
   /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
   Recompute mode(bool last) const {
@@ -252,11 +253,11 @@ struct PlanModel {
   int64_t group(int64_t d) const { return d * settings.cp; }
 
   /// The devices a routed expert's gradient is reduced over, and a ZeRO stage shards its weights, gradients
-  /// and state over, at width d: Megatron-Core's expert-data-parallel group, the group(d) devices of a
-  /// stage's data- and context-parallel replicas of one expert-parallel rank (t = 1 where a layer has
-  /// experts, expert tensor parallelism 1): group(d) / ep, at least 1 (below ep, at d = 1 for the least
-  /// memory of an infeasible problem, unsharded).
-  int64_t expert_group(int64_t d) const { return std::max<int64_t>(1, group(d) / settings.ep); }
+  /// and state over, at width d: Megatron-Core's expert-data-parallel group, the t group(d) tensor-, data-
+  /// and context-parallel devices of a stage that hold one expert-parallel rank's experts (expert tensor
+  /// parallelism 1: an expert's weights are whole on each): t group(d) / ep, at least 1 (below ep, at
+  /// d = 1 for the least memory of an infeasible problem, unsharded).
+  int64_t expert_group(int64_t d) const { return std::max<int64_t>(1, t * group(d) / settings.ep); }
 
   /// `bytes` sharded over `devices` (rounded up).
   static int64_t shard_of(int64_t bytes, int64_t devices) { return (bytes + devices - 1) / devices; }
@@ -272,15 +273,15 @@ struct PlanModel {
 
   /// The tiers of the DP groups of a stage `width` devices wide at width d, replicas of k devices each
   /// (replica r on r k..r k + k - 1, the stage's devices at the same place in each). Megatron-Core orders
-  /// a stage's ranks tp, cp, ep, dp (the fastest first): with tp 1 an expert-parallel group is ep
-  /// consecutive of its data- and context-parallel ranks and the expert-data-parallel group every ep-th
-  /// of them. Where cp divides ep that is the same device of every (ep / cp)-th replica, d cp / ep
-  /// replicas k ep / cp devices apart (`dp_sync_tier`); otherwise it spans the replicas the dense
-  /// group spans, and reduces on its tier.
+  /// a stage's ranks tp, cp, dp (the fastest first) and, with expert tensor parallelism 1, its expert
+  /// ranks ep, then expert-data-parallel: an expert-parallel group is ep consecutive of the stage's
+  /// t cp d ranks and the expert-data-parallel group every ep-th of them. Where t cp divides ep that is
+  /// the same device of every (ep / (t cp))-th replica, t d cp / ep replicas k ep / (t cp) devices apart
+  /// (`dp_sync_tier`); otherwise it spans the replicas the dense group spans, and reduces on its tier.
   SyncTiers sync_tiers(const std::vector<NetworkTier>& tiers, int64_t d, int64_t k, int64_t width) const {
     const NetworkTier dense = dp_sync_tier(tiers, d, k, width);
-    if (settings.ep % settings.cp != 0) return {dense, dense};
-    const int64_t stride = settings.ep / settings.cp;
+    if (settings.ep % (t * settings.cp) != 0) return {dense, dense};
+    const int64_t stride = settings.ep / (t * settings.cp);
     return {dense, dp_sync_tier(tiers, std::max<int64_t>(1, d / stride), stride * k, width)};
   }
 
@@ -926,7 +927,7 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const LayerFigures& f = model.in().widths[model.variant.width_index];
   const auto group = static_cast<double>(plan.group(d));
   // The experts' group as a real number: at most the integer one at every narrower d that tiles ep.
-  const double expert_group = std::max(1.0, group / static_cast<double>(plan.settings.ep));
+  const double expert_group = std::max(1.0, static_cast<double>(plan.t) * group / static_cast<double>(plan.settings.ep));
   double params = 0.0, experts = 0.0, kept = 0.0;
   for (std::size_t v = 0; v < f.param_bytes.size(); ++v) {
     params += static_cast<double>(f.param_bytes[v]);
@@ -1365,7 +1366,6 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       if (f.expert_param_bytes[v] < 0 || f.expert_param_bytes[v] > f.param_bytes[v]) {
         fail("expert parameter bytes must be between 0 and the layer's parameter bytes");
       }
-      if (f.expert_param_bytes[v] > 0 && f.t != 1) fail("layers with experts need t = 1");
     }
   }
   if (std::any_of(in.edge_bytes.begin(), in.edge_bytes.end(), [](int64_t x) { return x < 0; })) {
@@ -1462,7 +1462,7 @@ namespace {
 PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, const Variant& variant,
                          const std::vector<NodeSet>& sets, int64_t d) {
   const LayerFigures& f = in.widths[variant.width_index];
-  const PlanModel plan{in, variant.settings, has_experts(f)};
+  const PlanModel plan{in, variant.settings, has_experts(f), f.t};
   const std::size_t s = sets.size();
   const auto total = static_cast<int64_t>(s);
 
@@ -1584,7 +1584,7 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
     poll();
-    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index])};
+    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index]), in.widths[v.width_index].t};
     std::vector<FoundPlan>& plans = found[v.width_index];
     PairPlans known;
     for (const FoundPlan& kept : plans) known.push_back(kept.pairs);

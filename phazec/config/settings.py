@@ -28,7 +28,7 @@ from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import check_mtp, default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
-from phazec.frontend.moe import check_expert_parallel
+from phazec.frontend.moe import check_expert_parallel, check_moe_tensor_parallel
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, check_size, hw_space_from_config
@@ -63,7 +63,6 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     for key in ("model.name", "hw.name", "system.name"):
         path_name(key, OmegaConf.select(cfg, key))
     model_dims(model)
-    check_mtp(model)
     cache_dir = default_cache_dir(str(plain["cache_dir"]))
     writable_dir(cache_dir, "cache_dir")
     sealed.shared_warning(cache_dir, "cache_dir")
@@ -75,6 +74,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_size(hw, search.max_designs)
     train = train_knobs(cfg.train, system_config)
     plan = plan_settings(cfg.plan, cfg.train, system.devices)
+    check_mtp(model, (plan.tp, *model.tp_widths))
     check_precision(hw, train.tried("precision"), "train.precision")
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
@@ -106,6 +106,12 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     devices = system.devices
     check_expert_parallel(model, "train", typed_settings.train.fixed.ep, devices)
     check_expert_parallel(model, "plan", typed_settings.plan.training.ep, devices)
+    check_moe_tensor_parallel(
+        model, "model.tp_widths", model.tp_widths, "train.sequence_parallel", train.tried("sequence_parallel")
+    )
+    check_moe_tensor_parallel(
+        model, "plan.tp", (plan.tp,), "plan.sequence_parallel", (plan.training.sequence_parallel,)
+    )
     finite_numbers(plain)  # last: a group's own check names a bad value more precisely
     return typed_settings
 

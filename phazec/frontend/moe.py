@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from phazec.errors import PhazecError
@@ -73,6 +74,46 @@ def check_expert_parallel(cfg: ModelConfig, group: str, ep: int, devices: int) -
             f"{group}.ep={ep} does not divide the {devices} devices (system.devices): the expert-parallel "
             "groups tile the devices; choose an ep that divides them."
         )
+
+
+def check_moe_tensor_parallel(
+    cfg: ModelConfig, widths_key: str, widths: Sequence[int], sp_key: str, sequence_parallel: Sequence[bool]
+) -> None:
+    """Before any work: a tensor-parallel width above 1 (`widths_key`: `plan.tp` or `model.tp_widths`) on
+    a MoE model, which Megatron-Core runs only with sequence parallelism (each tensor-parallel rank
+    routes its own s/t tokens, expert tensor parallelism 1; `sp_key` gives the values tried) and which
+    phazec splits only in blocks without shared experts on the flattened tokens.
+
+    Raises:
+        PhazecError: a width above 1 on a MoE model without sequence parallelism, or with shared experts
+            on the flattened tokens (Llama 4, Qwen2-MoE).
+    """
+    wide = [t for t in widths if t > 1]
+    if not (wide and cfg.source == "hf" and any(k in cfg.hf_config for k in EXPERT_KEYS)):
+        return
+    shown = f"{widths_key}={widths[0] if widths_key.startswith('plan') else list(widths)}"
+    if cfg.arch in FLAT_SHARED_EXPERT_ARCHS or "shared_expert_intermediate_size" in cfg.hf_config:
+        raise PhazecError(
+            f"{shown} on model {cfg.name!r}: its shared experts run on the flattened tokens the router "
+            "reads, and their split over the tensor-parallel ranks is not modelled yet: use tp 1 "
+            "(plan.tp=1, model.tp_widths=[1]) and expert parallelism (plan.ep, train.ep)."
+        )
+    if not all(sequence_parallel):
+        tried = ", ".join(str(v).lower() for v in sequence_parallel)
+        tried = f"[{tried}]" if sp_key.startswith("train") else tried
+        raise PhazecError(
+            f"{shown} on the Mixture-of-Experts model {cfg.name!r} needs sequence parallelism, which "
+            f"{sp_key}={tried} "
+            "leaves off: Megatron-Core runs a MoE layer at tensor-parallel width t > 1 only with it (each "
+            "tensor-parallel rank routes its own s/t tokens to the experts). Set "
+            f"{sp_key}={'[true]' if sp_key.startswith('train') else 'true'}, or use tp 1."
+        )
+
+
+FLAT_SHARED_EXPERT_ARCHS = frozenset({"Llama4ForCausalLM", "Qwen2MoeForCausalLM"})
+"""Architectures whose shared experts run on the flattened tokens the router reads (Llama 4's, one in
+every MoE block; Qwen2-MoE's, `shared_expert_intermediate_size` wide), which phazec does not split over
+tensor-parallel ranks; DeepSeek's run on the block's hidden states and are split as a dense MLP."""
 
 
 def check_top_k(top_k: int, experts: int) -> None:

@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind, Routing, Tensor
+from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind, Routing
 from phazec.ir.ops import GEMM_TYPES, VIEW_TYPES
 from phazec.passes.base import PassResult
-from phazec.passes.tensor_parallel import fresh_name, weight_of
+from phazec.passes.tensor_parallel import fresh_name, per_expert_tokens, weight_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +138,6 @@ def expert_region(graph: Graph, dispatched: str, experts: int) -> set[str]:
         if reached.intersection(op.inputs):
             reached.update(o for o in op.outputs if o and per_expert_tokens(graph.tensors[o], experts))
     return reached - {dispatched}
-
-
-def per_expert_tokens(t: Tensor, experts: int) -> bool:
-    """Whether a tensor is laid out [experts, tokens, ...], the tokens on its batch axis."""
-    return len(t.shape) >= 3 and t.shape[0] == experts and t.batch_axis == 1
 
 
 def weight_views(graph: Graph, routing: Routing) -> set[str]:

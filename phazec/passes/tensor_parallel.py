@@ -14,6 +14,22 @@ With `vocab_parallel`, the embedding's word lookup (the Gather from the weight w
 the widest output) is column-parallel up to the loss, as in Megatron; the vocabulary is padded up to a
 multiple of t. The three per-token fp32 all-reduces of Megatron's parallel cross-entropy are not modelled
 (each is 2/h of a block all-reduce).
+
+A Mixture-of-Experts block is split as Megatron-Core runs it with expert tensor parallelism 1, which
+needs sequence parallelism (`phazec.frontend.moe.check_moe_tensor_parallel` refuses it without): its
+attention as a dense block's; its routed experts not at all. Each tensor-parallel rank routes its own
+sequence-parallel shard of the tokens: every per-sample tensor of the MoE layer whose batch axis
+counts tokens (the flattened tokens [s, h], the router's logits, the permuted tokens [E, C, h] and the
+expert activations, `token_region`) keeps 1/t of them (rounded up: C/t of the C tokens per expert);
+the router's and the experts' weights stay whole (the expert-parallel pass then spreads the experts
+over the ep group, whose ranks include the tensor-parallel ones). Shared experts (the other weight
+GEMMs after the attention output) are a dense block's MLP: column- then row-parallel, an all-reduce
+after; shared experts on the flattened tokens the router reads (Llama 4's, Qwen2-MoE's) are refused.
+
+Multi-head latent attention (DeepSeek's) is split as Megatron-Core splits it: the down-projections (a
+weight GEMM feeding another before the attention scores) and their layer norms stay whole, the
+up-projections are column-parallel (heads split t ways; the rotary key, one for every head, is
+broadcast to each rank's heads), the output projection row-parallel.
 """
 
 from __future__ import annotations
@@ -24,7 +40,18 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import FLOAT_DTYPES, AttrValue, Graph, LayerClass, LayerKind, Model, Op, OpKind, Tensor
+from phazec.ir.core import (
+    FLOAT_DTYPES,
+    AttrValue,
+    Graph,
+    LayerClass,
+    LayerKind,
+    Model,
+    Op,
+    OpKind,
+    Routing,
+    Tensor,
+)
 from phazec.ir.ops import VIEW_TYPES, gemm_dims
 from phazec.passes.base import PassResult
 
@@ -51,6 +78,9 @@ class BlockLayout:
     roles: Roles
     heads: int
     ffn: int
+    """The MLP's (a MoE block's shared experts') width; 0 for a MoE block without shared experts."""
+    tokens: frozenset[str] = frozenset()
+    """A MoE block's tensors split along their batch axis, the tokens (`token_region`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,22 +102,21 @@ class TensorParallel:
             )
         if self.width == 1:
             return PassResult(model, False)
-        if model.routing is not None:
-            raise PhazecError(
-                f"tensor-parallel width {self.width} for model {model.name!r}: tensor parallelism of "
-                "Mixture-of-Experts blocks is not modelled yet; use tp 1 (plan.tp=1, model.tp_widths=[1]) "
-                "and expert parallelism (plan.ep) instead."
-            )
         classes = [self._shard_class(model, c, cls) for c, cls in enumerate(model.classes)]
         return PassResult(replace(model, classes=classes, tp_width=self.width), True)
 
     def _shard_class(self, model: Model, index: int, cls: LayerClass) -> LayerClass:
         layer = model.layers[cls.members[0]]
         where = f"model {model.name!r}, layer {layer.name} (class {index})"
+        if layer.kind is LayerKind.MTP:
+            raise PhazecError(
+                f"tensor-parallel width {self.width} for {where}: the tensor parallelism of a "
+                "multi-token-prediction module is not modelled yet; use tp 1 or model.mtp_layers=0."
+            )
         if layer.kind is LayerKind.BLOCK:
-            layout = block_layout(cls.graph, where)
+            layout = block_layout(cls.graph, where, model.routing)
             check_width(model.name, layout, self.width)
-            graph = shard_graph(cls.graph, layout.roles, self.width, where, pad=False)
+            graph = shard_graph(cls.graph, layout.roles, self.width, where, pad=False, tokens=layout.tokens)
             return replace(cls, graph=graph, tp_width=self.width)
         roles = VOCAB_ROLES[layer.kind](cls.graph) if self.vocab_parallel else Roles()
         if roles == Roles():
@@ -130,11 +159,13 @@ def descendants(graph: Graph, op: Op) -> set[str]:
     return found
 
 
-def block_layout(graph: Graph, where: str) -> BlockLayout:
-    """Find the column- and row-parallel GEMMs of a block; raises PhazecError naming the missing op."""
+def block_layout(graph: Graph, where: str, routing: Routing | None = None) -> BlockLayout:
+    """Find the column- and row-parallel GEMMs of a block (and, in a MoE block of `routing`, the tensors
+    split along their tokens, `moe_layout`); raises PhazecError naming the missing op."""
     gemms = [op for op in graph.ops if op.kind is OpKind.GEMM]
     weighted = [op for op in gemms if weight_of(graph, op.inputs[1]) is not None]
-    free = [op for op in gemms if weight_of(graph, op.inputs[1]) is None]
+    # Products of two activations (a router reading a cast of its weight, DeepSeek's, is neither).
+    free = [op for op in gemms if graph.tensors[op.inputs[1]].batch_axis is not None]
     if len(free) != 2 or free[1].name not in descendants(graph, free[0]):
         raise PhazecError(
             f"{where}: the tensor-parallel pass expected a block with two weight-free MatMuls (attention "
@@ -156,18 +187,79 @@ def block_layout(graph: Graph, where: str) -> BlockLayout:
         raise PhazecError(
             f"{where}: the tensor-parallel pass expected {expected}; it cannot split this block."
         )
-    attn_out, mlp_up, mlp_down = after[0], after[1:-1], after[-1]
     if len(qkv) + len(after) != len(weighted):
         stray = [op.name for op in weighted if op not in qkv and op not in after]
         raise PhazecError(
             f"{where}: the tensor-parallel pass found weight GEMMs {stray} outside attention "
             "and MLP; it cannot split this block."
         )
+    # Multi-head latent attention's down-projections feed the up-projections: they stay whole.
+    qkv = [op for op in qkv if not any(other.name in below[op.name] for other in qkv)]
+    heads = gemm_dims(scores, graph).batch
+    experts = routing.expert_parameters if routing is not None else ()
+    if routing is not None and any(weight_of(graph, op.inputs[1]) in experts for op in after):
+        return moe_layout(graph, qkv, after, routing, heads=heads, where=where)
+    attn_out, mlp_up, mlp_down = after[0], after[1:-1], after[-1]
     return BlockLayout(
         roles=Roles(column=tuple(op.name for op in [*qkv, *mlp_up]), row=(attn_out.name, mlp_down.name)),
-        heads=gemm_dims(scores, graph).batch,
+        heads=heads,
         ffn=gemm_dims(mlp_up[0], graph).n,
     )
+
+
+def moe_layout(
+    graph: Graph, qkv: list[Op], after: list[Op], routing: Routing, *, heads: int, where: str
+) -> BlockLayout:
+    """A MoE block's layout (module docstring): the attention's GEMMs as a dense block's, the routed
+    region's tensors split along their tokens, and the shared experts' GEMMs (every weight GEMM after the
+    attention output that is neither an expert's nor a router's, whose output is one logit per expert) a
+    column- then row-parallel MLP; raises PhazecError for shared experts that read the routed tokens."""
+    attn_out = after[0]
+    tokens = token_region(graph, attn_out, routing)
+    rest = [op for op in after[1:] if weight_of(graph, op.inputs[1]) not in routing.expert_parameters]
+    shared = [op for op in rest if gemm_dims(op, graph).n != routing.experts]
+    flat = [op.name for op in shared if op.inputs[0] in tokens]
+    if flat:
+        raise PhazecError(
+            f"{where}: the shared-expert GEMMs {flat} read the routed tokens (flattened, as Llama 4's and "
+            "Qwen2-MoE's shared experts do); tensor parallelism of such a block is not modelled yet: use "
+            "tp 1 (plan.tp=1, model.tp_widths=[1])."
+        )
+    return BlockLayout(
+        roles=Roles(
+            column=tuple(op.name for op in [*qkv, *shared[:-1]]),
+            row=(attn_out.name, *(op.name for op in shared[-1:])),
+        ),
+        heads=heads,
+        ffn=gemm_dims(shared[0], graph).n if shared else 0,
+        tokens=frozenset(tokens),
+    )
+
+
+def token_region(graph: Graph, attn_out: Op, routing: Routing) -> set[str]:
+    """The per-sample tensors of a MoE layer whose batch axis counts tokens: below the attention output
+    (`attn_out`), every tensor laid out [tokens, ...] (its batch axis longer than one sample's 1) or
+    [experts, tokens, ...] (`per_expert_tokens`); the block's [samples, s, h] tensors are not."""
+    below = descendants(graph, attn_out)
+    return {
+        name
+        for op in graph.ops
+        if op.name in below
+        for name in op.outputs
+        if name and token_layout(graph.tensors[name], routing.experts)
+    }
+
+
+def token_layout(t: Tensor, experts: int) -> bool:
+    """Whether a per-sample tensor's batch axis counts tokens, not samples."""
+    if t.batch_axis is None:
+        return False
+    return t.shape[t.batch_axis] > 1 or per_expert_tokens(t, experts)
+
+
+def per_expert_tokens(t: Tensor, experts: int) -> bool:
+    """Whether a tensor is laid out [experts, tokens, ...], the tokens on its batch axis."""
+    return len(t.shape) >= 3 and t.shape[0] == experts and t.batch_axis == 1
 
 
 def embedding_roles(graph: Graph) -> Roles:
@@ -245,7 +337,9 @@ class _Sharder:
         return PhazecError(f"{self.where}: the tensor-parallel pass {message}; it cannot split this layer.")
 
     def mark_operand(self, tensor: str, axis: int) -> None:
-        """Split a weight operand (and the data ops viewing it) along an axis."""
+        """Split a weight operand (and the data ops viewing it) along an axis; a data op that broadcasts
+        its input along that axis (multi-head latent attention's rotary key, one for every head) splits
+        its output only."""
         while True:
             self.split[tensor] = axis
             op = self.producers.get(tensor)
@@ -257,6 +351,8 @@ class _Sharder:
             axis = INVERSE_AXIS_RULES.get(op.op_type, _aligned)(
                 axis, self.graph.tensors[tensor], source, op.attrs
             )
+            if op.op_type == "Expand" and 0 <= axis < len(source.shape) and source.shape[axis] == 1:
+                return
             tensor = op.inputs[0]
 
     def gemm_role(self, op: Op) -> None:
@@ -318,11 +414,26 @@ def role_of(roles: Roles, op: Op) -> str | None:
     return next((role for role, names in named.items() if op.name in names), None)
 
 
-def shard_graph(graph: Graph, roles: Roles, width: int, where: str, pad: bool) -> Graph:
+def shard_graph(
+    graph: Graph, roles: Roles, width: int, where: str, pad: bool, *, tokens: frozenset[str] = frozenset()
+) -> Graph:
     """The per-device graph of a layer: split shapes (rounded up if `pad`), roles in attrs, all-reduces
-    after row-parallel GEMMs and split lookups."""
+    after row-parallel GEMMs and split lookups; the `tokens` tensors split along their batch axis
+    (rounded up: a share of tokens per expert that t does not divide is the busiest rank's)."""
     split = _Sharder(graph, roles, where).run()
+    crossed = sorted(tokens.intersection(split))
+    if crossed:
+        raise PhazecError(
+            f"{where}: the tensor-parallel pass found {crossed} both split by a parallel GEMM and among the "
+            "routed tokens; it cannot split this layer."
+        )
     tensors = dict(graph.tensors)
+    for name in tokens:
+        tensor = tensors[name]
+        axis = tensor.batch_axis
+        assert axis is not None
+        shape = tuple(-(-d // width) if i == axis else d for i, d in enumerate(tensor.shape))
+        tensors[name] = replace(tensor, shape=shape, tp_split=True)
     for name, axis in split.items():
         tensor = tensors[name]
         if tensor.shape[axis] % width and not pad:

@@ -78,7 +78,9 @@ class PlanWork:
     expert_param_bytes: tuple[int, ...]
     """Per stage, the routed experts' of them, reduced over the expert-data-parallel group."""
     ep: int
-    """The expert-parallel width: the expert-data-parallel group is d / ep of the d replicas."""
+    """The expert-parallel width: the expert-data-parallel group is t d / ep devices of the d replicas'."""
+    tp: int
+    """The tensor-parallel width t: an expert's weights are whole on each of its t devices."""
     samples_per_batch: int
     forward_runs: tuple[float, ...]
     """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
@@ -197,8 +199,8 @@ def plan_usage(placement: Placement, work: LayerWork, plan: PlanWork) -> dict[st
     experts = np.array(plan.expert_param_bytes, dtype=np.float64)
     dense = np.array(plan.param_bytes, dtype=np.float64) - experts
     # A ring all-reduce over g of the d replicas sends 2 (g - 1) / g of its bytes from each of them; the
-    # routed experts' over the expert-data-parallel group, d / ep of them.
-    expert_group = max(1.0, d / plan.ep)
+    # routed experts' over the expert-data-parallel group, t d / ep devices (whole on each of a stage's t).
+    expert_group = max(1.0, plan.tp * d / plan.ep)
     allreduce = 2.0 * (d - 1) * float((devices * dense).sum())
     allreduce += 2.0 * (expert_group - 1.0) * d / expert_group * float((devices * experts).sum())
     iteration_j["network"] += (transfers + allreduce) * LINK_BYTE_J
@@ -264,6 +266,7 @@ class Usage:
             param_bytes=tuple(c.param_bytes for c in costs),
             expert_param_bytes=tuple(c.expert_param_bytes for c in costs),
             ep=training.ep,
+            tp=t,
             samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
             forward_runs=tuple(1.0 + float(mode == "full") for mode in figures.modes),
             core_runs=tuple(float(mode == "selective") for mode in figures.modes),

@@ -125,6 +125,11 @@ def test_phazec_plan_puts_it_on_the_last_stage_with_a_copy_of_the_embedding(cach
             r"the Hugging Face classes \['DeepseekV3ForCausalLM'\] only, and model 'llama2_7b' is "
             r"LlamaForCausalLM: set model.mtp_layers=0",
         ),
+        (
+            ("model=deepseek_v3", "model.mtp_layers=1", "plan.tp=2", "plan.sequence_parallel=true"),
+            r"^model.mtp_layers=1 with tensor-parallel width 2: phazec builds the multi-token-prediction "
+            r"modules at width 1 only",
+        ),
     ],
 )
 def test_a_bad_mtp_count_is_one_paragraph_before_any_export(

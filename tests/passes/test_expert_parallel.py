@@ -229,28 +229,40 @@ MOE_PLAN = (
 )  # fmt: skip
 
 
-@pytest.mark.slow  # a search on the TPUv4 design: about two minutes
-def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(cache_dir: Path, tmp_path: Path) -> None:
-    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism: the
-    same time to the bit from `phazec-plan` and from the search's fixed plan (the C++ DP's model), and
-    the all-to-alls in its breakdown (two NVLink nodes of 8: each ep group inside one)."""
+TENSOR_PARALLEL = (
+    "model.baseline={pp: 2, dp: 4, tp: 2}", "model.tp_widths=[2]", "plan.tp=2", "plan.dp=4",
+    "plan.sequence_parallel=true", "train.sequence_parallel=[true]",
+)  # fmt: skip
+"""The same plan at tp 2 x dp 4 with sequence parallelism (each ep group a node's 4 replicas' 2 ranks)."""
+
+
+@pytest.mark.slow  # a search on the TPUv4 design: about two minutes each
+@pytest.mark.parametrize("tp", [1, 2])
+def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(
+    tp: int, cache_dir: Path, tmp_path: Path
+) -> None:
+    """Qwen3-30B-A3B (2 blocks, s = 512) on 16 devices, pp 2 x dp 8 with 8-way expert parallelism (and
+    tp 2 x pp 2 x dp 4, `TENSOR_PARALLEL`): the same time to the bit from `phazec-plan` and from the
+    search's fixed plan (the C++ DP's model), and the all-to-alls in its breakdown (two NVLink nodes of
+    8: each ep group inside one)."""
     from phazec.commands.plan import predict_plan
     from phazec.commands.search import run_search
     from phazec.config.settings import tpuv4_space
     from phazec.report.table import result_table
 
-    report = predict_plan(settings_from_config(compose_config(*MOE_PLAN, f"cache_dir={cache_dir}")))
+    plan = (*MOE_PLAN, *(TENSOR_PARALLEL if tp > 1 else ()), f"cache_dir={cache_dir}")
+    report = predict_plan(settings_from_config(compose_config(*plan)))
     assert report.fits and report.breakdown.ep_communication_s > 0
     assert report.breakdown.total_s == pytest.approx(report.time_per_batch_s, rel=1e-12)
     search = compose_config(
-        *MOE_PLAN, f"cache_dir={cache_dir}", "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
+        *plan, "train.ep=8", "train.microbatch=[2]", "train.recompute=[full]",
         "train.last_stage_recomputes=true", "train.optimizer_step=true", "system.hbm_gb=[80]",
         "search.workers=1",
     )  # fmt: skip
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
-    assert result["plan"]["dp"] % 8 == 0
+    assert result["plan"]["tp"] == tp and result["plan"]["dp"] * tp % 8 == 0
     assert (result["plan"]["ep"], result["plan"]["optimizer"]) == (8, "adam")
     assert f"d={result['plan']['dp']} ep=8" in result_table(result)
 
@@ -348,11 +360,9 @@ def test_expert_bytes_without_a_distributed_optimizer_are_not_sharded() -> None:
         assert figures.placement.stages[0].memory_bytes == 448
 
 
-def test_expert_bytes_are_refused_beyond_the_layers_or_at_t_above_1() -> None:
+def test_expert_bytes_are_refused_beyond_the_layers() -> None:
     with pytest.raises(PhazecError, match=r"expert_param_bytes\[0, 0\] = 17 is not valid"):
         toy_problem(2, 16, 17)
-    with pytest.raises(PhazecError, match="expert_param_bytes at t = 2 is not valid"):
-        replace(toy_problem(2, 16, 16), t_values=np.array([2]), tensor_parallel=np.ones((1, 1), dtype=bool))
 
 
 # The toy block with a dense part, 48 B of weights a device of which 16 B are the routed experts', with
@@ -397,3 +407,50 @@ def test_expert_gradients_reduce_across_nodes_where_dp_is_twice_ep_by_hand() -> 
     assert plan_figures(problem, Variant(1, 10**6, settings), ((0,),), 2).placement.time_per_batch_s == 28.5
     placed = best_placement(problem, 10**6, settings)
     assert isinstance(placed, Placement) and (placed.d, placed.time_per_batch_s) == (4, 27.0)
+
+
+def tensor_parallel_toy(devices: int, **others: Any) -> PlacementProblem:
+    """`toy_problem` at t = 2, its block tensor-parallel (a stage of it 2 devices wide), with Adam and a
+    distributed optimizer timed as `ADAM`: 48 B of weights a device, 16 B of them routed experts' (whole
+    on each of the 2 tensor-parallel devices, expert tensor parallelism 1)."""
+    problem = toy_problem(devices, 48, 16, **ADAM, **others)
+    return replace(problem, t_values=np.array([2]), tensor_parallel=np.ones((1, 1), dtype=bool))
+
+
+def test_expert_group_holds_the_tensor_parallel_devices_by_hand() -> None:
+    """t = 2, ep 2, d = 2 on 4 devices (one tier of 16 B/s, 0.5 s). Megatron-Core draws the
+    expert-parallel ranks from a stage's t d devices: each expert-parallel group is one replica's 2
+    tensor-parallel devices, and the expert-data-parallel group the same device of both replicas,
+    t d / ep = 2 devices (at t = 1 it would be d / ep = 1).
+      sync: dense 2 x 1/2 x 32 / 16 + 2 x 1 x 0.5 = 3 s; experts 2 x 1/2 x 16 / 16 + 1 = 2 s: 5 s;
+      step: 48 + 3 x (32 / 2 + 16 / 2) + 2 x (6 x 32 / 2 + 6 x 16 / 2) = 48 + 72 + 288 = 408 B, 4.25 s;
+      memory: 48 + 48 + 144 of state + 64 in flight = 304 B;
+    2 microbatches a replica: 20 + 5 + 4.25 = 29.25 s. At d = 1 (4 microbatches, nothing to reduce)
+    the step is 48 + 3 x 48 + 2 x 288 = 768 B, 8 s: 48 s. The DP takes d = 2."""
+    problem = tensor_parallel_toy(4)
+    settings = plan_settings(ep=2, zero_stage=1)
+    figures = plan_figures(problem, Variant(2, 10**6, settings), ((0,),), 2)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (5.0, 4.25)
+    assert figures.placement.stages[0].memory_bytes == 304
+    assert figures.memories[0].optimizer_state_bytes == 144
+    assert figures.placement.time_per_batch_s == 29.25
+    assert plan_figures(problem, Variant(2, 10**6, settings), ((0,),), 1).placement.time_per_batch_s == 48.0
+    placed = best_placement(problem, 10**6, settings)
+    assert isinstance(placed, Placement) and (placed.t, placed.d, placed.time_per_batch_s) == (2, 2, 29.25)
+
+
+def test_expert_group_of_tensor_parallel_stages_across_nodes_by_hand() -> None:
+    """t = 2, ep 4, d = 4 on 8 devices in nodes of 4 (16 B/s inside a node, 4 B/s and 0.5 s between).
+    Replica r holds devices 2r and 2r + 1. The expert-parallel groups are 4 consecutive of the stage's
+    ranks, {0..3} and {4..7}, one node each; the expert-data-parallel groups every 4th, {0, 4} ... {3, 7},
+    t d / ep = 2 devices across the nodes on one link each: 4 B/s. The dense groups {0, 2, 4, 6} and
+    {1, 3, 5, 7} have 2 members in each node, on two links: min(2 x 4, 16) = 8 B/s.
+      dense 2 x 3/4 x 32 / 8 + 2 x 3 x 0.5 = 9 s; experts 2 x 1/2 x 16 / 4 + 2 x 1 x 0.5 = 5 s: 14 s;
+      step: 48 + 3 x (32 / 4 + 16 / 2) + 2 x (6 x 32 / 4 + 6 x 16 / 2) = 288 B, 3 s;
+    2 microbatches a replica: 20 + 14 + 3 = 37 s."""
+    tiers = (NetworkTier(4, 16.0, 0.5), NetworkTier(8, 4.0, 0.5))
+    problem = tensor_parallel_toy(8, tiers=tiers)
+    settings = plan_settings(ep=4, zero_stage=1)
+    figures = plan_figures(problem, Variant(2, 10**6, settings), ((0,),), 4)
+    assert (figures.iteration.dp_sync_s, figures.iteration.optimizer_s) == (14.0, 3.0)
+    assert figures.placement.time_per_batch_s == 37.0

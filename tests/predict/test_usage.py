@@ -113,6 +113,7 @@ def test_plan_utilisation_and_energy_by_hand() -> None:
         param_bytes=(1000, 500),
         expert_param_bytes=(0, 0),
         ep=1,
+        tp=1,
         samples_per_batch=64,
         forward_runs=(2.0, 1.0),
         core_runs=(0.0, 0.0),

@@ -9,7 +9,7 @@
 // the last stage recomputes only under Megatron's rule) + 2 v transfers
 // of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
 // (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
-// experts' over the expert-data-parallel group, d cp / ep devices) and the activations kept for the
+// experts' over the expert-data-parallel group, t d cp / ep devices) and the activations kept for the
 // model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
 // max load * (m + (s - 1) / v) + the latest exposed DP sync (a MoE block's routed experts' gradients
 // reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
@@ -40,7 +40,7 @@ struct LayerFigures {
   std::vector<double> forward_s;
   std::vector<double> backward_s;
   std::vector<int64_t> param_bytes;
-  std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (t = 1 where any)
+  std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (whole at every t)
   std::vector<int64_t> activation_bytes;
   std::vector<int64_t> stash_bytes;      // kept without recompute
   std::vector<int64_t> selective_bytes;  // kept under selective recompute

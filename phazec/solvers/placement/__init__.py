@@ -66,12 +66,13 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   grows with its weights, so the DP keeps, per set of stages, the plans no other beats on both the
   largest load and the largest weights.
   Expert gradients (MoE). A layer's routed experts' bytes X of its weights P' (`expert_param_bytes`,
-  t = 1) are reduced over the expert-data-parallel group, d cp / ep devices (Megatron-Core's, expert
-  tensor parallelism 1), after the dense P' - X over the d cp data-parallel ones: sync = ring(P' - X,
-  d cp) + ring(X, d cp / ep) (none of the second without experts, nothing where ep = d cp).
-  Megatron-Core orders a stage's ranks tp, cp, ep, dp, so the expert-data-parallel group is every
-  ep-th of them: where cp divides ep, the same device of every (ep / cp)-th replica, on the tier (and
-  rails) of d cp / ep replicas k ep / cp ids apart; otherwise the dense group's tier. With experts a
+  whole at every t) are reduced over the expert-data-parallel group, t d cp / ep devices
+  (Megatron-Core's, expert tensor parallelism 1), after the dense P' - X over the d cp data-parallel
+  ones: sync = ring(P' - X, d cp) + ring(X, t d cp / ep) (none of the second without experts, nothing
+  where ep = t d cp). Megatron-Core orders a stage's ranks tp, cp, dp and its expert ranks ep, then
+  expert-data-parallel, so the expert-data-parallel group is every ep-th of the stage's t cp d ranks:
+  where t cp divides ep, the same device of every (ep / (t cp))-th replica, on the tier (and rails) of
+  t d cp / ep replicas k ep / (t cp) ids apart; otherwise the dense group's tier. With experts a
   stage's exposed sync + step depends on its dense and its expert bytes apart, not on its weights
   alone. Its end after the flush, sync S and step P, is then written as the same sum's maximum of
   terms: max(P, S + P - W), or max(P, S/2 + P - W, S/2 + P - F, S + P - W - F) with a distributed
@@ -83,13 +84,13 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
   shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
   ceil(P' / d) with a distributed optimizer (each replica updates only its 1/d; the routed experts'
-  ceil(X / (d cp / ep)) + ceil((P' - X) / d cp)), P' otherwise, where
+  ceil(X / (t d cp / ep)) + ceil((P' - X) / d cp)), P' otherwise, where
   it is twice the parameter memory (0 when the bandwidth is given as 0: the step is not timed, as in
   PHAZE).
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
   gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
   parameter, divided over the d replicas rounding up with a distributed optimizer, the routed experts'
-  over the d cp / ep of the expert-data-parallel group, as are the gradients from ZeRO-2 and the
+  over the t d cp / ep of the expert-data-parallel group, as are the gradients from ZeRO-2 and the
   weights from ZeRO-3; P = the stage's
   bytes of 2-byte weights / 2) + ceil(kept * u / v) + working, where u is the number of model-chunk
   microbatches in flight on it (q for v = 1; 2 (q - 1) + (v - 1) s + 1 for v > 1, Megatron's

@@ -86,8 +86,9 @@ class PlacementProblem:
     """Forward latency of the ops op recompute runs again (None: 0)."""
     expert_param_bytes: NDArray[np.int64] | None = None
     """Of `param_bytes`, those of a Mixture-of-Experts block's routed experts (None: 0), which a
-    distributed optimizer shards over the expert-data-parallel group (d cp / ep devices, Megatron-Core's)
-    instead of the data-parallel one; only at t = 1 (expert tensor parallelism is not modelled)."""
+    distributed optimizer shards over the expert-data-parallel group (t d cp / ep devices,
+    Megatron-Core's with expert tensor parallelism 1: an expert's weights are whole at every t) instead
+    of the data-parallel one."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
     bound_sync_windows: bool = False
@@ -347,13 +348,6 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
                 f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be {valid}."
             )
     _check_part(out, "expert_param_bytes", "param_bytes", "the routed experts' bytes are part of the layer's")
-    experts = zip(out["t_values"], out["expert_param_bytes"], strict=True)
-    wide = [int(t) for t, e in experts if t > 1 and e.any()]
-    if wide:
-        raise PhazecError(
-            f"expert_param_bytes at t = {wide[0]} is not valid: layers with routed experts run at t = 1 "
-            f"(expert tensor parallelism is not modelled); give 0 expert bytes at every t > 1."
-        )
     _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
     _check_part(out, "op_stash_bytes", "stash_bytes", "op recompute keeps part of the stash")
     idle = [

@@ -96,9 +96,11 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     kept_share = np.array(matrix(st.floats(0.0, 1.0)))
     op_share = np.array(matrix(st.floats(0.0, 1.0)))
     params = np.array(matrix(size))
-    # Routed experts' share of each layer's weights, at t = 1 only (as in a MoE model).
-    at_t1 = (np.array(t_values) == 1)[:, None]
-    expert_share = np.array(matrix(st.sampled_from([0.0, 0.0, 0.5, 1.0]))) * at_t1
+    # Routed experts' share of each layer's weights, at t > 1 only in tensor-parallel layers (as a MoE
+    # block's, whose experts are whole on each of its t devices).
+    tensor_parallel = np.array(matrix(st.booleans()), dtype=bool)
+    held = tensor_parallel | (np.array(t_values) == 1)[:, None]
+    expert_share = np.array(matrix(st.sampled_from([0.0, 0.0, 0.5, 1.0]))) * held
     return PlacementProblem(
         t_values=np.array(t_values),
         forward_latency_s=np.array(matrix(st.floats(0.001, 10.0))),
@@ -112,7 +114,7 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         selective_recompute_s=np.array(matrix(latency)),
         op_stash_bytes=np.floor(stash * op_share).astype(np.int64),
         op_recompute_s=np.array(matrix(latency)),
-        tensor_parallel=np.array(matrix(st.booleans()), dtype=bool),
+        tensor_parallel=tensor_parallel,
         edges=np.array(edges, dtype=np.int64),
         edge_bytes=np.array(
             draw(st.lists(st.integers(0, 50), min_size=len(edges), max_size=len(edges))), dtype=np.int64
