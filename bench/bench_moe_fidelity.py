@@ -22,10 +22,9 @@ its chip (`bench_fidelity_modern.CHIPS`; a GB200 or GB300 row of more than one r
 domains, as there). A row whose blocks split unevenly runs the pipeline layout its release's
 Megatron-Bridge recipe sets (`LAYOUTS`). A row at tp > 1 runs with sequence parallelism where the csv
 says it ran with it (Megatron-Core's MoE layers need it). DeepSeek-V3 rows that train a
-multi-token-prediction module run with it (`MTP_ROWS`). Rows whose recipe overlaps the expert-parallel
-all-to-all with compute, which phazec does not model, are timed without it and reported apart, out of
-the held-out figures (`A2A_OVERLAP`). Rows phazec cannot express yet are listed with the reason: the
-H800 has no preset; some uneven splits are not stated (`UNTIMED`).
+multi-token-prediction module run with it (`MTP_ROWS`), and rows whose recipe overlaps the
+expert-parallel all-to-all with compute with that overlap (`A2A_OVERLAP`). Rows phazec cannot express
+yet are listed with the reason: the H800 has no preset; some uneven splits are not stated (`UNTIMED`).
 """
 
 import csv
@@ -183,8 +182,8 @@ A2A_OVERLAP = {
 """Rows whose recipe overlaps the expert-parallel all-to-all with the compute of another microbatch
 (`moe_a2a_overlap=True`, Megatron-Core's `overlap_moe_expert_parallel_comm`; the configs named, in
 Megatron-Bridge v0.4.2's `scripts/performance/configs/`, which published the 26.04.01 table; every other
-Megatron-Bridge row's recipe sets it false or leaves it at its default, false). phazec does not model
-that overlap: they are timed without it, printed apart and left out of the held-out figures."""
+Megatron-Bridge row's recipe sets it false or leaves it at its default, false): they run with
+`plan.overlap_moe_expert_parallel_comm=true`."""
 
 
 def stage_layout(layout: str, pp: int) -> tuple[int, ...]:
@@ -345,6 +344,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.recompute_mlp={run.row_id in MLP_RECOMPUTE}",
+                f"plan.overlap_moe_expert_parallel_comm={run.row_id in A2A_OVERLAP}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
@@ -362,8 +362,7 @@ def predict(run: MoeRun) -> PlanReport:
 
 
 def main() -> None:
-    """Every MoE row: skipped with its reason, or measured, predicted, error, fit in HBM; then the summary
-    (the `A2A_OVERLAP` rows as a split of their own)."""
+    """Every MoE row: skipped with its reason, or measured, predicted, error, fit in HBM; then the summary."""
     start = time.perf_counter()
     with RUNS.open() as f:
         rows = [row for row in csv.DictReader(f) if row["experts"] and int(row["experts"]) > 0]
@@ -382,11 +381,9 @@ def main() -> None:
             print(f"skip {row['source_id']:34s} phazec refuses the plan: {err}")
             continue
         split = "calibration" if run.row_id in CALIBRATION else "held-out"
-        split = "a2a overlap" if run.row_id in A2A_OVERLAP else split
         error = report.time_per_batch_s / run.measured_s - 1
         errors.setdefault(split, []).append(abs(error))
-        if split == "held-out":
-            by_framework.setdefault(framework(run.row_id), []).append(abs(error))
+        by_framework.setdefault(framework(run.row_id), []).append(abs(error))
         b = report.breakdown
         modules = [
             m
@@ -394,7 +391,7 @@ def main() -> None:
             if run.row_id in rows
         ]
         notes = [
-            *(["timed without the recipe's all-to-all overlap"] if run.row_id in A2A_OVERLAP else []),
+            *(["the recipe's all-to-all overlap"] if run.row_id in A2A_OVERLAP else []),
             *([f"recompute read: {run.recompute}"] if run.row_id in RECOMPUTE_READ else []),
             *([f"the recipe's recompute: {', '.join(modules)}"] if modules else []),
             *(["1 MTP module"] if run.row_id in MTP_ROWS else []),
@@ -407,7 +404,7 @@ def main() -> None:
     print("\nmean and max absolute error per split:")
     for split, values in sorted(errors.items()):
         print(f"  {split:11s} {len(values):3d} rows: mean {np.mean(values):6.1%}, max {np.max(values):6.1%}")
-    print("held-out rows by the framework that ran them:")
+    print("by the framework that ran them:")
     for name, values in sorted(by_framework.items()):
         mean, worst = np.mean(values), np.max(values)
         print(f"  {name:28s} {len(values):3d} rows: mean {mean:6.1%}, max {worst:6.1%}")

@@ -81,6 +81,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
+    check_all_to_all_overlap(train.fixed, "train")
+    check_all_to_all_overlap(plan.training, "plan")
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     host_s = system.host_link_bytes_per_s
     check_offload(
@@ -236,6 +238,20 @@ def check_selective_modules(
                 f"{group}.recompute={'[selective]' if group == 'train' else 'selective'}, or "
                 f"{group}.{knob}=false."
             )
+
+
+def check_all_to_all_overlap(training: Training, group: str) -> None:
+    """`<group>.overlap_moe_expert_parallel_comm` overlaps the expert-parallel all-to-alls: it needs some.
+
+    Raises:
+        PhazecError: it is on at ep 1.
+    """
+    if training.overlap_moe_expert_parallel_comm and training.ep == 1:
+        raise PhazecError(
+            f"{group}.overlap_moe_expert_parallel_comm=true overlaps the expert-parallel all-to-alls with "
+            f"computation, but {group}.ep=1 sends none: set {group}.ep above 1 on a Mixture-of-Experts "
+            f"model, or {group}.overlap_moe_expert_parallel_comm=false."
+        )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

@@ -22,7 +22,7 @@ from phazec.cost.model import LatencyModel, OpCosts
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.system import System
-from phazec.ir.core import Graph, LayerKind, Model
+from phazec.ir.core import Graph, LayerClass, LayerKind, Model
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes, op_checkpoint, selective_ops
 from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
 from phazec.predict.megatron import check_runs
@@ -165,6 +165,11 @@ class Evaluator:
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
                 if cls.backward is not None and costs.backward is not None:
                     per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
+                if training.overlap_moe_expert_parallel_comm:
+                    forward_a2a_s, backward_a2a_s = all_to_all_s(cls, costs)
+                    per_class[:, 0, c], per_class[:, 1, c], _ = overlapped(
+                        per_class[:, 0, c], per_class[:, 1, c], forward_a2a_s, backward_a2a_s
+                    )
             layer_class = np.array([layer.cls for layer in model.layers])
             out[t] = per_class[:, :, layer_class]
         return out
@@ -485,6 +490,43 @@ def attention_core_s(
     for i in selective_ops(graph, seq_len, modules):
         total = total + forward.all_cores_s[i]
     return total
+
+
+def all_to_all_s(cls: LayerClass, costs: ClassCosts) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per design: the latency of a layer's expert-parallel all-to-alls (`AllToAll` ops) in its forward
+    and in its backward pass, summed."""
+    sums = []
+    for graph, op_costs in ((cls.graph, costs.forward), (cls.backward, costs.backward)):
+        total = np.zeros(costs.forward.all_cores_s.shape[1])
+        if graph is not None and op_costs is not None:
+            for i, op in enumerate(graph.ops):
+                if op.op_type == "AllToAll":
+                    total = total + op_costs.all_cores_s[i]
+        sums.append(total)
+    return sums[0], sums[1]
+
+
+def overlapped(
+    forward_s: NDArray[np.float64],
+    backward_s: NDArray[np.float64],
+    forward_a2a_s: NDArray[np.float64],
+    backward_a2a_s: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """A layer's forward and backward latency with its all-to-alls overlapped with another microbatch's
+    computation (`Training.overlap_moe_expert_parallel_comm`), and what is left exposed of them: the
+    forward pass's computation, F_c = F - F_a, runs beside the other microbatch's backward all-to-alls,
+    B_a, and the backward pass's, B_c = B - B_a, beside the forward ones, F_a: max(F_c, B_a) and
+    max(B_c, F_a), leaving max(B_a - F_c, 0) + max(F_a - B_c, 0) of the all-to-alls. Their sum lies
+    between max(F_c + B_c, F_a + B_a), every all-to-all hidden, and F + B, none; each grows with its own
+    pass's latency alone, so lower bounds on F and B give lower bounds. A layer without all-to-alls is
+    unchanged."""
+    forward_compute_s = np.maximum(forward_s - forward_a2a_s, 0.0)
+    backward_compute_s = np.maximum(backward_s - backward_a2a_s, 0.0)
+    exposed_s = np.maximum(backward_a2a_s - forward_compute_s, 0.0) + np.maximum(
+        forward_a2a_s - backward_compute_s, 0.0
+    )
+    forward = np.maximum(forward_compute_s, backward_a2a_s)
+    return forward, np.maximum(backward_compute_s, forward_a2a_s), exposed_s
 
 
 def op_recompute_s(forward: Graph, backward: Graph, costs: OpCosts) -> NDArray[np.float64]:

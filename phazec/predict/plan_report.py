@@ -21,10 +21,11 @@ import numpy as np
 from phazec.errors import PhazecError
 from phazec.hw.designs import Designs
 from phazec.hw.validation import NO_VALIDATION, Band, band_record
-from phazec.ir.core import LayerKind, Model, OpKind
+from phazec.ir.core import LayerClass, LayerKind, Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.memory import op_checkpoint, selective_ops
-from phazec.predict.evaluator import Candidate, Evaluator
+from phazec.predict.evaluator import Candidate, Evaluator, all_to_all_s, overlapped
+from phazec.predict.layer_costs import ClassCosts
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, chunks_fit, explain_plan
 from phazec.solvers.placement.problem import Placement, Stages, Variant
@@ -338,6 +339,8 @@ def layer_figures(
                 totals[direction] += flops(op, graph, microbatch)
                 if op.kind is OpKind.COLLECTIVE:
                     comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
+        if training.overlap_moe_expert_parallel_comm and comm_s["AllToAll"] > 0:
+            comm_s["AllToAll"] = exposed_all_to_all_s(evaluator, designs, cls, costs)
         graph = cls.graph
         again_selective = selective_ops(graph, model.seq_len, training.selective_modules)
         core = sum(flops(graph.ops[i], graph, microbatch) for i in again_selective)
@@ -347,6 +350,15 @@ def layer_figures(
             LayerFigures(comm_s["AllReduce"], comm_s["AllToAll"], totals[0], totals[1], core, repeated)
         )
     return [per_class[layer.cls] for layer in model.layers]
+
+
+def exposed_all_to_all_s(evaluator: Evaluator, designs: Designs, cls: LayerClass, costs: ClassCosts) -> float:
+    """What a layer's all-to-alls add on the design when another microbatch's computation hides them
+    (`overlapped`)."""
+    assert cls.backward is not None and costs.backward is not None  # the layer has all-to-alls
+    forward_s = evaluator.schedules_s(cls.graph, costs.forward, designs)
+    backward_s = evaluator.schedules_s(cls.backward, costs.backward, designs)
+    return float(overlapped(forward_s, backward_s, *all_to_all_s(cls, costs))[2][0])
 
 
 def breakdown(figures: PlanFigures, stages: Stages, layers: list[LayerFigures]) -> Breakdown:

@@ -160,6 +160,13 @@ class Training:
     """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
     devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
     experts / ep experts per device. It must divide the experts and every stage's devices (tp x dp)."""
+    overlap_moe_expert_parallel_comm: bool = knob(False)
+    """Overlap a MoE layer's expert-parallel all-to-alls with another microbatch's computation
+    (Megatron-Core's `overlap_moe_expert_parallel_comm`, Megatron-Bridge's `moe_a2a_overlap`; DeepSeek's
+    DualPipe overlaps the same way): one microbatch's forward pass runs beside another's backward
+    all-to-alls, and its backward pass beside the forward all-to-alls, so a layer's forward takes
+    max(F - F_a, B_a) and its backward max(B - B_a, F_a), F_a and B_a their all-to-alls
+    (`phazec.predict.evaluator.overlapped`). Needs ep > 1."""
     fused_cross_entropy: bool = knob(False)
     """The loss as Transformer Engine's fused cross entropy computes it (Megatron-Core's
     `cross_entropy_fusion_impl="te"`, set by Megatron-Bridge's performance recipes): it reads the
