@@ -214,7 +214,7 @@ def dense_mlp(forward: Graph) -> Rerun:
                 pending.extend(activations(producer))
     if len(region & products) < 2:
         return NO_RERUN
-    region |= _pre_norm(forward, region, products - {down})
+    region |= _pre_norm(forward, region, products - {down}, index, producers)
     # The down projection's own outputs (a dropout fused into it writes its mask) are kept: its backward
     # pass reads its input, and whatever follows it in the layer is outside the MLP.
     written = frozenset(o for i in region - {down} for o in ops[i].outputs if o)
@@ -225,15 +225,17 @@ NORM_TYPES = frozenset({"LayerNormalization", RMS_NORM})
 """Normalisations exported (or fused, `phazec.passes.norm_rope`) as one op."""
 
 
-def _pre_norm(forward: Graph, region: set[int], up: set[int]) -> set[int]:
+def _pre_norm(
+    forward: Graph, region: set[int], up: set[int], index: dict[str, int], producers: dict[str, Op]
+) -> set[int]:
     """The ops of the normalisation before an MLP whose `region` of ops is found, `up` its up and gate
     projections: the norm op whose output reaches those projections, through views, and nothing else.
     Transformer Engine fuses that norm into the first linear layer (`LayerNormLinear`), so Megatron-Core
     reruns it with the MLP and keeps its input, not its output; none when the norm is written out step by
-    step (`fuse_norm_rope` off) or another op reads its output."""
+    step (`fuse_norm_rope` off) or another op reads its output. `index` and `producers` are the graph's
+    op positions by name and ops by output (`dense_mlp` has them)."""
     ops = forward.ops
-    index = {op.name: i for i, op in enumerate(ops)}
-    producers, consumers = forward.producers(), forward.consumers()
+    consumers = forward.consumers()
     found: set[int] = set()
     for read in {op_input for i in up for op_input in ops[i].inputs[:1]}:
         chain: set[int] = set()
