@@ -23,7 +23,8 @@ domains, as there). A row whose blocks split unevenly runs the pipeline layout i
 Megatron-Bridge recipe sets (`LAYOUTS`). A row at tp > 1 runs with sequence parallelism where the csv
 says it ran with it (Megatron-Core's MoE layers need it). DeepSeek-V3 rows that train a
 multi-token-prediction module run with it (`MTP_ROWS`), and rows whose recipe overlaps the
-expert-parallel all-to-all with compute with that overlap (`A2A_OVERLAP`). Rows phazec cannot express
+expert-parallel all-to-all with compute with that overlap (`A2A_OVERLAP`); rows that ran DeepEP or
+HybridEP deduplicate their tokens (`FLEX_DISPATCHER`). Rows phazec cannot express
 yet are listed with the reason: the H800 has no preset; some uneven splits are not stated (`UNTIMED`).
 """
 
@@ -186,6 +187,31 @@ Megatron-Bridge row's recipe sets it false or leaves it at its default, false): 
 `plan.overlap_moe_expert_parallel_comm=true`."""
 
 
+FLEX_DISPATCHER = {
+    "MB2604-DSV3-GB200-256-MXFP8": "HybridEP: DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V2 (v0.4.2)",
+    "MB2604-DSV3-B200-256-MXFP8": "DeepEP: DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (v0.4.2)",
+    "MB2604-DSV3-GB300-256-MXFP8": "HybridEP: DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V2 (v0.4.2)",
+    "MB2511-DSV3-GB200-256-BF16": "HybridEP: DEEPSEEK_V3_GB200_BASE_CONFIG (v0.2.x)",
+    "MB2604-KIMIK2-GB300-256-MXFP8": "HybridEP: KIMI_K2_PRETRAIN_CONFIG_GB300 (v0.4.2)",
+    "MB2604-Q30B-GB200-8-MXFP8": "HybridEP: QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1 (v0.4.2)",
+    "MB2604-Q30B-B200-8-MXFP8": "HybridEP: QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1 (v0.4.2)",
+    "MB2604-Q30B-H100-16-FP8": "HybridEP: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (v0.4.2)",
+    "MB2511-Q235B-GB200-256-BF16": "HybridEP: QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG (v0.2.x)",
+    "AM-OSS20B-H100-8-BF16": "DeepEP: gptoss_20b_te_deepep.yaml",
+    "AM-OSS120B-H100-64-BF16": "DeepEP: gptoss_120b_te_deepep.yaml",
+}
+"""Rows whose run deduplicated its tokens (`plan.moe_token_dispatcher=flex`): Megatron-Core's flex
+dispatcher with the backend its release's recipe names (NVIDIA-NeMo/Megatron-Bridge `scripts/performance/
+configs/<family>/*workload_base_configs.py`, `moe_flex_dispatcher_backend`, which
+`apply_flex_dispatcher_backend` turns into `moe_token_dispatcher_type="flex"`; the 25.11 rows at the
+r0.2.0 branch, which published that table in v0.2.1), and NeMo Automodel's DeepEP configs
+(`examples/benchmark/configs/*_te_deepep.yaml`, `backend.enable_deepep: true`). Every other row sent each
+token copy: Megatron-Bridge's providers default to `alltoall` and those recipes name no backend (the
+26.04.01 GPT-OSS GB200 recipe dropped HybridEP on 2026-04-30, before that table), torchtitan's expert
+parallelism at the table's commit is its own NCCL all-to-all, and SimuMax's runs pass
+`--moe-token-dispatcher-type alltoall`."""
+
+
 def stage_layout(layout: str, pp: int) -> tuple[int, ...]:
     """Blocks per stage of a Megatron-Core pipeline layout: its virtual stages, expanded, go round the
     pp stages in turn (virtual stage j on stage j mod pp, as interleaved 1F1B places model chunks)."""
@@ -345,6 +371,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.recompute_mlp={run.row_id in MLP_RECOMPUTE}",
                 f"plan.overlap_moe_expert_parallel_comm={run.row_id in A2A_OVERLAP}",
+                f"plan.moe_token_dispatcher={'flex' if run.row_id in FLEX_DISPATCHER else 'alltoall'}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
                 f"plan.sequence_parallel={str(run.sequence_parallel).lower()}",
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
@@ -391,6 +418,7 @@ def main() -> None:
             if run.row_id in rows
         ]
         notes = [
+            *([FLEX_DISPATCHER[run.row_id].split(":")[0]] if run.row_id in FLEX_DISPATCHER else []),
             *(["the recipe's all-to-all overlap"] if run.row_id in A2A_OVERLAP else []),
             *([f"recompute read: {run.recompute}"] if run.row_id in RECOMPUTE_READ else []),
             *([f"the recipe's recompute: {', '.join(modules)}"] if modules else []),

@@ -81,8 +81,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
-    check_all_to_all_overlap(train.fixed, "train")
-    check_all_to_all_overlap(plan.training, "plan")
+    check_all_to_all_knobs(train.fixed, "train")
+    check_all_to_all_knobs(plan.training, "plan")
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     host_s = system.host_link_bytes_per_s
     check_offload(
@@ -240,18 +240,26 @@ def check_selective_modules(
             )
 
 
-def check_all_to_all_overlap(training: Training, group: str) -> None:
-    """`<group>.overlap_moe_expert_parallel_comm` overlaps the expert-parallel all-to-alls: it needs some.
+def check_all_to_all_knobs(training: Training, group: str) -> None:
+    """`<group>.overlap_moe_expert_parallel_comm` and `<group>.moe_token_dispatcher=flex` shape the
+    expert-parallel all-to-alls: they need some.
 
     Raises:
-        PhazecError: it is on at ep 1.
+        PhazecError: either is set at ep 1.
     """
-    if training.overlap_moe_expert_parallel_comm and training.ep == 1:
-        raise PhazecError(
-            f"{group}.overlap_moe_expert_parallel_comm=true overlaps the expert-parallel all-to-alls with "
-            f"computation, but {group}.ep=1 sends none: set {group}.ep above 1 on a Mixture-of-Experts "
-            f"model, or {group}.overlap_moe_expert_parallel_comm=false."
-        )
+    if training.ep > 1:
+        return
+    if training.overlap_moe_expert_parallel_comm:
+        setting, what, off = "overlap_moe_expert_parallel_comm=true", "overlaps", "=false"
+    elif training.deduplicates_tokens:
+        setting, what, off = "moe_token_dispatcher=flex", "deduplicates the tokens of", "=alltoall"
+    else:
+        return
+    name = setting.split("=")[0]
+    raise PhazecError(
+        f"{group}.{setting} {what} the expert-parallel all-to-alls, but {group}.ep=1 sends none: set "
+        f"{group}.ep above 1 on a Mixture-of-Experts model, or {group}.{name}{off}."
+    )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

@@ -16,6 +16,7 @@ from phazec.cost.ops import OpKind, OpTable
 from phazec.cost.tiled import WORD_BYTES, gemm_traffic
 from phazec.hw.designs import Designs
 from phazec.hw.energy import CORE_BUFFER_BYTE_J, GLB_BYTE_J, HBM_BYTE_J, LINK_BYTE_J, MAC_J, VECTOR_OP_J
+from phazec.hw.system import System
 
 F64 = NDArray[np.float64]
 
@@ -23,7 +24,7 @@ ENERGY_PARTS = ("compute", "buffers", "hbm", "network")
 """Where energy goes: MACs and vector-lane cycles; per-core and global buffers; HBM; off-chip links."""
 
 
-def op_energy_parts_j(ops: OpTable, designs: Designs) -> dict[str, F64]:
+def op_energy_parts_j(ops: OpTable, designs: Designs, system: System) -> dict[str, F64]:
     """Energy in joules of each operator of `ops` on each design, [ops, designs], split into
     ENERGY_PARTS (their sum is `op_energy_j`)."""
     shape = (len(ops), len(designs))
@@ -34,7 +35,7 @@ def op_energy_parts_j(ops: OpTable, designs: Designs) -> dict[str, F64]:
         ).copy(),
         "buffers": np.broadcast_to(vector_bytes * (CORE_BUFFER_BYTE_J + GLB_BYTE_J), shape).copy(),
         "hbm": np.broadcast_to(vector_bytes * HBM_BYTE_J, shape).copy(),
-        "network": np.broadcast_to((sent_bytes(ops) * LINK_BYTE_J)[:, None], shape).copy(),
+        "network": np.broadcast_to((sent_bytes(ops, system) * LINK_BYTE_J)[:, None], shape).copy(),
     }
     rows = np.flatnonzero(np.isin(ops.kind, (OpKind.GEMM, OpKind.FUSED, OpKind.ATTENTION)))
     if rows.size:
@@ -48,8 +49,8 @@ def op_energy_parts_j(ops: OpTable, designs: Designs) -> dict[str, F64]:
     return parts
 
 
-def op_energy_j(ops: OpTable, designs: Designs) -> F64:
+def op_energy_j(ops: OpTable, designs: Designs, system: System) -> F64:
     """Energy in joules of each operator of `ops` on each design, [ops, designs]."""
-    parts = op_energy_parts_j(ops, designs)
+    parts = op_energy_parts_j(ops, designs, system)
     total: F64 = sum((parts[name] for name in ENERGY_PARTS), np.zeros((len(ops), len(designs))))
     return total

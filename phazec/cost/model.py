@@ -155,7 +155,7 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
     ring_s = ring_latency_s(ops, system)[:, None]
     # A context-parallel attention kernel computes while its ring passes the next key and value blocks.
     single_core_s, all_cores_s = np.maximum(single_core_s, ring_s), np.maximum(all_cores_s, ring_s)
-    return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs), hbm_s)
+    return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs, system), hbm_s)
 
 
 def design_op_costs(ops: OpTable, design: Designs, system: System, model: LatencyModel) -> OpCosts:

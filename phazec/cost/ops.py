@@ -177,6 +177,17 @@ class OpWork:
     """Bytes each device contributes to an all-reduce or an all-to-all, or sends point to point."""
     group_size: int = 1
     """Devices taking part in an all-reduce or an all-to-all."""
+    routed_experts: int = 0
+    """An expert-parallel all-to-all under a deduplicating dispatcher (DeepEP, HybridEP): the routed
+    experts its `top_k` token copies go to, which sends each token once to each device, and once to
+    each node, holding one of its experts (`phazec.cost.network.tier_bytes`); 0: every copy is sent
+    (Megatron-Core's all-to-all dispatcher)."""
+    top_k: int = 0
+    """Experts each token goes to (with `routed_experts`)."""
+    expert_groups: int = 1
+    """Groups of consecutive experts the router limits each token to (with `routed_experts`)."""
+    group_top_k: int = 1
+    """Groups each token's experts are chosen from (with `routed_experts`)."""
     low_precision: bool = False
     """A GEMM in FP8 or MXFP8 (`precision`): at the chip's FP8 rate, its operands one byte each."""
     quantize_bytes: float = 0
@@ -206,6 +217,10 @@ class OpTable:
     bytes_written: NDArray[np.float64]
     collective_bytes: NDArray[np.float64]
     group_size: NDArray[np.int64]
+    routed_experts: NDArray[np.int64]
+    top_k: NDArray[np.int64]
+    expert_groups: NDArray[np.int64]
+    group_top_k: NDArray[np.int64]
     low_precision: NDArray[np.bool_]
     quantize_bytes: NDArray[np.float64]
     ring_bytes: NDArray[np.float64]
@@ -249,6 +264,10 @@ _DTYPES: dict[str, type] = {
     "vector_class": np.int64,
     "backward": np.bool_,
     "group_size": np.int64,
+    "routed_experts": np.int64,
+    "top_k": np.int64,
+    "expert_groups": np.int64,
+    "group_top_k": np.int64,
     "low_precision": np.bool_,
 }
 """Column types other than float64."""

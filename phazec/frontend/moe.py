@@ -55,6 +55,7 @@ def check_expert_parallel(cfg: ModelConfig, group: str, ep: int, devices: int) -
     top_k = cfg.hf_config.get("num_experts_per_tok")
     if experts and isinstance(top_k, int):
         check_top_k(top_k, experts)
+        check_expert_groups(*expert_groups(cfg.hf_config), top_k, experts)
     if ep == 1:
         return
     if not experts:
@@ -125,6 +126,29 @@ def check_top_k(top_k: int, experts: int) -> None:
         )
 
 
+def expert_groups(config: Any) -> tuple[int, int]:
+    """(groups, groups chosen) of a router that limits each token's experts to the best `topk_group` of
+    `n_group` groups of consecutive experts (DeepSeek-V2 and V3's `n_group` and `topk_group`, which
+    Megatron-Core reads as `moe_router_num_groups` and `moe_router_group_topk`); (1, 1) for any other.
+    `config` is a Hugging Face config object or its dict."""
+    keys = ("n_group", "topk_group")
+    groups, chosen = (config.get(k) if isinstance(config, dict) else getattr(config, k, None) for k in keys)
+    if isinstance(groups, int) and isinstance(chosen, int) and groups > 1:
+        return groups, chosen
+    return 1, 1
+
+
+def check_expert_groups(groups: int, chosen: int, top_k: int, experts: int) -> None:
+    """The router's groups split the experts evenly, and the chosen ones hold at least top-k experts."""
+    if experts % groups or not 0 < chosen <= groups or top_k > chosen * (experts // groups):
+        raise PhazecError(
+            f"model.hf_config.n_group={groups} and topk_group={chosen} are not valid for {experts} experts "
+            f"and num_experts_per_tok={top_k}: n_group must divide the experts, topk_group lie in "
+            f"1..n_group, and the topk_group groups chosen hold at least num_experts_per_tok experts "
+            f"(topk_group x experts / n_group >= {top_k})."
+        )
+
+
 def expert_modules(model: Any) -> list[tuple[str, Any]]:
     """(name, module) of every expert module of a Hugging Face model: stacked expert weights
     ([experts, ...]) behind the `use_experts_implementation` interface (`stacked_experts`), or a Llama 4
@@ -175,6 +199,8 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     experts = int(found[0][1].num_experts)
     top_k = int(config.num_experts_per_tok)
     check_top_k(top_k, experts)
+    groups, chosen = expert_groups(config)
+    check_expert_groups(groups, chosen, top_k, experts)
     moe = cfg.moe
     dropping = moe.capacity_factor is not None
     factor = float(moe.capacity_factor) if moe.capacity_factor is not None else float(moe.imbalance)
@@ -192,6 +218,8 @@ def routing_of(model: Any, cfg: ModelConfig) -> Routing | None:
     return Routing(
         experts=experts,
         top_k=top_k,
+        expert_groups=groups,
+        group_top_k=chosen,
         tokens_per_expert=int(per_sample),
         factor=factor,
         dropping=dropping,

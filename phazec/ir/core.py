@@ -289,6 +289,10 @@ class Routing:
     at it; or, with `dropping`, the capacity factor: each expert processes exactly that share."""
     dropping: bool = False
     """Tokens beyond the capacity are dropped (`model.moe.capacity_factor` set)."""
+    expert_groups: int = 1
+    """Groups of consecutive experts the router limits each token to (DeepSeek's `n_group`; 1: none)."""
+    group_top_k: int = 1
+    """Groups each token's experts are chosen from (DeepSeek's `topk_group`)."""
     expert_parameters: tuple[str, ...] = ()
     """The experts' stacked weights ([experts, ...]), every MoE layer's: what expert parallelism splits."""
     expert_parameter_count: int = 0

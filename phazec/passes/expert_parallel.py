@@ -7,7 +7,9 @@ each device holds E/ep experts: the permuted tokens go through an all-to-all (th
 leaves each device [E/ep, C ep, h], the tokens of its own experts from every device of the group; the
 expert GEMMs run on those (E/ep products of C ep rows instead of E of C: the same FLOPs under
 balanced routing) and their output goes back through a second all-to-all (the combine) to [E, C, h]
-before the unpermute. The experts' weights on each device are 1/ep of them, and so are their
+before the unpermute. Each all-to-all carries the routing it serves (experts, top-k and the
+router's expert groups), which a deduplicating dispatcher's price reads
+(`phazec.cost.network.tier_bytes`). The experts' weights on each device are 1/ep of them, and so are their
 gradients and optimizer state (the memory pass counts the per-device graph). The backward pass runs
 the two all-to-alls again, in reverse (the autodiff pass derives them).
 
@@ -108,7 +110,13 @@ def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> 
     }
     for name, out in combined.items():
         tensors[out] = replace(graph.tensors[name], name=out)
-    group: dict[str, AttrValue] = {"group": width}
+    group: dict[str, AttrValue] = {
+        "group": width,
+        "experts": experts,
+        "top_k": routing.top_k,
+        "expert_groups": routing.expert_groups,
+        "group_top_k": routing.group_top_k,
+    }
     ops: list[Op] = []
     pending = list(sent)
     for op in graph.ops:

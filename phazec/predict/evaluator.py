@@ -140,6 +140,7 @@ class Evaluator:
             sequence_parallel=training.sequence_parallel,
             low_precision=low_precision_class(model, cls, training.precision),
             context_parallel=training.cp,
+            deduplicated=training.deduplicates_tokens,
         )
         self.timings.cost_s += time.perf_counter() - start
         return costs

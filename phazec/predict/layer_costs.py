@@ -153,6 +153,9 @@ class Split:
     context_parallel: int = 1
     ring_group: int = 1
     """Devices of a flash kernel's context-parallel ring: the stage's tensor- and context-parallel ones."""
+    deduplicated: bool = False
+    """The expert-parallel all-to-alls send each token once per device and node holding one of its
+    experts (`Training.moe_token_dispatcher` flex; `phazec.cost.network.tier_bytes`)."""
 
 
 def class_split(
@@ -163,9 +166,10 @@ def class_split(
     sequence_parallel: bool = False,
     low_precision: bool = False,
     context_parallel: int = 1,
+    deduplicated: bool = False,
 ) -> Split:
     """The `Split` of a class's forward or backward operators under a plan's sequence parallelism,
-    precision and context-parallel width."""
+    precision, context-parallel width and token dispatcher."""
     return Split(
         microbatch,
         backward,
@@ -173,6 +177,7 @@ def class_split(
         low_precision,
         context_parallel,
         cls.tp_width * context_parallel,
+        deduplicated,
     )
 
 
@@ -205,6 +210,9 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
             keys_values = sum(nbytes(t) for t in op.inputs[FLASH_KEYS_VALUES[op.op_type]])
             ring = {"ring_bytes": keys_values * (2 if backward else 1), "ring_steps": cp - 1}
             work = OpWork(**{**work.__dict__, **ring, "group_size": split.ring_group})
+    if split.deduplicated and work.kind == CostKind.ALL_TO_ALL:
+        routed = {key: op.attrs[key] for key in ("top_k", "expert_groups", "group_top_k")}
+        work = OpWork(**{**work.__dict__, **routed, "routed_experts": op.attrs["experts"]})
     low = split.low_precision and low_precision_gemm(op, graph)
     quantize = 0.0
     if low and reads_weight(op, graph):
@@ -312,14 +320,23 @@ def class_costs(
     sequence_parallel: bool = False,
     low_precision: bool = False,
     context_parallel: int = 1,
+    deduplicated: bool = False,
 ) -> ClassCosts:
     """Price the forward and backward operators of one class on every design (vectorised); with
     sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work;
     in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8; under context
-    parallelism its per-sample work is split cp ways (`op_work`)."""
+    parallelism its per-sample work is split cp ways; under a deduplicating token dispatcher its
+    all-to-alls send each token once per device and node holding one of its experts (`op_work`)."""
     overlap = designs.device.tp_comm_overlap
-    options = {"sequence_parallel": sequence_parallel, "low_precision": low_precision}
-    split = class_split(cls, microbatch, False, **options, context_parallel=context_parallel)
+    split = class_split(
+        cls,
+        microbatch,
+        False,
+        sequence_parallel=sequence_parallel,
+        low_precision=low_precision,
+        context_parallel=context_parallel,
+        deduplicated=deduplicated,
+    )
     forward = op_costs(op_table(cls.graph, split), designs, system, model)
     forward = overlap_collectives(cls.graph, forward) if overlap else forward
     if cls.backward is None:

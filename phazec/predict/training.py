@@ -31,6 +31,8 @@ PRECISIONS = ("bf16", "fp8", "mxfp8")
 """Values of the `precision` knob."""
 ZERO_STAGES = (0, 1, 2, 3)
 """Values of the `zero_stage` knob."""
+TOKEN_DISPATCHERS = ("alltoall", "flex")
+"""Values of the `moe_token_dispatcher` knob."""
 SELECTIVE_KNOBS = {"recompute_mla_up_proj": "mla_up_proj", "recompute_mlp": "mlp"}
 """Each knob that adds one of `phazec.passes.memory.SELECTIVE_MODULES` to selective recompute, and its
 module (`Training.selective_modules`)."""
@@ -167,6 +169,12 @@ class Training:
     all-to-alls, and its backward pass beside the forward all-to-alls, so a layer's forward takes
     max(F - F_a, B_a) and its backward max(B - B_a, F_a), F_a and B_a their all-to-alls
     (`phazec.predict.evaluator.overlapped`). Needs ep > 1."""
+    moe_token_dispatcher: str = knob("alltoall", choices=TOKEN_DISPATCHERS)
+    """How the expert-parallel all-to-alls send a MoE layer's tokens (Megatron-Core's
+    `moe_token_dispatcher_type`): `alltoall` sends each token once per expert it goes to (Megatron-Core's
+    all-to-all dispatcher, its default); `flex` once per device holding one of its experts, and across
+    the scale-out network once per node, the node forwarding it over NVLink (`flex` with DeepEP or
+    HybridEP, `moe_flex_dispatcher_backend`; `phazec.cost.network.tier_bytes`). Needs ep > 1."""
     fused_cross_entropy: bool = knob(False)
     """The loss as Transformer Engine's fused cross entropy computes it (Megatron-Core's
     `cross_entropy_fusion_impl="te"`, set by Megatron-Bridge's performance recipes): it reads the
@@ -195,6 +203,12 @@ class Training:
     copied to the host's memory after their forward pass and back before their backward pass, each copy
     overlapped with the next block's pass (`phazec.predict.offload`). At most the blocks less 2; needs a
     host link (`system.host_link_bytes_per_s`) and no recompute, as in Megatron-Core."""
+
+    @property
+    def deduplicates_tokens(self) -> bool:
+        """Whether the expert-parallel all-to-alls send each token once per device and node holding one
+        of its experts (`moe_token_dispatcher` flex)."""
+        return self.moe_token_dispatcher == "flex"
 
     @property
     def selective_modules(self) -> frozenset[str]:

@@ -141,10 +141,10 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             )
             split = class_split(
                 cls, microbatch, direction == 1, sequence_parallel=sequence_parallel, low_precision=low,
-                context_parallel=training.cp,
+                context_parallel=training.cp, deduplicated=training.deduplicates_tokens,
             )  # fmt: skip
             table = op_table(graph, split)
-            parts = op_energy_parts_j(table, design)
+            parts = op_energy_parts_j(table, design, evaluator.system)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())
             if direction == 0:

@@ -103,7 +103,7 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
         exchanges = np.flatnonzero(table.kind == CostKind.ALL_TO_ALL)
         assert len(exchanges) == 2
         assert table.collective_bytes[exchanges].tolist() == [32.0, 32.0]
-        assert sent_bytes(table)[exchanges].tolist() == [16.0, 16.0]
+        assert sent_bytes(table, system)[exchanges].tolist() == [16.0, 16.0]
         seconds = op_costs(table, designs, system, MODELS["tiled"]).all_cores_s[exchanges, 0]
         assert seconds.tolist() == [1.75, 1.75]
     gemms = [op for op in graph.ops if op.op_type == "MatMul"]

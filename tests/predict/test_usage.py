@@ -13,6 +13,7 @@ from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.hw.designs import KNOBS, Designs
 from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.hw.system import NetworkTier, System
 from phazec.predict.usage import LayerWork, PlanWork, busy_core_s, plan_usage
 from phazec.search.strategies.wham import critical_ops, neighbours
 from phazec.solvers.placement.problem import Placement, Stage
@@ -32,6 +33,10 @@ def _design(num_tc: int = 1) -> Designs:
     )  # fmt: skip
 
 
+QUAD = System("quad", 4, 4, (80e9,), (NetworkTier(4, 1e9, 0.0, 0.0),))
+"""Four devices on one tier: what each sends does not depend on its figures."""
+
+
 def test_energy_parts_by_hand() -> None:
     vector = OpWork(
         OpKind.VECTOR, VectorClass.DIVIDE, vector_elements=1000, bytes_read=2000, bytes_written=2000
@@ -39,7 +44,7 @@ def test_energy_parts_by_hand() -> None:
     gemm = OpWork(OpKind.GEMM, m=256, k=256, n=256, bytes_read=2 * 2 * 65536, bytes_written=2 * 65536)
     reduce = OpWork(OpKind.ALL_REDUCE, collective_bytes=1000, group_size=4)
     ops = OpTable.from_rows([vector, gemm, reduce])
-    parts = op_energy_parts_j(ops, _design())
+    parts = op_energy_parts_j(ops, _design(), QUAD)
     expected = {
         # 1000 elements at 10 cycles per element; 4000 bytes through both buffers and HBM.
         "compute": [1000 * 10 * PJ, 256**3 * 1.5 * PJ, 0.0],
@@ -52,7 +57,7 @@ def test_energy_parts_by_hand() -> None:
     for part in ENERGY_PARTS:
         assert parts[part][:, 0].tolist() == pytest.approx(expected[part], rel=1e-14)
     total = [sum(expected[part][i] for part in ENERGY_PARTS) for i in range(3)]
-    assert op_energy_j(ops, _design())[:, 0].tolist() == pytest.approx(total, rel=1e-14)
+    assert op_energy_j(ops, _design(), QUAD)[:, 0].tolist() == pytest.approx(total, rel=1e-14)
 
 
 def _problem(
