@@ -196,8 +196,8 @@ StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
   return tab;
 }
 
-double transfer_s(int64_t bytes, const NetworkTier& tier) {
-  return bytes == 0 ? 0.0 : static_cast<double>(bytes) / tier.bandwidth_bytes_per_s + tier.latency_s;
+double transfer_s(double bytes, const NetworkTier& tier) {
+  return bytes == 0.0 ? 0.0 : bytes / tier.bandwidth_bytes_per_s + tier.latency_s;
 }
 
 double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
@@ -302,6 +302,14 @@ struct PlanModel {
     return std::max(0.0, half_s - c.forward_s) + std::max(0.0, 2.0 * half_s - c.backward_s);
   }
 
+  /// Bytes each device of a stage sends across its cut: a tp-th of them under sequence parallelism, where
+  /// Megatron-Core's pipeline tensor is s / (cp t) tokens long (`get_tensor_shapes`), else all of them
+  /// (the cut's bytes are already a cp-th).
+  double sent_bytes(const StageCost& c) const {
+    const auto bytes = static_cast<double>(c.cut_bytes);
+    return settings.sequence_parallel ? bytes / static_cast<double>(c.devices) : bytes;
+  }
+
   /// Time per microbatch of a stage in a recompute mode at width d, its pipeline transfers on `tier`
   /// and its ZeRO-3 gathers on `shard_tiers`.
   StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier, int64_t d,
@@ -310,7 +318,7 @@ struct PlanModel {
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     if (mode == Recompute::kOp) recompute_s = c.op_s;
-    const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(c.cut_bytes, tier);
+    const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
     return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
   }
 
@@ -1048,7 +1056,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out, const PairPlans
 /// rule, or no recomputation), their recomputations add up to at least the graph's forward critical
 /// path (full), to every layer's attention cores (selective) or to every layer's unsaved ops (op).
 /// Every stage but the last sends its cut forward and receives its gradient, v times, each at least
-/// the smallest cut of the graph on the pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
+/// the smallest cut of the graph on the pipeline's tier (a t-th of it per device under sequence
+/// parallelism). The largest load is then at least the sum over s, and at least any one layer's
 /// share of it; the time is that load times the slots plus a sync and step that are never negative.
 /// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
 /// the DP would have taken, ties included.
@@ -1082,12 +1091,19 @@ struct LoadBound {
     for (std::size_t set = 1; set < all; ++set) cut_bytes = std::min(cut_bytes, lat.cut_bytes[set]);
   }
 
+  /// The fewest bytes a device sends across a cut: under sequence parallelism a t-th of the smallest
+  /// cut, as a stage of t devices sends it (a narrower one sends more).
+  double least_sent_bytes() const {
+    const auto bytes = static_cast<double>(cut_bytes);
+    return model.plan.settings.sequence_parallel ? bytes / static_cast<double>(model.tab.t) : bytes;
+  }
+
   /// The bound for s stages at width d, the pipeline's transfers on `tier`.
   double time_s(int64_t s, int64_t d, const NetworkTier& tier) const {
     const double sends_s = cut_bytes == kNone<int64_t> ? 0.0
                                                        : static_cast<double>(s - 1) * 2.0 *
                                                              static_cast<double>(model.interleave()) *
-                                                             transfer_s(cut_bytes, tier);
+                                                             transfer_s(least_sent_bytes(), tier);
     const double load_s = std::max((graph_s + sends_s) / static_cast<double>(s), layer_s);
     return load_s * model.plan.slots(s, d) * (1.0 - 1e-9);
   }

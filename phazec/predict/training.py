@@ -113,9 +113,10 @@ class Training:
     layer) or `op` (torchtitan's op-level selective activation checkpointing, `selective_ac_option =
     "op"`: every second linear layer's product and the elementwise and normalisation ops recomputed,
     `phazec.passes.memory.op_checkpoint`); in a search's list, false and true mean none and full."""
-    sequence_parallel: bool = knob(False, search=[False])
+    sequence_parallel: bool = knob(False, search=[False], core=True, layers=True)
     """Megatron's sequence parallelism: activations outside the attention and MLP GEMMs split over the
-    tensor-parallel group."""
+    tensor-parallel group, and so are a stage's pipeline sends (Megatron-Core's pipeline tensor is s /
+    (cp t) tokens long under it)."""
     interleave: int = knob(1, search=[1], core=True, minimum=1)
     """Model chunks (virtual stages) per pipeline stage: Megatron's interleaved 1F1B when > 1; it must
     divide the blocks of each stage."""

@@ -76,7 +76,8 @@ struct PlacementInput {
   X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */ \
-  X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */
+  X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */ \
+  X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;

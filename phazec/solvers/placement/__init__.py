@@ -29,8 +29,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   none. The tensors crossing the cut after a stage are sent forward by it and
   their gradients received back by it; tensors of earlier stages needed further down are relayed
   across the cut too, and a layer sends each tensor once per cut (its largest edge into the later
-  stages counts). load = compute + 2 v transfer(cut bytes) (each of the v model chunks of a stage
-  sends and receives), transfer(b) = b / bandwidth + latency (0 when b = 0). Every pipeline
+  stages counts). load = compute + 2 v transfer(cut bytes / u) (each of the v model chunks of a stage
+  sends and receives), transfer(b) = b / bandwidth + latency (0 when b = 0), u the stage's devices
+  under sequence parallelism (each sends a t-th, as Megatron-Core's pipeline tensor is s / (cp t)
+  tokens long), else 1. Every pipeline
   transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
   them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
   pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.

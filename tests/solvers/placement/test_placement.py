@@ -97,6 +97,22 @@ def test_three_layer_chain_on_four_devices_by_hand() -> None:
     assert evaluate_plan(CHAIN, ROOMY, [[0, 1, 2]], 4).time_per_batch_s == pytest.approx(237.0, rel=1e-15)
 
 
+@pytest.mark.parametrize(("sequence_parallel", "time_s"), [(False, 65.0), (True, 45.0)])
+def test_sequence_parallelism_splits_the_pipeline_sends_over_the_stage_devices(
+    sequence_parallel: bool, time_s: float
+) -> None:
+    # CHAIN at t = 2, every layer tensor-parallel: [0][12] takes the 4 devices, so its cut goes on the
+    # 10 B/s tier. Each device of stage 0 sends the cut's 50 B forward and receives its gradient, 2 x
+    # 50/10 = 10 s a microbatch; under sequence parallelism a half of them, 5 s (Megatron-Core's
+    # pipeline tensor is s / t tokens long). Stage loads 1 + 2 + 10 = 13 s (8 s) and 3 + 6 = 9 s;
+    # d = 1: the largest times 4 + 2 - 1 slots, 65 s (45 s).
+    wide = replace(CHAIN, t_values=np.array([2]), tensor_parallel=np.ones((1, 3), dtype=bool))
+    variant = Variant(2, 10**6, plan_settings(sequence_parallel=sequence_parallel))
+    placement = evaluate_plan(wide, variant, [[0], [1, 2]], 1)
+    assert [stage.load_s for stage in placement.stages] == [13.0 - 5.0 * sequence_parallel, 9.0]
+    assert placement.time_per_batch_s == time_s
+
+
 def test_expert_parallelism_keeps_the_data_parallel_widths_it_tiles() -> None:
     # The same plans by hand, with the expert-parallel groups tiling each stage's d t devices (t = 1):
     # ep 2 leaves d = 2 and 4: [012] d=2 54 s, d=4 237 s; [0][12] d=2 127 s; [01][2] d=2 230 s: the

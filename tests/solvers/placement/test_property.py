@@ -146,6 +146,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
         "overlap_grad_reduce": draw(st.booleans()),
         "overlap_param_gather": draw(st.booleans()),
         "ep": draw(st.sampled_from([1, 1, 2, 4])),
+        "sequence_parallel": draw(st.booleans()),
     }
     return draw(problems(branching)), draw(st.integers(1_000, 40_000)), others
 
