@@ -48,6 +48,16 @@ DATA_TYPES = frozenset(
 )  # fmt: skip
 """Op types that move, view or index data and cost no compute."""
 
+METADATA_INPUTS: dict[str, tuple[int, ...]] = {"CastLike": (1,), "Shape": (0,), "Size": (0,)}
+"""Inputs an op reads for their type or shape alone, never their elements (CastLike's target type)."""
+
+
+def reads_elements(op: Op, name: str) -> bool:
+    """Whether `op` reads the elements of tensor `name` (not only its type or shape)."""
+    skipped = METADATA_INPUTS.get(op.op_type, ())
+    return any(i == name and k not in skipped for k, i in enumerate(op.inputs))
+
+
 VIEW_TYPES = frozenset({"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 """Data ops that only relabel their input's elements (a new shape or axis order), no selection."""
 

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind, Routing
-from phazec.ir.ops import GEMM_TYPES, VIEW_TYPES
+from phazec.ir.ops import GEMM_TYPES, VIEW_TYPES, reads_elements
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import fresh_name, per_expert_tokens, weight_of
 
@@ -80,9 +80,12 @@ def split_class(cls: LayerClass, routing: Routing, width: int) -> LayerClass:
 
 def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> Graph:
     """The graph with its expert region at E/width experts and C width tokens each, between a dispatch
-    and a combine all-to-all (module docstring). Every other [E, C, x] tensor from outside the region
-    that the region reads (the routing weights of each token copy, which Megatron-Core sends beside
-    the tokens and applies inside the experts) gets a dispatch of its own."""
+    and a combine all-to-all (module docstring); a region tensor comes back through a combine where
+    an op outside reads its elements (not where it reads its type or shape alone, as GPT-OSS's clamp
+    casts its limit like the gate's projection: `phazec.ir.ops.reads_elements`). Every other [E, C, x]
+    tensor from outside the region that the region reads (the routing weights of each token copy,
+    which Megatron-Core sends beside the tokens and applies inside the experts) gets a dispatch of its
+    own."""
     experts = routing.experts
     tokens = expert_region(graph, dispatched, experts)
     region = {op.name for op in graph.ops if tokens.intersection(op.outputs)}
@@ -106,7 +109,7 @@ def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> 
     combined = {
         name: fresh_name(tensors, f"{name}.combined")
         for name in sorted(tokens)
-        if any(name in op.inputs for op in outside) or name in graph.outputs
+        if any(reads_elements(op, name) for op in outside) or name in graph.outputs
     }
     for name, out in combined.items():
         tensors[out] = replace(graph.tensors[name], name=out)

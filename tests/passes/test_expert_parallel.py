@@ -157,6 +157,39 @@ def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> No
     assert sum(op.op_type == "AllToAll" for op in split.backward.ops) == 3  # the weights' gradient too
 
 
+def test_a_tensor_read_outside_the_experts_for_its_type_alone_is_not_combined() -> None:
+    """GPT-OSS's clamp casts its limit like the gate's projection (`CastLike(limit, u)`, as the exporter
+    writes it): an op outside the expert region that reads a region tensor for its type alone
+    (CastLike's target) or its shape brings nothing back, so ep 2 keeps one dispatch and one combine,
+    and the cast reads the device's own tensor."""
+    model = toy_model()
+    cls = model.classes[0]
+    graph = cls.graph
+    tensors = {
+        **graph.tensors,
+        "limit": Tensor("limit", (), "float32"),
+        "cast": Tensor("cast", (), "bfloat16"),
+        "shape": Tensor("shape", (3,), "int64"),
+    }
+    ops = [
+        *graph.ops[:2],
+        Op("like", "CastLike", OpKind.DATA, ("limit", "u"), ("cast",)),
+        Op("size", "Shape", OpKind.DATA, ("u",), ("shape",)),
+        *graph.ops[2:],
+    ]
+    typed = replace(graph, tensors=tensors, ops=ops, constants=["limit"])
+    model = replace(model, classes=[replace(cls, graph=typed)])
+    split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(model)[0].classes[0]
+    exchanges = [(op.inputs, op.outputs) for op in split.graph.ops if op.op_type == "AllToAll"]
+    assert exchanges == [(("p",), ("p.dispatched",)), (("o",), ("o.combined",))]
+    assert [op.inputs for op in split.graph.ops if op.op_type in ("CastLike", "Shape")] == [
+        ("limit", "u"),
+        ("u",),
+    ]
+    assert split.backward is not None
+    assert sum(op.op_type == "AllToAll" for op in split.backward.ops) == 2
+
+
 def test_expert_parallelism_needs_experts_it_divides() -> None:
     with pytest.raises(
         PhazecError,
