@@ -104,6 +104,14 @@ take) sets `mlp` alone: it runs selective recompute with `plan.recompute_mlp=tru
 attention reruns the first 3 blocks' MLPs and nothing else; and the B200 row, whose
 `DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` sets `["mla_up_proj", "mlp"]`."""
 
+NORM_AND_ACT_RECOMPUTE = frozenset({"MB2604-OSS120B-GB200-64-BF16", "MB2604-OSS120B-H100-64-BF16"})
+"""Rows whose recipe reruns each MoE block's pre-router norm and its experts' activation (Megatron-Core's
+`recompute_modules=["layernorm", "moe_act"]`, as the csv says): Megatron-Bridge v0.4.2's
+`scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py`,
+`GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2` and `GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2` (from their
+V1 configs), which `_set_recompute_overrides` turns into selective recompute; they run with
+`plan.recompute_layernorm=true plan.recompute_moe_act=true`."""
+
 MTP_ROWS = frozenset(
     {
         "MB2604-DSV3-GB200-256-MXFP8",
@@ -370,6 +378,8 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.recompute={run.recompute}", f"plan.zero_stage={run.zero_stage}",
                 f"plan.recompute_mla_up_proj={run.row_id in UP_PROJECTION_RECOMPUTE}",
                 f"plan.recompute_mlp={run.row_id in MLP_RECOMPUTE}",
+                f"plan.recompute_layernorm={run.row_id in NORM_AND_ACT_RECOMPUTE}",
+                f"plan.recompute_moe_act={run.row_id in NORM_AND_ACT_RECOMPUTE}",
                 f"plan.overlap_moe_expert_parallel_comm={run.row_id in A2A_OVERLAP}",
                 f"plan.moe_token_dispatcher={'flex' if run.row_id in FLEX_DISPATCHER else 'alltoall'}",
                 f"plan.precision={run.precision}", f"plan.cp={run.cp}",
@@ -414,7 +424,11 @@ def main() -> None:
         b = report.breakdown
         modules = [
             m
-            for m, rows in (("mla_up_proj", UP_PROJECTION_RECOMPUTE), ("mlp", MLP_RECOMPUTE))
+            for m, rows in (
+                ("mla_up_proj", UP_PROJECTION_RECOMPUTE),
+                ("mlp", MLP_RECOMPUTE),
+                ("layernorm, moe_act", NORM_AND_ACT_RECOMPUTE),
+            )
             if run.row_id in rows
         ]
         notes = [

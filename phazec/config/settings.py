@@ -28,7 +28,7 @@ from phazec.cost.model import latency_model_from_config
 from phazec.errors import PhazecError
 from phazec.frontend import check_mtp, default_cache_dir
 from phazec.frontend.config_json import model_kwargs, with_config_json
-from phazec.frontend.moe import check_expert_parallel, check_moe_tensor_parallel
+from phazec.frontend.moe import EXPERT_KEYS, check_expert_parallel, check_moe_tensor_parallel
 from phazec.frontend.schema import ModelConfig
 from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import HwSpace, check_size, hw_space_from_config
@@ -214,9 +214,10 @@ def check_selective_modules(
     model: ModelConfig, training: Training, recompute: Sequence[str], group: str
 ) -> None:
     """The modules selective recompute also reruns (`<group>.recompute_mla_up_proj`,
-    `<group>.recompute_mlp`; `Training.selective_modules`), with the recompute modes `recompute` tried:
-    each needs selective recompute among them, and the up-projections a model with multi-head latent
-    attention (a Hugging Face config with a `kv_lora_rank`).
+    `<group>.recompute_mlp`, `<group>.recompute_layernorm`, `<group>.recompute_moe_act`;
+    `Training.selective_modules`), with the recompute modes `recompute` tried: each needs selective
+    recompute among them, the up-projections a model with multi-head latent attention (a Hugging Face
+    config with a `kv_lora_rank`), and the norm and the experts' activation a model with routed experts.
 
     Raises:
         PhazecError: a module is on without either.
@@ -230,6 +231,17 @@ def check_selective_modules(
                 f"{name} recomputes multi-head latent attention's up-projections, but model {model.name!r} "
                 "has none (its model.hf_config has no kv_lora_rank, as DeepSeek-V2, DeepSeek-V3 and Kimi K2 "
                 f"have): set {group}.{knob}=false."
+            )
+        if module in ("layernorm", "moe_act") and not (
+            model.source == "hf" and any(k in model.hf_config for k in EXPERT_KEYS)
+        ):
+            what = (
+                "normalisation before its router" if module == "layernorm" else "routed experts' activation"
+            )
+            raise PhazecError(
+                f"{name} reruns a Mixture-of-Experts block's {what}, "
+                f"but model {model.name!r} has no routed experts (its model.hf_config names none of "
+                f"{list(EXPERT_KEYS)}): set {group}.{knob}=false."
             )
         if "selective" not in recompute:
             modes = list(recompute) if group == "train" else recompute[0]

@@ -173,6 +173,25 @@ class Edge:
 
 
 @dataclass(frozen=True, slots=True)
+class RerunBytes:
+    """The stash per sample that one module of selective recompute writes on a layer, which it drops and
+    rebuilds in the backward pass (`phazec.passes.memory.rerun_of`)."""
+
+    module: str
+    """Megatron-Core's name of the module (`phazec.passes.memory.SELECTIVE_MODULES`)."""
+    per_sample_bytes: int = 0
+    """Its stash per sample."""
+    replicated_per_sample_bytes: int = 0
+    """Of that, the tensors tensor parallelism leaves whole (a normalisation's output), which sequence
+    parallelism splits."""
+    fp8_per_sample_bytes: int = 0
+    """How `per_sample_bytes` change when the layer's linear layers run in FP8 (signed, the part of
+    `LayerMemory.fp8_per_sample_bytes` that falls on them)."""
+    fp8_replicated_per_sample_bytes: int = 0
+    """The part of that change that falls on the replicated ones."""
+
+
+@dataclass(frozen=True, slots=True)
 class LayerMemory:
     """Bytes one layer occupies on one device; activations split into fixed and per-sample parts."""
 
@@ -198,22 +217,9 @@ class LayerMemory:
     core_per_sample_bytes: int = 0
     """Stash per sample of the attention core (tensors of score shape [b, a, seq, seq]): what selective
     recompute drops."""
-    up_projection_per_sample_bytes: int = 0
-    """Stash per sample written by multi-head latent attention's up-projections on their way to the
-    attention kernel (`phazec.passes.memory.up_projection`: the heads' queries, keys and values): what
-    selective recompute also drops when it recomputes them (`Training.recompute_mla_up_proj`)."""
-    mlp_per_sample_bytes: int = 0
-    """Stash per sample written by a dense block's MLP from its up projections on
-    (`phazec.passes.memory.dense_mlp`): what selective recompute also drops when it reruns the MLP
-    (`Training.recompute_mlp`)."""
-    mlp_replicated_per_sample_bytes: int = 0
-    """Of those, the ones tensor parallelism leaves whole (the normalisation's output), which sequence
-    parallelism splits."""
-    mlp_fp8_per_sample_bytes: int = 0
-    """How `mlp_per_sample_bytes` change when the layer's linear layers run in FP8 (signed, the part of
-    `fp8_per_sample_bytes` that falls on them)."""
-    mlp_fp8_replicated_per_sample_bytes: int = 0
-    """The part of that change that falls on the replicated ones."""
+    reruns: tuple[RerunBytes, ...] = ()
+    """What selective recompute also drops when it reruns each of `phazec.passes.memory.SELECTIVE_MODULES`
+    on the layer (`Training.selective_modules`), one entry per module, in that order (`rerun`)."""
     replicated_per_sample_bytes: int = 0
     """Stash per sample of tensors not split by tensor parallelism: what sequence parallelism splits."""
     checkpoint_per_sample_bytes: int = 0
@@ -236,6 +242,10 @@ class LayerMemory:
     operators' outputs that the backward pass needs."""
     op_replicated_per_sample_bytes: int = 0
     """Of those, the part on tensors not split by tensor parallelism: what sequence parallelism splits."""
+
+    def rerun(self, module: str) -> RerunBytes:
+        """What rerunning `module` drops (nothing for a module absent from `reruns`)."""
+        return next((r for r in self.reruns if r.module == module), RerunBytes(module))
 
     def stash_bytes(self, microbatch: int) -> int:
         """Activation bytes stashed for the backward pass of one microbatch (no recompute)."""

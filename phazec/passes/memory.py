@@ -29,7 +29,18 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from phazec.errors import PhazecError
-from phazec.ir.core import DTYPE_BYTES, FLOAT_DTYPES, Graph, LayerClass, LayerMemory, Model, Op, OpKind
+from phazec.ir.core import (
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
+    Graph,
+    LayerClass,
+    LayerMemory,
+    Model,
+    Op,
+    OpKind,
+    RerunBytes,
+    Tensor,
+)
 from phazec.ir.ops import FLASH_PRODUCTS, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.attention import core_ops, core_scores
 from phazec.passes.base import PassResult
@@ -83,15 +94,24 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     per_sample = [n for n in stash if cls.backward.tensors[n].batch_axis is not None]
     scores = core_scores(forward, model.seq_len)
     core = [n for n in per_sample if n in scores]
-    up = up_projection(forward, model.seq_len).written
-    up_projected = [n for n in per_sample if n in up]
-    mlp = [n for n in per_sample if n in dense_mlp(forward).written]
     replicated = {n for n in per_sample if not forward.tensors[n].tp_split}
-    mlp_replicated = [n for n in mlp if n in replicated]
     floats = [n for n in forward.inputs if forward.tensors[n].dtype in FLOAT_DTYPES]
     copies = fp8_copy_bytes(cls.backward, per_sample)
     kept = [n for n in op_checkpoint(forward, cls.backward).kept if forward.tensors[n].dtype in FLOAT_DTYPES]
     op_fixed, op_per_sample = split_bytes(forward, kept)
+    reruns = []
+    for module in SELECTIVE_MODULES:
+        written = [n for n in per_sample if n in rerun_of(module, forward, model.seq_len).written]
+        whole = [n for n in written if n in replicated]
+        reruns.append(
+            RerunBytes(
+                module,
+                per_sample_bytes=split_bytes(cls.backward, written)[1],
+                replicated_per_sample_bytes=split_bytes(cls.backward, whole)[1],
+                fp8_per_sample_bytes=sum(copies.get(n, 0) for n in written),
+                fp8_replicated_per_sample_bytes=sum(copies.get(n, 0) for n in whole),
+            )
+        )
     return LayerMemory(
         parameter_count=count,
         parameter_bytes=parameter_bytes,
@@ -103,11 +123,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         input_fixed_bytes=input_fixed,
         input_per_sample_bytes=input_per_sample,
         core_per_sample_bytes=split_bytes(cls.backward, core)[1],
-        up_projection_per_sample_bytes=split_bytes(cls.backward, up_projected)[1],
-        mlp_per_sample_bytes=split_bytes(cls.backward, mlp)[1],
-        mlp_replicated_per_sample_bytes=split_bytes(cls.backward, mlp_replicated)[1],
-        mlp_fp8_per_sample_bytes=sum(copies.get(n, 0) for n in mlp),
-        mlp_fp8_replicated_per_sample_bytes=sum(copies.get(n, 0) for n in mlp_replicated),
+        reruns=tuple(reruns),
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
@@ -126,10 +142,12 @@ UP_PROJECTION_WEIGHT = re.compile(r"(^|[./])(q_b_proj|kv_b_proj)([./]|$)")
 K2) name them: the query's from its latent (absent without a query latent) and the keys' and values'."""
 
 
-SELECTIVE_MODULES = ("mla_up_proj", "mlp")
+SELECTIVE_MODULES = ("mla_up_proj", "mlp", "layernorm", "moe_act")
 """Megatron-Core's `recompute_modules` that selective recompute can rerun beside the attention core
-(`core_attn`, always): multi-head latent attention's up-projections (`up_projection`) and a dense
-block's MLP (`dense_mlp`); `Training.selective_modules` names those a plan reruns."""
+(`core_attn`, always): multi-head latent attention's up-projections (`up_projection`), a dense block's
+MLP (`dense_mlp`), a MoE block's normalisation before its router (`moe_pre_norm`) and its routed
+experts' activation (`expert_activation`); `Training.selective_modules` names those a plan reruns
+(`rerun_of`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +158,17 @@ class Rerun:
     """Indices of the forward ops that run again, in graph order."""
     written: frozenset[str]
     """The tensors they write."""
+
+
+def rerun_of(module: str, forward: Graph, seq_len: int) -> Rerun:
+    """What rerunning `module` (one of `SELECTIVE_MODULES`) runs again on one layer's forward graph."""
+    if module == "mla_up_proj":
+        return up_projection(forward, seq_len)
+    if module == "mlp":
+        return dense_mlp(forward)
+    if module == "layernorm":
+        return moe_pre_norm(forward)
+    return expert_activation(forward)
 
 
 NO_RERUN = Rerun((), frozenset())
@@ -221,6 +250,96 @@ def dense_mlp(forward: Graph) -> Rerun:
     return Rerun(tuple(sorted(region)), written)
 
 
+def _expert_weights(forward: Graph) -> set[str]:
+    """The layer's stacked expert weights ([E, ...]: a MoE block's routed experts) and their views."""
+    stacked = {w for w in forward.weights if len(forward.tensors[w].shape) == 3}
+    for op in forward.ops:
+        if op.op_type in VIEW_TYPES and op.inputs and op.inputs[0] in stacked:
+            stacked.update(o for o in op.outputs if o)
+    return stacked
+
+
+def expert_activation(forward: Graph) -> Rerun:
+    """Megatron-Core's `moe_act` recompute module on one layer's forward graph: the routed experts'
+    activation, every op between their first products' outputs (gate and up) and their last product's
+    input (down), the routing weights' scaling included (Megatron-Core applies the weights in its
+    activation). Walking back from the down product's input through per-expert token features ([E', C,
+    f], E' the device's experts, f > 1) until the expert products; what comes from elsewhere (the
+    routing weights, one a token copy, and constants) is kept, as are the first products' outputs.
+    Empty on a layer without routed experts."""
+    experts = _expert_weights(forward)
+    ops = forward.ops
+    products = [
+        i
+        for i, op in enumerate(ops)
+        if op.kind in (OpKind.GEMM, OpKind.FUSED) and any(t in experts for t in op.inputs if t)
+    ]
+    if len(products) < 2:
+        return NO_RERUN
+    local = forward.tensors[next(t for t in ops[products[-1]].inputs if t in experts)].shape[0]
+    index = {op.name: i for i, op in enumerate(ops)}
+    producers = forward.producers()
+    region: set[int] = set()
+    pending = [t for t in ops[products[-1]].inputs if t and t not in experts]
+    while pending:
+        name = pending.pop()
+        producer = producers.get(name)
+        tensor = forward.tensors[name]
+        if producer is None or index[producer.name] in products or not _per_expert(tensor, local):
+            continue  # the routing weights ([E', C, 1]) are kept, as Megatron-Core keeps its probs
+        if index[producer.name] not in region:
+            region.add(index[producer.name])
+            pending.extend(t for t in producer.inputs if t)
+    written = frozenset(o for i in region for o in ops[i].outputs if o)
+    return Rerun(tuple(sorted(region)), written)
+
+
+def _per_expert(tensor: Tensor, experts: int) -> bool:
+    """Whether a tensor holds per-expert tokens' features, [experts, tokens, features > 1]."""
+    return (
+        len(tensor.shape) == 3
+        and tensor.shape[0] == experts
+        and tensor.batch_axis == 1
+        and tensor.shape[2] > 1
+    )
+
+
+def moe_pre_norm(forward: Graph) -> Rerun:
+    """Megatron-Core's `layernorm` recompute module on one layer's forward graph, as it runs with
+    Transformer Engine's layers: a MoE block's normalisation before its router and experts (a norm of
+    its own, `TENorm`; the block's other normalisation is fused into the first linear layer of the
+    attention, `LayerNormLinear`, where the module reruns nothing), found as the single norm op whose
+    output reaches the router's product (a GEMM reading a `ROUTER_WEIGHT`) through views and casts. Its
+    input is kept; its output and those views and casts, which the router's weight gradient reads, are
+    rebuilt. Empty on a layer without routed experts, or whose norm is written out step by step
+    (`fuse_norm_rope` off)."""
+    if not _expert_weights(forward):
+        return NO_RERUN
+    producers = forward.producers()
+    index = {op.name: i for i, op in enumerate(forward.ops)}
+
+    def back(name: str) -> tuple[set[int], str, Op | None]:
+        """The views and casts `name` comes through, where they start, and the op writing that."""
+        chain: set[int] = set()
+        while (producer := producers.get(name)) is not None and producer.op_type in (*VIEW_TYPES, "Cast"):
+            chain.add(index[producer.name])
+            name = producer.inputs[0]
+        return chain, name, producer
+
+    for op in forward.ops:
+        if op.kind not in (OpKind.GEMM, OpKind.FUSED) or len(op.inputs) < 2:
+            continue
+        starts = [back(t) for t in op.inputs[:2]]
+        if not any(name in forward.weights and ROUTER_WEIGHT.search(name) for _, name, _ in starts):
+            continue
+        for chain, _, producer in starts:
+            if producer is not None and producer.op_type in NORM_TYPES:
+                chain.add(index[producer.name])
+                written = frozenset(o for k in chain for o in forward.ops[k].outputs if o)
+                return Rerun(tuple(sorted(chain)), written)
+    return NO_RERUN
+
+
 NORM_TYPES = frozenset({"LayerNormalization", RMS_NORM})
 """Normalisations exported (or fused, `phazec.passes.norm_rope`) as one op."""
 
@@ -258,13 +377,11 @@ def _pre_norm(
 
 def selective_ops(forward: Graph, seq_len: int, modules: Collection[str] = ()) -> list[int]:
     """Indices of the forward ops selective recompute runs again in the backward pass: the attention
-    core's (`core_ops`), and those of the `modules` of `SELECTIVE_MODULES` it also reruns
-    (`up_projection`, `dense_mlp`), in graph order."""
+    core's (`core_ops`), and those of the `modules` of `SELECTIVE_MODULES` it also reruns (`rerun_of`),
+    in graph order."""
     again = set(core_ops(forward, seq_len))
-    if "mla_up_proj" in modules:
-        again.update(up_projection(forward, seq_len).ops)
-    if "mlp" in modules:
-        again.update(dense_mlp(forward).ops)
+    for module in modules:
+        again.update(rerun_of(module, forward, seq_len).ops)
     return sorted(again)
 
 
@@ -421,8 +538,7 @@ def megatron_bytes(
     rounded up), and `low_precision` (the layer's linear layers run in FP8) keeps their inputs as FP8
     copies (`fp8_copy_bytes`; op recompute keeps the layer's inputs and saved outputs, not the copies,
     which it casts again, so its bytes do not change). Selective recompute also drops what the `modules`
-    of `SELECTIVE_MODULES` it reruns write (`up_projection`, `dense_mlp`; a dense MLP's FP8 copies
-    with them)."""
+    of `SELECTIVE_MODULES` it reruns write (`LayerMemory.reruns`, their FP8 copies with them)."""
 
     def per_sample(bytes_per_sample: int) -> int:
         return -(-bytes_per_sample * microbatch // context_parallel)
@@ -435,18 +551,14 @@ def megatron_bytes(
     op_replicated = per_sample(memory.op_replicated_per_sample_bytes)
     op_bytes = memory.op_fixed_bytes + per_sample(memory.op_per_sample_bytes)
     op_bytes += -(-op_replicated // sequence_parallel) - op_replicated
-    dropped = memory.core_per_sample_bytes
-    if "mla_up_proj" in modules:
-        dropped += memory.up_projection_per_sample_bytes
-    dropped = per_sample(dropped)
-    if "mlp" in modules:  # as the stash: its replicated part split by sequence parallelism
-        low = low_precision
-        mlp_replicated = per_sample(
-            memory.mlp_replicated_per_sample_bytes
-            + (memory.mlp_fp8_replicated_per_sample_bytes if low else 0)
+    dropped = per_sample(memory.core_per_sample_bytes)
+    for module in modules:  # as the stash: each one's replicated part split by sequence parallelism
+        rerun, low = memory.rerun(module), low_precision
+        whole = per_sample(
+            rerun.replicated_per_sample_bytes + (rerun.fp8_replicated_per_sample_bytes if low else 0)
         )
-        dropped += per_sample(memory.mlp_per_sample_bytes + (memory.mlp_fp8_per_sample_bytes if low else 0))
-        dropped += -(-mlp_replicated // sequence_parallel) - mlp_replicated
+        dropped += per_sample(rerun.per_sample_bytes + (rerun.fp8_per_sample_bytes if low else 0))
+        dropped += -(-whole // sequence_parallel) - whole
     return MegatronBytes(
         stash_bytes=stash,
         selective_bytes=stash - dropped,

@@ -8,7 +8,8 @@ exporter already gives a LayerNorm. With `fused`:
 
 - RMSNorm: an optional cast to fp32, the square, the mean over the last axis, the epsilon added, the
   square root and its reciprocal, the product with the input, an optional cast back and the product
-  with the weight become one `RMSNormalization` op (ONNX's, opset 23: the input and the scale,
+  with the weight (or, as GPT-OSS writes it, the product with the weight cast to fp32 and then the
+  cast back) become one `RMSNormalization` op (ONNX's, opset 23: the input and the scale,
   normalised over the last axis), priced as a LayerNorm; its backward reads the input and the weight,
   as a LayerNorm's does.
 - Rotary embedding: x cos + rotate_half(x) sin, where rotate_half swaps the two halves of the last
@@ -142,11 +143,21 @@ def rms_norm(g: Lookup, mean: Op) -> Chain | None:
         chain.append(cast_out)
     scale = g.sole_reader(chain[-1].outputs[0], "Mul")
     weight = None if scale is None else other(scale, chain[-1].outputs[0])
-    if scale is None or weight is None or weight not in g.graph.weights or g.shape(weight) != g.shape(x)[-1:]:
+    if scale is None or weight is None:
         return None
+    weight_cast = g.made_by(weight, "Cast")  # GPT-OSS scales in fp32, casting the weight up
+    if weight_cast is not None and g.private(weight, [scale]):
+        chain.append(weight_cast)
+        weight = weight_cast.inputs[0]
+    if weight not in g.graph.weights or g.shape(weight) != g.shape(x)[-1:]:
+        return None
+    chain.append(scale)
+    cast_back = None if cast_out is not None else g.sole_reader(scale.outputs[0], "Cast")
+    if cast_back is not None:  # ... and casting the product back
+        chain.append(cast_back)
     inputs = (chain[0].inputs[0], weight)
-    fused = Op(f"{scale.name}.rms_norm", RMS_NORM, OpKind.VECTOR, inputs, scale.outputs, {"axis": -1})
-    return Chain([*chain, scale], fused)
+    fused = Op(f"{scale.name}.rms_norm", RMS_NORM, OpKind.VECTOR, inputs, chain[-1].outputs, {"axis": -1})
+    return Chain(sorted(chain, key=g.graph.ops.index), fused)
 
 
 def rotary(g: Lookup, add: Op) -> Chain | None:

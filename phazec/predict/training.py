@@ -33,7 +33,12 @@ ZERO_STAGES = (0, 1, 2, 3)
 """Values of the `zero_stage` knob."""
 TOKEN_DISPATCHERS = ("alltoall", "flex")
 """Values of the `moe_token_dispatcher` knob."""
-SELECTIVE_KNOBS = {"recompute_mla_up_proj": "mla_up_proj", "recompute_mlp": "mlp"}
+SELECTIVE_KNOBS = {
+    "recompute_mla_up_proj": "mla_up_proj",
+    "recompute_mlp": "mlp",
+    "recompute_layernorm": "layernorm",
+    "recompute_moe_act": "moe_act",
+}
 """Each knob that adds one of `phazec.passes.memory.SELECTIVE_MODULES` to selective recompute, and its
 module (`Training.selective_modules`)."""
 
@@ -198,6 +203,20 @@ class Training:
     `recompute` selective (in a search, among the modes tried). Under a fused attention kernel
     (`hw.device.attention=flash`) selective recompute reruns nothing of the attention core, so
     `recompute=selective` with this alone is Megatron-Core's `recompute_modules=["mlp"]`."""
+    recompute_layernorm: bool = knob(False)
+    """Selective recompute also reruns each MoE block's normalisation before its router and experts
+    (Megatron-Core's `recompute_modules` `layernorm`, which Megatron-Bridge's GPT-OSS recipes set): the
+    layer keeps the norm's input and rebuilds its output in the backward pass
+    (`phazec.passes.memory.moe_pre_norm`). With Transformer Engine's layers Megatron-Core's other norms
+    are fused into the next linear layer and rerun nothing, so dense blocks are left alone. Needs
+    `recompute` selective (in a search, among the modes tried) and a Mixture-of-Experts model."""
+    recompute_moe_act: bool = knob(False)
+    """Selective recompute also reruns each MoE block's routed experts' activation (Megatron-Core's
+    `recompute_modules` `moe_act`, which Megatron-Bridge's GPT-OSS recipes set): the layer keeps the
+    experts' first products' outputs and the routing weights, and rebuilds what their activation
+    writes up to the down projection's input in the backward pass
+    (`phazec.passes.memory.expert_activation`). Needs `recompute` selective (in a search, among the
+    modes tried) and a Mixture-of-Experts model."""
     offload_layers: int = knob(0, recorded=True, minimum=0)
     """Activation offloading (Megatron-Core's `--cpu-offloading-num-layers`, activations only): the
     activations the model's first `offload_layers` transformer blocks keep for their backward pass are

@@ -32,9 +32,9 @@ def test_the_gpt_mlp_drops_its_norms_output_and_its_two_wide_activations(width: 
     cls = trained(width).classes[0]
     memory = cls.memory
     assert memory is not None
-    assert memory.mlp_per_sample_bytes == 2 * S * H + 16 * S * H // width == {1: 864, 2: 480}[width]
-    assert memory.mlp_replicated_per_sample_bytes == {1: 864, 2: 2 * S * H}[width]
-    assert memory.mlp_fp8_per_sample_bytes == -S * H - 4 * S * H // width
+    assert memory.rerun("mlp").per_sample_bytes == 2 * S * H + 16 * S * H // width == {1: 864, 2: 480}[width]
+    assert memory.rerun("mlp").replicated_per_sample_bytes == {1: 864, 2: 2 * S * H}[width]
+    assert memory.rerun("mlp").fp8_per_sample_bytes == -S * H - 4 * S * H // width
     plain, mlp = (megatron_bytes(memory, 3, 1, modules=m) for m in ((), {"mlp"}))
     assert plain.selective_bytes - mlp.selective_bytes == 3 * (2 * S * H + 16 * S * H // width)
     assert (plain.stash_bytes, plain.checkpoint_bytes) == (mlp.stash_bytes, mlp.checkpoint_bytes)
@@ -78,18 +78,18 @@ def test_a_deepseek_dense_block_reruns_its_swiglu_and_a_moe_block_nothing(tiny: 
     dense = figures["block.0"]
     norm = TINY_S * H_TINY * 2 if fused else 0
     assert (
-        dense.memory.mlp_per_sample_bytes
+        dense.memory.rerun("mlp").per_sample_bytes
         == 3 * TINY_S * FFN * 2 + norm
         == {False: 24_576, True: 28_672}[fused]
     )
     # down's input, and the norm's output when dropped, were kept as their FP8 copies
-    assert dense.memory.mlp_fp8_per_sample_bytes == -TINY_S * FFN - norm // 2
+    assert dense.memory.rerun("mlp").fp8_per_sample_bytes == -TINY_S * FFN - norm // 2
     again = [dense.graph.ops[i] for i in dense_mlp(dense.graph).ops]
     gemms = [op for op in again if op.kind in (OpKind.GEMM, OpKind.FUSED)]
     assert sum(gemm_dims(op, dense.graph).flops for op in gemms) == 3 * 2 * TINY_S * 64 * FFN
     for name in ("embedding", "block.1", "head"):
         assert dense_mlp(figures[name].graph).ops == ()
-        assert figures[name].memory.mlp_per_sample_bytes == 0
+        assert figures[name].memory.rerun("mlp").per_sample_bytes == 0
 
 
 def test_phazec_plan_keeps_less_and_reruns_the_dense_mlp(cache_dir: Path) -> None:

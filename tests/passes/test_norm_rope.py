@@ -33,9 +33,16 @@ CHAIN_TYPES = {"Pow", "ReduceMean", "Reciprocal", "Neg"}
 """Op types of the chains' steps that no other op of Llama 2 has (the attention scale's is a Sqrt)."""
 
 
-def rms_chain(cast: bool = True, leaving: str = "", mean_axis: int = -1, residual: bool = False) -> Graph:
+def rms_chain(
+    cast: bool = True,
+    leaving: str = "",
+    mean_axis: int = -1,
+    residual: bool = False,
+    fp32_scale: bool = False,
+) -> Graph:
     """The toy chain; `leaving` names a step's result that also leaves the layer, `mean_axis` the axis
-    the mean reduces, and `residual` adds the norm's input to its result (the input is read outside)."""
+    the mean reduces, `residual` adds the norm's input to its result (the input is read outside), and
+    `fp32_scale` scales by the weight cast to fp32 and casts the product back (GPT-OSS's RMSNorm)."""
     g = BlockBuilder()
     x = g.tensor("x", (1, S, H))
     g.tensor("w", (H,), None)
@@ -47,12 +54,16 @@ def rms_chain(cast: bool = True, leaving: str = "", mean_axis: int = -1, residua
     mean = g.op("ReduceMean", (squares,), "mean", mean_shape, keepdims=1)
     root = g.op("Sqrt", (g.op("Add", (mean, "eps"), "shifted", mean_shape),), "root", mean_shape)
     normed = g.op("Mul", (xf, g.op("Reciprocal", (root,), "inverse", mean_shape)), "normed", (1, S, H))
-    back = g.op("Cast", (normed,), "back", (1, S, H), to=16) if cast else normed
-    y = g.op("Mul", ("w", back), "y", (1, S, H))
+    if fp32_scale:
+        wf = g.op("Cast", ("w",), "wf", (H,), to=1)
+        y = g.op("Cast", (g.op("Mul", (wf, normed), "scaled", (1, S, H)),), "y", (1, S, H), to=16)
+    else:
+        back = g.op("Cast", (normed,), "back", (1, S, H), to=16) if cast else normed
+        y = g.op("Mul", ("w", back), "y", (1, S, H))
     if residual:
         y = g.op("Add", (x, y), "sum", (1, S, H))
     outputs = [y, leaving] if leaving else [y]
-    fp32 = ("xf", "squares", "mean", "shifted", "root", "inverse", "normed") if cast else ()
+    fp32 = ("xf", "squares", "mean", "shifted", "root", "inverse", "normed", "wf", "scaled") if cast else ()
     tensors = {n: replace(t, dtype="float32") if n in fp32 else t for n, t in g.tensors.items()}
     return Graph(tensors, g.ops, inputs=[x], weights=["w"], constants=["two", "eps"], outputs=outputs)
 
@@ -100,6 +111,13 @@ def test_an_exported_rms_norm_becomes_one_kernel(cast: bool) -> None:
     before = sum(flops(o, chain) for o in chain.ops)
     assert before == (6 if cast else 4) * S * H + 3 * S
     assert flops(op, fused(chain)) == 5 * S * H == 240
+
+
+def test_gpt_oss_rms_norm_scaled_in_fp32_becomes_one_kernel() -> None:
+    """GPT-OSS scales by its weight cast up to fp32 and casts the product back: the weight's cast and the
+    cast back join the chain, and the one op reads the input and the weight itself."""
+    (op,) = fused(rms_chain(fp32_scale=True)).ops
+    assert (op.op_type, op.inputs, op.outputs) == (RMS_NORM, ("x", "w"), ("y",))
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ def test_the_heads_queries_keys_and_values_are_what_it_drops(block: Any, kernel:
     memory = cls.memory
     assert memory is not None
     per_sample = S * HEADS * ((NOPE + ROPE) * 2 + V) * 2
-    assert memory.up_projection_per_sample_bytes == per_sample == 10_240
+    assert memory.rerun("mla_up_proj").per_sample_bytes == per_sample == 10_240
     plain = megatron_bytes(memory, 3, 1)
     recomputed = megatron_bytes(memory, 3, 1, modules={"mla_up_proj"})
     assert plain.selective_bytes - recomputed.selective_bytes == 3 * per_sample
