@@ -85,24 +85,29 @@ UP_PROJECTION_RECOMPUTE = frozenset(
         "MB2511-DSV3-B200-256-MXFP8-MTP",
         "MB2604-KIMIK2-GB300-256-MXFP8",
         "MB2604-DSV3-GB300-256-MXFP8",
+        "MB2509-DSV3-H100-1024-FP8",
     }
 )
 """Rows whose recipe recomputes multi-head latent attention's up-projections (Megatron-Core's
 `recompute_modules=["mla_up_proj"]`, read in the performance configs of the Megatron-Bridge release
-that published the row's table: v0.2.0 (25.11) `DEEPSEEK_V3_GB200_BASE_CONFIG` and
+that published the row's table: v0.1.0rc4 (25.09) `scripts/performance/run_script.py`, which sets
+`["mla_up_proj", "mlp"]` on H100; v0.2.0 (25.11) `DEEPSEEK_V3_GB200_BASE_CONFIG` and
 `DEEPSEEK_V3_B200_BASE_CONFIG`; v0.4.2 (26.04.01) `KIMI_K2_PRETRAIN_CONFIG_GB300` and
 `DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1`, as in v0.4.0, and `DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2`, which
 reruns the dense MLPs too; the csv says "not stated"): they run selective
 recompute with `plan.recompute_mla_up_proj=true`."""
 
-MLP_RECOMPUTE = frozenset({"MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-B200-256-MXFP8"})
+MLP_RECOMPUTE = frozenset(
+    {"MB2604-DSV3-GB200-256-MXFP8", "MB2604-DSV3-B200-256-MXFP8", "MB2509-DSV3-H100-1024-FP8"}
+)
 """Rows whose recipe reruns the dense MLPs (Megatron-Core's `recompute_modules=["mlp"]`, which leaves MoE
 layers alone): the 26.04 DeepSeek-V3 GB200 row, whose csv entry names mla_up_proj from later recipes
 where its release's (Megatron-Bridge v0.4.2, `scripts/performance/configs/deepseek/
 deepseek_workload_base_configs.py`, `DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1`, which its FP8-MX variants
 take) sets `mlp` alone: it runs selective recompute with `plan.recompute_mlp=true`, which under flash
 attention reruns the first 3 blocks' MLPs and nothing else; and the B200 row, whose
-`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` sets `["mla_up_proj", "mlp"]`."""
+`DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2` sets `["mla_up_proj", "mlp"]`; and the 25.09 H100 row, whose
+release's (v0.1.0rc4) `scripts/performance/run_script.py` sets `["mla_up_proj", "mlp"]` on H100."""
 
 NORM_AND_ACT_RECOMPUTE = frozenset({"MB2604-OSS120B-GB200-64-BF16", "MB2604-OSS120B-H100-64-BF16"})
 """Rows whose recipe reruns each MoE block's pre-router norm and its experts' activation (Megatron-Core's
@@ -118,11 +123,13 @@ MTP_ROWS = frozenset(
         "MB2604-DSV3-B200-256-MXFP8",
         "MB2604-DSV3-GB300-256-MXFP8",
         "MB2511-DSV3-B200-256-MXFP8-MTP",
+        "MB2509-DSV3-H100-1024-FP8",
     }
 )
 """DeepSeek-V3 rows that train one multi-token-prediction module (`model.mtp_layers=1`): the 26.04
-recipes (Megatron-Bridge v0.4.2, `recipes/deepseek/deepseek_v3.py`: mtp_num_layers = 1) and the 25.11
-row listed 'w/ MTP' (v0.2.0's recipe defaults to 1; its other rows are listed 'w/o MTP')."""
+recipes (Megatron-Bridge v0.4.2, `recipes/deepseek/deepseek_v3.py`: mtp_num_layers = 1), the 25.11
+row listed 'w/ MTP' (v0.2.0's recipe defaults to 1; its other rows are listed 'w/o MTP') and the 25.09
+H100 row (v0.1.0rc4's recipe defaults to 1, and its layout, `LAYOUTS`, places the module: 'm')."""
 
 EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
 """Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
@@ -141,6 +148,7 @@ LAYOUTS = {
     ),
     "MB2604-DSV3-B200-256-MXFP8": "Et*4|(t*4|)*14tmL",
     "MB2604-Q235B-H100-256-FP8": "Ett|(ttt|)*30ttL",
+    "MB2509-DSV3-H100-1024-FP8": "Et|(tt|)*30mL",
 }
 """Megatron-Core pipeline layouts (`pipeline_model_parallel_layout`: E the embedding, t a block, L the
 loss, '|' between virtual stages, `*n` a repeat) of rows whose blocks split over pp x vp virtual stages
@@ -162,15 +170,14 @@ unevenly, as the release's Megatron-Bridge recipes set them for the row's pp x v
   `qwen3_235b_a22b_pretrain_config`) sets `account_for_embedding_in_pipeline_split` and
   `account_for_loss_in_pipeline_split`, under which Megatron-Core counts the embedding and the loss as a
   layer each: 94 + 2 = 96 over 32 virtual stages, 3 each, the first the embedding and 2 blocks, the last
-  2 blocks and the loss (11, 12 x 6 and 11 blocks a stage).
+  2 blocks and the loss (11, 12 x 6 and 11 blocks a stage);
+- DeepSeek-V3 on H100, 25.09 (v0.1.0rc4, `scripts/performance/run_script.py`: pp 8 x vp 4 and
+  `layout = "Et|(tt|)*30mL"` on H100): the embedding and a block, 30 virtual stages of 2 blocks, then
+  the MTP layer and the loss (7, 8 x 6 and 6 blocks a stage).
 
 `UNTIMED` lists the rows whose layout the recipes do not give."""
 
 UNTIMED = {
-    "MB2509-DSV3-H100-1024-FP8": (
-        "its recipe's layout (v0.1.0rc4 scripts/performance/run_script.py, H100: Et|(tt|)*30mL) holds a "
-        "multi-token-prediction layer, which phazec builds at tp 1 only"
-    ),
     **dict.fromkeys(
         ("MB2511-DSV3-GB200-256-MXFP8", "MB2511-DSV3-GB300-256-BF16", "MB2511-DSV3-GB300-256-MXFP8"),
         "Megatron-Bridge's 25.11 recipes give no layout of 61 blocks for its pp x vp",
@@ -180,17 +187,18 @@ UNTIMED = {
         "NeMo Automodel's split of 61 blocks over its pp x vp stages is not stated",
     ),
 }
-"""Rows phazec does not time, with the reason: uneven depths whose layout is not stated (`LAYOUTS`), and
-a multi-token-prediction layer under tensor parallelism."""
+"""Rows phazec does not time, with the reason: uneven depths whose layout is not stated (`LAYOUTS`)."""
 
 A2A_OVERLAP = {
     "MB2604-DSV3-B200-256-MXFP8": "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP)",
     "MB2604-Q235B-H100-256-FP8": "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2",
     "MB2604-OSS120B-GB200-64-BF16": "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2",
+    "MB2509-DSV3-H100-1024-FP8": "v0.1.0rc4 scripts/performance/run_script.py (A2A_1F1B on H100)",
 }
 """Rows whose recipe overlaps the expert-parallel all-to-all with the compute of another microbatch
 (`moe_a2a_overlap=True`, Megatron-Core's `overlap_moe_expert_parallel_comm`; the configs named, in
-Megatron-Bridge v0.4.2's `scripts/performance/configs/`, which published the 26.04.01 table; every other
+Megatron-Bridge v0.4.2's `scripts/performance/configs/`, which published the 26.04.01 table, and the 25.09
+H100 row's script, which sets `overlap_moe_expert_parallel_comm = True` on H100; every other
 Megatron-Bridge row's recipe sets it false or leaves it at its default, false): they run with
 `plan.overlap_moe_expert_parallel_comm=true`."""
 
@@ -207,12 +215,15 @@ FLEX_DISPATCHER = {
     "MB2511-Q235B-GB200-256-BF16": "HybridEP: QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG (v0.2.x)",
     "AM-OSS20B-H100-8-BF16": "DeepEP: gptoss_20b_te_deepep.yaml",
     "AM-OSS120B-H100-64-BF16": "DeepEP: gptoss_120b_te_deepep.yaml",
+    "MB2509-DSV3-H100-1024-FP8": "DeepEP: scripts/performance/run_script.py, H100 (v0.1.0rc4)",
 }
 """Rows whose run deduplicated its tokens (`plan.moe_token_dispatcher=flex`): Megatron-Core's flex
 dispatcher with the backend its release's recipe names (NVIDIA-NeMo/Megatron-Bridge `scripts/performance/
 configs/<family>/*workload_base_configs.py`, `moe_flex_dispatcher_backend`, which
 `apply_flex_dispatcher_backend` turns into `moe_token_dispatcher_type="flex"`; the 25.11 rows at the
-r0.2.0 branch, which published that table in v0.2.1), and NeMo Automodel's DeepEP configs
+r0.2.0 branch, which published that table in v0.2.1; the 25.09 H100 row's v0.1.0rc4 script, whose
+`enable_deepep` the DeepSeek-V3 recipe, `recipes/deepseek/deepseek_v3.py`, turns into
+`moe_token_dispatcher_type = "flex"` and `moe_enable_deepep`), and NeMo Automodel's DeepEP configs
 (`examples/benchmark/configs/*_te_deepep.yaml`, `backend.enable_deepep: true`). Every other row sent each
 token copy: Megatron-Bridge's providers default to `alltoall` and those recipes name no backend (the
 26.04.01 GPT-OSS GB200 recipe dropped HybridEP on 2026-04-30, before that table), torchtitan's expert

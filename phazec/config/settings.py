@@ -74,7 +74,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_size(hw, search.max_designs)
     train = train_knobs(cfg.train, system_config)
     plan = plan_settings(cfg.plan, cfg.train, system.devices)
-    check_mtp(model, (plan.tp, *model.tp_widths))
+    check_mtp(model)
     check_precision(hw, train.tried("precision"), "train.precision")
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")

@@ -30,19 +30,19 @@ def _tier_figures(group_size: NDArray[np.int64], used: NDArray[np.bool_], system
     )
 
 
-COMMUNICATING = (OpKind.ALL_REDUCE, OpKind.ALL_TO_ALL, OpKind.P2P)
+COMMUNICATING = (OpKind.ALL_REDUCE, OpKind.ALL_TO_ALL, OpKind.P2P, OpKind.ALL_GATHER)
 """Operator kinds that use the network."""
 
 
 def sent_bytes(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Bytes each device sends: 2(g-1)/g * B for a ring all-reduce over g devices, an all-to-all's bytes
     on every tier (`tier_bytes`; (g-1)/g * B when every token copy is sent: it keeps its own 1/g), B
-    point to point."""
+    point to point, (g-1)/g * B for a ring all-gather or reduce-scatter (half an all-reduce)."""
     g = ops.group_size.astype(np.float64)
     ring = 2.0 * (g - 1.0) / g * ops.collective_bytes
     exchange = tier_bytes(ops, system).sum(axis=0)
     sent: NDArray[np.float64] = np.select(
-        [ops.kind == kind for kind in COMMUNICATING], [ring, exchange, ops.collective_bytes], 0.0
+        [ops.kind == kind for kind in COMMUNICATING], [ring, exchange, ops.collective_bytes, ring / 2.0], 0.0
     )
     return sent
 
@@ -67,15 +67,16 @@ def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Latency in seconds of each operator's communication (0 for operators that do not communicate).
 
     A ring all-reduce over g devices takes 2(g-1) steps: 2(g-1)/g * B / bandwidth + 2(g-1) * latency,
-    plus the tier's call latency. An all-to-all over g devices runs g-1 pairwise exchanges, each
-    tier's links at once: each tier's bytes (`tier_bytes`; with every token copy sent, a device's peers
-    first reached at tier j, min(g, size_j) - min(g, size_j-1) of them, size_-1 = 1, get B/g each) go
-    at that tier's bandwidth and the slowest tier sets the time: max_j bytes_j / bandwidth_j + (g-1) *
-    latency, plus the call latency (inside one tier: (g-1)/g * B / bandwidth). A point-to-point
-    transfer takes B / bandwidth + latency + call latency. The bandwidth is the one the tier reaches
-    (nominal times efficiency).
-    `group_size` picks the tier of the latencies: for an all-reduce or an all-to-all the group, for a
-    transfer the smallest group holding both ends (2 for neighbours).
+    plus the tier's call latency; a ring all-gather or reduce-scatter half of them, (g-1)/g * B /
+    bandwidth + (g-1) * latency, plus the call latency. An all-to-all over g devices runs g-1 pairwise
+    exchanges, each tier's links at once: each tier's bytes (`tier_bytes`; with every token copy sent,
+    a device's peers first reached at tier j, min(g, size_j) - min(g, size_j-1) of them, size_-1 = 1,
+    get B/g each) go at that tier's bandwidth and the slowest tier sets the time: max_j bytes_j /
+    bandwidth_j + (g-1) * latency, plus the call latency (inside one tier: (g-1)/g * B / bandwidth). A
+    point-to-point transfer takes B / bandwidth + latency + call latency. The bandwidth is the one the
+    tier reaches (nominal times efficiency).
+    `group_size` picks the tier of the latencies: for a collective the group, for a transfer the
+    smallest group holding both ends (2 for neighbours).
 
     Raises:
         PhazecError: a group is larger than every tier.
@@ -85,7 +86,7 @@ def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
         return np.zeros(len(ops))
     bandwidth, latency, call_s = _tier_figures(ops.group_size, communicates, system)
     g = ops.group_size - 1.0
-    steps = np.select([ops.kind == kind for kind in COMMUNICATING], [2.0 * g, g, 1.0], 0.0)
+    steps = np.select([ops.kind == kind for kind in COMMUNICATING], [2.0 * g, g, 1.0, g], 0.0)
     wire_s = np.where(
         ops.kind == OpKind.ALL_TO_ALL, exchange_s(ops, system), sent_bytes(ops, system) / bandwidth
     )

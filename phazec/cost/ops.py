@@ -35,6 +35,9 @@ class OpKind(IntEnum):
     ALL_TO_ALL = 7
     """All-to-all of `collective_bytes` among `group_size` devices: each keeps 1/g of its bytes and sends
     1/g to each other device (a MoE layer's token dispatch and combine under expert parallelism)."""
+    ALL_GATHER = 8
+    """Ring all-gather among `group_size` devices of a tensor of `collective_bytes`, each device holding
+    1/g of it, or a reduce-scatter of one (the same bytes on the wires: half a ring all-reduce)."""
 
 
 class VectorClass(IntEnum):

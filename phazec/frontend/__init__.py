@@ -32,7 +32,7 @@ def validate(cfg: ModelConfig) -> None:
     """Range checks Hydra's types cannot express; raises PhazecError naming the bad value."""
     if cfg.source not in SOURCES:
         raise PhazecError(f"model.source={cfg.source!r} is not a model source; valid: {list(SOURCES)}.")
-    check_mtp(cfg, tuple(cfg.tp_widths))
+    check_mtp(cfg)
     if cfg.source == "onnx":
         onnx_path(cfg.path)
         if cfg.seq_len < 0:
@@ -66,9 +66,8 @@ def validate(cfg: ModelConfig) -> None:
         )
 
 
-def check_mtp(cfg: ModelConfig, tp_widths: tuple[int, ...]) -> None:
-    """`model.mtp_layers` is at least 0, and above 0 only for a Hugging Face class that has MTP modules,
-    at tensor-parallel width 1 (of the `tp_widths` a run uses)."""
+def check_mtp(cfg: ModelConfig) -> None:
+    """`model.mtp_layers` is at least 0, and above 0 only for a Hugging Face class that has MTP modules."""
     if cfg.mtp_layers < 0:
         raise PhazecError(
             f"model.mtp_layers={cfg.mtp_layers} is not valid: give the number of multi-token-prediction "
@@ -80,13 +79,6 @@ def check_mtp(cfg: ModelConfig, tp_widths: tuple[int, ...]) -> None:
             f"model.mtp_layers={cfg.mtp_layers} adds DeepSeek's multi-token-prediction modules, which phazec "
             f"builds for the Hugging Face classes {list(MTP_ARCHS)} only, and model {cfg.name!r} is "
             f"{model}: set model.mtp_layers=0, or use model=deepseek_v3."
-        )
-    wide = [t for t in tp_widths if t > 1]
-    if cfg.mtp_layers and wide:
-        raise PhazecError(
-            f"model.mtp_layers={cfg.mtp_layers} with tensor-parallel width {wide[0]}: phazec builds the "
-            "multi-token-prediction modules at width 1 only (their tensor parallelism is not modelled "
-            "yet); set plan.tp=1 and model.tp_widths=[1], or model.mtp_layers=0."
         )
 
 

@@ -61,9 +61,11 @@ def reads_elements(op: Op, name: str) -> bool:
 VIEW_TYPES = frozenset({"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 """Data ops that only relabel their input's elements (a new shape or axis order), no selection."""
 
-COLLECTIVE_TYPES = frozenset({"AllReduce", "AllToAll"})
-"""Communication among a group of devices, attr `group` (devices): a tensor-parallel all-reduce, or an
-expert-parallel all-to-all (a MoE layer's token dispatch and combine, `phazec.passes.expert_parallel`)."""
+COLLECTIVE_TYPES = frozenset({"AllReduce", "AllToAll", "AllGather", "ReduceScatter"})
+"""Communication among a group of devices, attr `group` (devices): a tensor-parallel all-reduce, an
+expert-parallel all-to-all (a MoE layer's token dispatch and combine, `phazec.passes.expert_parallel`),
+or a tensor-parallel all-gather and its gradient, a reduce-scatter (around a multi-token-prediction
+module's projection, `phazec.passes.tensor_parallel`)."""
 
 ELEMENTWISE_TYPES = frozenset(
     {
@@ -173,8 +175,10 @@ def fused_vector_elements(op: Op, graph: Graph, microbatch: int = 1) -> int:
 
 
 def collective_bytes(op: Op, graph: Graph, microbatch: int = 1) -> int:
-    """Bytes each device contributes to a collective at a microbatch size (its input tensor)."""
-    return graph.tensors[op.inputs[0]].nbytes(microbatch)
+    """Bytes of a collective's whole tensor at a microbatch size: an all-gather's output, every other
+    collective's input."""
+    whole = op.outputs[0] if op.op_type == "AllGather" else op.inputs[0]
+    return graph.tensors[whole].nbytes(microbatch)
 
 
 def flops(op: Op, graph: Graph, microbatch: int = 1) -> int:

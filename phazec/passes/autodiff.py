@@ -4,7 +4,8 @@ Every GEMM gives an input-gradient and a weight-gradient GEMM (a weight-free bat
 input-gradient products), each with exactly the forward product's FLOPs. A vector op gives backward ops
 of its own type (the cost model prices them at backward cycles per element) with the element count of
 the gradient. Data ops give data ops. A forward all-reduce (after a row-parallel GEMM) passes the
-gradient through; the gradient reaching the input of column-parallel GEMMs is all-reduced. Gradients
+gradient through; the gradient reaching the input of column-parallel GEMMs is all-reduced; an
+all-gather's gradient is reduce-scattered. Gradients
 that meet at a tensor read by several ops are summed (Add), disjoint slices are concatenated.
 
 What the backward ops read is the activation stash. A GEMM's operands and the outputs of non-elementwise
@@ -75,10 +76,12 @@ GRAD_RULES: dict[str, tuple[GradRule, ...]] = {
     "Concat": (GradRule(),),
     "AllReduce": (PASS,),
     "AllToAll": (GradRule((0,)),),
+    "AllGather": (GradRule((0,), op_type="ReduceScatter"),),
+    "ReduceScatter": (GradRule((0,), op_type="AllGather"),),
 }  # fmt: skip
 """Backward ops of each differentiable forward op type. Data ops give data ops of their own type (a
 slice's gradient is placed into the input's shape); broadcasts give a ReduceSum; an expert-parallel
-all-to-all gives the all-to-all back."""
+all-to-all gives the all-to-all back; an all-gather gives a reduce-scatter of its gradient, and back."""
 
 IDENTITY_GRAD_TYPES = frozenset({"AllReduce"})
 """Op types whose backward is the identity (no backward op): the all-reduce after a row-parallel GEMM."""

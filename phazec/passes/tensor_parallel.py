@@ -30,6 +30,16 @@ Multi-head latent attention (DeepSeek's) is split as Megatron-Core splits it: th
 weight GEMM feeding another before the attention scores) and their layer norms stay whole, the
 up-projections are column-parallel (heads split t ways; the rotary key, one for every head, is
 broadcast to each rank's heads), the output projection row-parallel.
+
+A multi-token-prediction module (`LayerKind.MTP`) is split as Megatron-Core's `MultiTokenPredictionLayer`
+runs it under sequence parallelism (`mtp_layout`): the lookup of its shifted tokens as the embedding's
+(1/t of the vocabulary, an all-reduce after), its norms on each rank's s/t tokens, its block as the
+model's blocks, and its projection `eh_proj` (2h -> h) a column-parallel linear layer without a gathered
+output: its input, the concatenation of the ranks' s/t tokens, is all-gathered before it (as a
+sequence-parallel column-parallel layer gathers its input), and its output [s, h/t] all-gathered along
+the hidden width after it (`gather_from_tensor_model_parallel_region`), then scattered along the
+sequence for the block, which moves nothing. phazec's IR writes the two gathers (`AllGather`, gradient a
+`ReduceScatter`), which no other layer has: a block's gathers and reduce-scatters are its all-reduces.
 """
 
 from __future__ import annotations
@@ -69,6 +79,9 @@ class Roles:
     """GEMMs whose weight rows (reduction) are split; an all-reduce follows each."""
     gather: tuple[str, ...] = ()
     """Embedding lookups whose weight rows (vocabulary) are split; an all-reduce follows each."""
+    gathered: tuple[str, ...] = ()
+    """Column-parallel GEMMs between two all-gathers: their input gathered from the ranks' shares of
+    the sequence, their output along its columns (a multi-token-prediction module's projection)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,13 +121,10 @@ class TensorParallel:
     def _shard_class(self, model: Model, index: int, cls: LayerClass) -> LayerClass:
         layer = model.layers[cls.members[0]]
         where = f"model {model.name!r}, layer {layer.name} (class {index})"
-        if layer.kind is LayerKind.MTP:
-            raise PhazecError(
-                f"tensor-parallel width {self.width} for {where}: the tensor parallelism of a "
-                "multi-token-prediction module is not modelled yet; use tp 1 or model.mtp_layers=0."
-            )
-        if layer.kind is LayerKind.BLOCK:
+        if layer.kind in (LayerKind.BLOCK, LayerKind.MTP):
             layout = block_layout(cls.graph, where, model.routing)
+            if layer.kind is LayerKind.MTP:
+                layout = mtp_layout(cls.graph, layout, where, self.vocab_parallel)
             check_width(model.name, layout, self.width)
             graph = shard_graph(cls.graph, layout.roles, self.width, where, pad=False, tokens=layout.tokens)
             return replace(cls, graph=graph, tp_width=self.width)
@@ -234,6 +244,26 @@ def moe_layout(
         ffn=gemm_dims(shared[0], graph).n if shared else 0,
         tokens=frozenset(tokens),
     )
+
+
+def mtp_layout(graph: Graph, block: BlockLayout, where: str, vocab_parallel: bool) -> BlockLayout:
+    """A multi-token-prediction module's layout, as Megatron-Core's `MultiTokenPredictionLayer` runs it
+    under sequence parallelism: its block's (`block`, from `block_layout`, which leaves the projection
+    whole); the projection `eh_proj` (the weight GEMM every other weight GEMM descends from) a
+    column-parallel linear layer whose input, the ranks' s/t tokens, is all-gathered before it and whose
+    output is all-gathered along its columns after it (then scattered along the sequence again, which
+    moves nothing: `Roles.gathered`); the lookup of the shifted tokens as the embedding's
+    (`embedding_roles`) when the vocabulary is parallel. Raises PhazecError without such a projection."""
+    weighted = [op for op in graph.ops if op.kind is OpKind.GEMM and weight_of(graph, op.inputs[1])]
+    below = descendants(graph, weighted[0])
+    if any(op.name not in below for op in weighted[1:]):
+        raise PhazecError(
+            f"{where}: the tensor-parallel pass expected a multi-token-prediction module's projection (a "
+            f"weight GEMM feeding every other), found {weighted[0].name!r} feeding only some; it cannot "
+            "split this layer."
+        )
+    lookup = embedding_roles(graph).gather if vocab_parallel else ()
+    return replace(block, roles=replace(block.roles, gathered=(weighted[0].name,), gather=lookup))
 
 
 def token_region(graph: Graph, attn_out: Op, routing: Routing) -> set[str]:
@@ -356,14 +386,16 @@ class _Sharder:
             tensor = op.inputs[0]
 
     def gemm_role(self, op: Op) -> None:
-        """Split a column-parallel GEMM's weight and output, or a row-parallel GEMM's weight."""
+        """Split a column-parallel GEMM's weight and output (a gathered one's weight: `shard_graph` gives
+        it a split output), or a row-parallel GEMM's weight."""
         b = self.graph.tensors[op.inputs[1]]
         trans_b = bool(op.attrs.get("transB", 0))
-        if op.name in self.roles.column:
+        if op.name in self.roles.column or op.name in self.roles.gathered:
             self.mark_operand(op.inputs[1], len(b.shape) - 2 if trans_b else len(b.shape) - 1)
             if len(op.inputs) > 2 and op.inputs[2]:
                 self.mark_operand(op.inputs[2], len(self.graph.tensors[op.inputs[2]].shape) - 1)
-            self.split[op.outputs[0]] = len(self.graph.tensors[op.outputs[0]].shape) - 1
+            if op.name in self.roles.column:
+                self.split[op.outputs[0]] = len(self.graph.tensors[op.outputs[0]].shape) - 1
             return
         a = self.graph.tensors[op.inputs[0]]
         reduction = 0 if op.attrs.get("transA", 0) else len(a.shape) - 1
@@ -399,7 +431,7 @@ class _Sharder:
 
     def run(self) -> dict[str, int]:
         for op in self.graph.ops:
-            if op.name in self.roles.column or op.name in self.roles.row:
+            if op.name in (*self.roles.column, *self.roles.row, *self.roles.gathered):
                 self.gemm_role(op)
             elif op.name in self.roles.gather:
                 self.mark_operand(op.inputs[0], 0)
@@ -409,8 +441,8 @@ class _Sharder:
 
 
 def role_of(roles: Roles, op: Op) -> str | None:
-    """`column`, `row`, `vocab` (a split lookup) or None."""
-    named = {"column": roles.column, "row": roles.row, "vocab": roles.gather}
+    """`column`, `row`, `vocab` (a split lookup), `gathered` or None."""
+    named = {"column": roles.column, "row": roles.row, "vocab": roles.gather, "gathered": roles.gathered}
     return next((role for role, names in named.items() if op.name in names), None)
 
 
@@ -418,8 +450,9 @@ def shard_graph(
     graph: Graph, roles: Roles, width: int, where: str, pad: bool, *, tokens: frozenset[str] = frozenset()
 ) -> Graph:
     """The per-device graph of a layer: split shapes (rounded up if `pad`), roles in attrs, all-reduces
-    after row-parallel GEMMs and split lookups; the `tokens` tensors split along their batch axis
-    (rounded up: a share of tokens per expert that t does not divide is the busiest rank's)."""
+    after row-parallel GEMMs and split lookups, all-gathers around gathered GEMMs (`gathered_gemm`); the
+    `tokens` tensors split along their batch axis (rounded up: a share of tokens per expert that t does
+    not divide is the busiest rank's)."""
     split = _Sharder(graph, roles, where).run()
     crossed = sorted(tokens.intersection(split))
     if crossed:
@@ -453,6 +486,9 @@ def shard_graph(
         if role == "column":
             ops.append(replace(op, attrs=attrs))
             continue
+        if role == "gathered":
+            ops.extend(gathered_gemm(replace(op, attrs=attrs), tensors, width, where))
+            continue
         total = op.outputs[0]
         partial = fresh_name(tensors, f"{total}.partial")
         tensors[partial] = replace(tensors[total], name=partial)
@@ -462,6 +498,36 @@ def shard_graph(
             Op(f"{op.name}.allreduce", "AllReduce", OpKind.COLLECTIVE, (partial,), (total,), collective_attrs)
         )
     return replace(graph, tensors=tensors, ops=ops)
+
+
+def gathered_gemm(op: Op, tensors: dict[str, Tensor], width: int, where: str) -> list[Op]:
+    """A gathered GEMM (`Roles.gathered`, its weight split by columns) between its two all-gathers,
+    adding their tensors to `tensors`: its input gathered whole from the ranks' shares of the sequence
+    (sequence parallelism leaves each rank 1/t of the tokens; the IR's shapes are the gathered ones, and
+    the gather's gradient is a reduce-scatter of as many bytes), its output [..., n/t] gathered along the
+    columns to [..., n] (Megatron-Core's `gather_from_tensor_model_parallel_region`; the scatter along
+    the sequence after it moves nothing, and the gather's gradient, a reduce-scatter of as many bytes,
+    stands for the all-gather along the sequence that the scatter's gradient is). Raises PhazecError for
+    an output width t does not divide."""
+    source, total = op.inputs[0], op.outputs[0]
+    whole = fresh_name(tensors, f"{source}.gathered")
+    tensors[whole] = replace(tensors[source], name=whole)
+    out = tensors[total]
+    if out.shape[-1] % width:
+        raise PhazecError(
+            f"{where}: the output of {op.name!r}, shape {list(out.shape)}, cannot be split {width} ways "
+            "along its last axis; the tensor-parallel pass cannot split this layer."
+        )
+    partial = fresh_name(tensors, f"{total}.partial")
+    shape = (*out.shape[:-1], out.shape[-1] // width)
+    tensors[partial] = replace(out, name=partial, shape=shape, tp_split=True)
+    return [
+        Op(f"{op.name}.gather_input", "AllGather", OpKind.COLLECTIVE, (source,), (whole,),
+           {"group": width, "bytes": tensors[whole].nbytes()}),
+        replace(op, inputs=(whole, *op.inputs[1:]), outputs=(partial, *op.outputs[1:])),
+        Op(f"{op.name}.gather_output", "AllGather", OpKind.COLLECTIVE, (partial,), (total,),
+           {"group": width, "bytes": out.nbytes()}),
+    ]  # fmt: skip
 
 
 def fresh_name(taken: dict[str, Tensor], wanted: str) -> str:

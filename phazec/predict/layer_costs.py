@@ -80,7 +80,12 @@ def _fused_work(op: Op, graph: Graph, microbatch: int, backward: bool) -> OpWork
     )
 
 
-COLLECTIVE_KINDS = {"AllReduce": CostKind.ALL_REDUCE, "AllToAll": CostKind.ALL_TO_ALL}
+COLLECTIVE_KINDS = {
+    "AllReduce": CostKind.ALL_REDUCE,
+    "AllToAll": CostKind.ALL_TO_ALL,
+    "AllGather": CostKind.ALL_GATHER,
+    "ReduceScatter": CostKind.ALL_GATHER,
+}
 """The cost kind of each IR collective type."""
 
 
@@ -240,7 +245,7 @@ def context_split(op: Op, work: OpWork, cp: int) -> OpWork:
     if work.kind in (CostKind.GEMM, CostKind.FUSED):
         dim = "k" if op.attrs.get("grad") == "weight" else "m"
         return OpWork(**{**work.__dict__, dim: getattr(work, dim) / cp})
-    if work.kind in (CostKind.ALL_REDUCE, CostKind.ALL_TO_ALL):
+    if work.kind in (CostKind.ALL_REDUCE, CostKind.ALL_TO_ALL, CostKind.ALL_GATHER):
         return OpWork(**{**work.__dict__, "collective_bytes": work.collective_bytes / cp})
     return work
 

@@ -308,7 +308,8 @@ class LayerFigures:
     """One layer's figures for the report, per device and microbatch."""
 
     comm_s: float
-    """Tensor-parallel all-reduces of its forward and backward passes."""
+    """Tensor-parallel collectives of its forward and backward passes (all-reduces; a
+    multi-token-prediction module's all-gathers and reduce-scatters)."""
     all_to_all_s: float
     """Expert-parallel all-to-alls of its forward and backward passes."""
     forward_flops: int
@@ -338,7 +339,9 @@ def layer_figures(
             for i, op in enumerate(graph.ops):
                 totals[direction] += flops(op, graph, microbatch)
                 if op.kind is OpKind.COLLECTIVE:
-                    comm_s[op.op_type] += float(op_costs.all_cores_s[i, 0])
+                    comm_s["AllToAll" if op.op_type == "AllToAll" else "AllReduce"] += float(
+                        op_costs.all_cores_s[i, 0]
+                    )
         if training.overlap_moe_expert_parallel_comm and comm_s["AllToAll"] > 0:
             comm_s["AllToAll"] = exposed_all_to_all_s(evaluator, designs, cls, costs)
         graph = cls.graph

@@ -126,13 +126,12 @@ def test_phazec_plan_puts_it_on_the_last_stage_with_a_copy_of_the_embedding(cach
             r"LlamaForCausalLM: set model.mtp_layers=0",
         ),
         (
-            ("model=deepseek_v3", "model.mtp_layers=1", "plan.tp=2", "plan.sequence_parallel=true"),
-            r"^model.mtp_layers=1 with tensor-parallel width 2: phazec builds the multi-token-prediction "
-            r"modules at width 1 only",
+            ("model=deepseek_v3", "model.mtp_layers=1", "plan.tp=2", "plan.sequence_parallel=false"),
+            r"^plan.tp=2 on the Mixture-of-Experts model 'deepseek_v3' needs sequence parallelism",
         ),
     ],
 )
-def test_a_bad_mtp_count_is_one_paragraph_before_any_export(
+def test_a_bad_mtp_count_or_plan_is_one_paragraph_before_any_export(
     overrides: tuple[str, ...], message: str, tmp_path: Path
 ) -> None:
     refused_before_export(overrides, message, tmp_path)
