@@ -39,6 +39,7 @@ struct LayerFigures {
   int64_t t = 1;
   std::vector<double> forward_s;
   std::vector<double> backward_s;
+  std::vector<double> weight_grad_s;  // of backward_s, the weight-gradient work (ZB-H1 defers it)
   std::vector<int64_t> param_bytes;
   std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (whole at every t)
   std::vector<int64_t> activation_bytes;
@@ -76,7 +77,8 @@ struct PlacementInput {
   X(bool, last_stage_recomputes, false)  /* Megatron-LM's rule (true) or PHAZE's (false) */          \
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */ \
-  X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */
+  X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */ \
+  X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;
@@ -85,6 +87,10 @@ struct PlanSettings {
 };
 
 enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2, kOp = 3 };
+
+/// 1F1B (interleaved when interleave > 1), or ZB-H1: 1F1B with each backward pass split into its input
+/// gradients, run in place, and its weight gradients, deferred to fill the bubble (Qi et al., ICLR 2024).
+enum class PipelineSchedule : int64_t { k1F1B = 0, kZbH1 = 1 };
 
 /// One problem variant: which entry of `widths`, the per-device HBM and the plan's settings.
 struct Variant {
@@ -116,6 +122,7 @@ struct PlanResult {
 struct StageCost {
   double forward_s = 0.0;               // forward critical path
   double backward_s = 0.0;              // backward critical path
+  double weight_grad_s = 0.0;           // its weight-gradient part: critical path of the layers' (ZB-H1)
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
   int64_t expert_param_bytes = 0;       // of them, the routed experts' (sharded over the expert DP group)
@@ -183,7 +190,7 @@ struct IterationTime {
   double recompute_s = 0.0;
   double p2p_s = 0.0;
   double shard_s = 0.0;
-  double bubble_s = 0.0;
+  double bubble_s = 0.0;         // 1F1B's, or ZB-H1's (`PlanModel::bubble_s`)
   int64_t dp_sync_stage = 0;  // the stage whose DP sync and optimizer step end last (the first on a tie)
   double dp_sync_s = 0.0;     // its exposed DP sync
   double optimizer_s = 0.0;   // its optimizer step

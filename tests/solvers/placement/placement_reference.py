@@ -36,6 +36,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "overlap_grad_reduce": False,
         "overlap_param_gather": False,
         "ep": 1,
+        "pipeline_schedule": 0,
         **others,
     }
 
