@@ -251,6 +251,28 @@ def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
 
 
 @st.composite
+def zero_bubble_block_chains(draw: st.DrawFn) -> Drawn:
+    """A chain of identical blocks (`block_chains`) under ZB-H1, every layer's weight gradients the same
+    share, below half, of its backward pass and nothing sent between stages: the plans whose bottleneck
+    stage defers as much as the DP's bound on the bubble allows (`PlanModel::pace`), where a bound too
+    high would drop the optimum."""
+    problem, hbm_bytes, others = draw(block_chains())
+    share = draw(st.floats(0.0, 0.45))
+    uniform = replace(
+        problem,
+        weight_grad_latency_s=problem.backward_latency_s * share,
+        edge_bytes=np.zeros_like(problem.edge_bytes),
+    )
+    return uniform, hbm_bytes, {**others, "interleave": 1, "pipeline_schedule": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(zero_bubble_block_chains())
+def test_zero_bubble_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
+    check_against_brute_force(drawn)
+
+
+@st.composite
 def offloaded_block_chains(draw: st.DrawFn) -> Drawn:
     """A chain of identical blocks (`block_chains`) with its first blocks' activations offloaded to the
     host (`offloaded_problem`): their bytes 0, the next block's passes as long as their copies at
