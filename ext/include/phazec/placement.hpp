@@ -11,7 +11,8 @@
 // (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
 // experts' over the expert-data-parallel group, t d cp / ep devices) and the activations kept for the
 // model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
-// max load * (m + (s - 1) / v) + the latest exposed DP sync (a MoE block's routed experts' gradients
+// max load * (m + (s - 1) / v) (under ZB-H1: max load * m + (s - 1) max(0, max load - 2 W), W the least
+// weight-gradient time of a stage) + the latest exposed DP sync (a MoE block's routed experts' gradients
 // reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
 // searches it; `evaluate_plan` times one given plan with the same functions, so the DP's optimum and
 // the evaluation of its plan agree bit for bit.
