@@ -564,6 +564,7 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    assert (tmp_path / "search" / "trace.json").exists() != zero_bubble  # the trace draws 1F1B's slots
     assert result["band"]["basis"] == fixed["band"]["basis"] == "no validation data"
     assert fixed["within_model_error"] is None
     # the Python route: the same figures, plain data
