@@ -1142,7 +1142,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out, const PairPlans
 /// path (full), to every layer's attention cores (selective) or to every layer's unsaved ops (op).
 /// Every stage but the last sends its cut forward and receives its gradient, v times, each at least
 /// the smallest cut of the graph on the pipeline's tier. The largest load is then at least the sum over s, and at least any one layer's
-/// share of it; the time is that load times the slots plus a sync and step that are never negative.
+/// share of it; the time is at least that load times the pace (`PlanModel::pace`: the slots, under
+/// 1F1B) plus a sync and step that are never negative.
 /// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
 /// the DP would have taken, ties included.
 struct LoadBound {
@@ -1312,7 +1313,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
       // such a d has a bottleneck of at least B, the least over first stages that fit at d_top of the
       // larger of their load and the least load of their rest's frontier there (none left: no partition
       // fits, or every plan is at least as slow as the best, since the points dropped are too loaded for
-      // the slots of d_top, the fewest), and a time of at least B times its slots. So widths where nothing
+      // the pace of d_top, the least), and a time of at least B times its pace. So widths where nothing
       // fits are skipped before any best is found, with no table of their own.
       for (int64_t top = max_d; top >= 1 && per_d && !per_k;) {
         const std::size_t tier = pipeline_tier[top];
