@@ -109,7 +109,7 @@ template <typename Result, typename... Extra>
 auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
   return [body](int32_t n, const std::vector<phazec::Edge>& edges, const Vector<int64_t>& edge_bytes,
                 const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
-                const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
+                const Matrix<double>& weight_grad_s, const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
                 const Matrix<int64_t>& expert_param_bytes, const Matrix<int64_t>& activation_bytes,
                 const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& selective_bytes,
                 const Matrix<int64_t>& input_bytes, const Matrix<double>& op_s, const Matrix<int64_t>& op_bytes,
@@ -142,6 +142,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
       f.t = t_values.data()[w];
       f.forward_s = matrix_row(forward_s, w, widths, cols, "forward_s");
       f.backward_s = matrix_row(backward_s, w, widths, cols, "backward_s");
+      f.weight_grad_s = matrix_row(weight_grad_s, w, widths, cols, "weight_grad_s");
       f.selective_s = matrix_row(selective_s, w, widths, cols, "selective_s");
       f.param_bytes = matrix_row(param_bytes, w, widths, cols, "param_bytes");
       f.expert_param_bytes = matrix_row(expert_param_bytes, w, widths, cols, "expert_param_bytes");
@@ -162,7 +163,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
 template <typename Fn, typename... Extra>
 void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc, Extra... extra) {
   m.def(name, taking_problem(fn), nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"), nb::arg("t_values"),
-        nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
+        nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("weight_grad_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
         nb::arg("expert_param_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
         nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("op_s"), nb::arg("op_bytes"),
         nb::arg("tensor_parallel"), nb::arg("devices"),
@@ -276,7 +277,7 @@ NB_MODULE(_core, m) {
       .def_ro("stash_bytes", &PlanResult::stash_bytes);
   def_taking_problem(m, "solve_placements", &solve_placements,
                      "Solves each (width index, HBM bytes, settings) variant with the GIL released; settings "
-                     "holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op). ValueError "
+                     "holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError "
                      "on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.",
                      nb::arg("variants"));
 
@@ -284,6 +285,7 @@ NB_MODULE(_core, m) {
   nb::class_<StageCost>(m, "StageCost", "A stage's figures that depend on neither d, its position nor the settings.")
       .def_ro("forward_s", &StageCost::forward_s)
       .def_ro("backward_s", &StageCost::backward_s)
+      .def_ro("weight_grad_s", &StageCost::weight_grad_s)
       .def_ro("selective_s", &StageCost::selective_s)
       .def_ro("param_bytes", &StageCost::param_bytes)
       .def_ro("expert_param_bytes", &StageCost::expert_param_bytes)

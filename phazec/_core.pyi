@@ -62,6 +62,9 @@ def solve_placements(
     backward_s: Annotated[
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    weight_grad_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     selective_s: Annotated[
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -109,7 +112,7 @@ def solve_placements(
     variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
+    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
     """
 
 class StageCost:
@@ -121,6 +124,8 @@ class StageCost:
     def forward_s(self) -> float: ...
     @property
     def backward_s(self) -> float: ...
+    @property
+    def weight_grad_s(self) -> float: ...
     @property
     def selective_s(self) -> float: ...
     @property
@@ -261,6 +266,9 @@ def evaluate_plan(
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     backward_s: Annotated[
+        NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    weight_grad_s: Annotated[
         NDArray[numpy.float64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     selective_s: Annotated[

@@ -102,15 +102,17 @@ void backward_finish(const LayerGraph& graph, const std::vector<double>& latency
   }
 }
 
-/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it, from its layers' forward
-/// and backward finishes (`forward_finish`, `backward_finish`).
+/// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it, from its layers' forward,
+/// backward and weight-gradient finishes (`forward_finish`, `backward_finish` on the backward and on the
+/// weight-gradient latencies).
 StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes, const double* forward,
-                     const double* backward) {
+                     const double* backward, const double* weight_grad) {
   StageCost c;
   bool any_tensor_parallel = false;
   for (int32_t v : members(stage)) {
     c.forward_s = std::max(c.forward_s, forward[v]);
     c.backward_s = std::max(c.backward_s, backward[v]);
+    c.weight_grad_s = std::max(c.weight_grad_s, weight_grad[v]);
     c.selective_s += f.selective_s[v];
     c.param_bytes += f.param_bytes[v];
     c.expert_param_bytes += f.expert_param_bytes[v];
@@ -176,9 +178,11 @@ StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
   StageTable tab;
   tab.t = f.t;
   const auto n = static_cast<std::size_t>(lat.graph.g.n);
-  std::vector<double> backward(lat.sets.size() * n);  // per set: the backward finishes of the layers outside it
+  // Per set: the backward and the weight-gradient finishes of the layers outside it.
+  std::vector<double> backward(lat.sets.size() * n), weight_grad(lat.sets.size() * n);
   for (std::size_t set = 0; set < lat.sets.size(); ++set) {
     backward_finish(lat.graph, f.backward_s, lat.sets[set], &backward[set * n]);
+    backward_finish(lat.graph, f.weight_grad_s, lat.sets[set], &weight_grad[set * n]);
   }
   std::vector<double> forward(n);  // the forward finishes of the layers of the outer set of the pairs at hand
   for (std::size_t set = 0; set < lat.sets.size(); ++set) {
@@ -186,7 +190,8 @@ StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
     forward_finish(lat.graph, f.forward_s, lat.sets[set], forward.data());
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const auto inner = static_cast<std::size_t>(lat.inner[p]);
-      tab.cost.push_back(stage_cost(f, lat.stage[p], lat.cut_bytes[inner], forward.data(), &backward[inner * n]));
+      tab.cost.push_back(stage_cost(f, lat.stage[p], lat.cut_bytes[inner], forward.data(), &backward[inner * n],
+                                    &weight_grad[inner * n]));
       tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
     }
   }
@@ -226,13 +231,27 @@ bool has_experts(const LayerFigures& f) {
   return std::any_of(f.expert_param_bytes.begin(), f.expert_param_bytes.end(), [](int64_t x) { return x > 0; });
 }
 
+/// The largest share W / (F + B) of a layer's forward and backward latency that is weight-gradient work
+/// (0 for a layer of neither). A stage's weight-gradient critical path is then at most this share of its
+/// forward and backward critical paths: along any path of its layers, W sums to at most the share of
+/// F + B, and F and B sum to at most their critical paths.
+double weight_grad_share(const LayerFigures& f) {
+  double share = 0.0;
+  for (std::size_t v = 0; v < f.weight_grad_s.size(); ++v) {
+    const double pass_s = f.forward_s[v] + f.backward_s[v];
+    if (pass_s > 0.0) share = std::max(share, f.weight_grad_s[v] / pass_s);
+  }
+  return share;
+}
+
 /// The model's formulas (phazec/solvers/placement.py states them) for one problem and one plan's
 /// settings, each a function of a stage's cost: what the DP searches and `evaluate_plan` times.
 struct PlanModel {
   const PlacementInput& in;
   const PlanSettings& settings;
-  bool experts = false;  // a layer at the plan's width holds routed experts (`has_experts`)
-  int64_t t = 1;         // the plan's tensor-parallel width
+  bool experts = false;      // a layer at the plan's width holds routed experts (`has_experts`)
+  int64_t t = 1;             // the plan's tensor-parallel width
+  double grad_share = 0.0;   // `weight_grad_share` of the layers at the plan's width
 
   /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
   Recompute mode(bool last) const {
@@ -446,6 +465,39 @@ struct PlanModel {
   double slots(int64_t total, int64_t d) const {
     return static_cast<double>(microbatches_per_replica(d)) + bubble(total);
   }
+
+  /// Whether the schedule is ZB-H1 (`PipelineSchedule`).
+  bool zero_bubble() const { return settings.pipeline_schedule == static_cast<int64_t>(PipelineSchedule::kZbH1); }
+
+  /// The bubble, in seconds, of a pipeline of `total` stages whose bottleneck load is `load_s`, `grad_s` the
+  /// least weight-gradient time W of its stages. 1F1B's: load (s - 1) / v. ZB-H1's: (s - 1) max(0, load -
+  /// 2 W): each of the s - 1 bubble slots of 1F1B, a bottleneck load long, is shortened by the weight-gradient
+  /// work the warm-up and the cool-down defer, W twice (Qi et al.: (p - 1)(F + B - W) for uniform stages,
+  /// load F + B + W), credited at the least W of any stage, so never more than any stage defers. Under
+  /// bound_sync_windows ZB-H1's bubble is 0: a time never above the real one that only grows with every
+  /// latency (a longer W shortens the real bubble).
+  double bubble_s(double load_s, double grad_s, int64_t total) const {
+    if (!zero_bubble()) return load_s * bubble(total);
+    if (in.bound_sync_windows) return 0.0;
+    return static_cast<double>(total - 1) * std::max(0.0, load_s - 2.0 * grad_s);
+  }
+
+  /// The pipeline's part of the time per batch at width d: m bottleneck loads and the bubble (`bubble_s`).
+  double pipeline_s(double load_s, double grad_s, int64_t total, int64_t d) const {
+    if (!zero_bubble()) return load_s * slots(total, d);
+    return load_s * static_cast<double>(microbatches_per_replica(d)) + bubble_s(load_s, grad_s, total);
+  }
+
+  /// A factor that times a plan's bottleneck load gives at most its `pipeline_s` (what the DP's bounds
+  /// multiply a load by): 1F1B's slots; under ZB-H1 m + (s - 1) max(0, 1 - 2 `grad_share`) (the least
+  /// W is at most the bottleneck stage's, at most grad_share of its load; 0 for the bubble under
+  /// bound_sync_windows), scaled down far past the rounding of the sums.
+  double pace(int64_t total, int64_t d) const {
+    if (!zero_bubble()) return slots(total, d);
+    const double bubble_share = in.bound_sync_windows ? 0.0 : std::max(0.0, 1.0 - 2.0 * grad_share);
+    return (static_cast<double>(microbatches_per_replica(d)) + static_cast<double>(total - 1) * bubble_share) *
+           (1.0 - 1e-9);
+  }
 };
 
 /// Everything fixed within one variant of the DP.
@@ -469,17 +521,17 @@ struct VariantModel {
   }
   int64_t stage_devices(std::size_t p) const { return plan.stage_devices(tab.cost[p]); }
 
-  /// The fewest slots (`PlanModel::slots`) of a plan that a partition into s stages can be part of: of
-  /// `total` stages (0: any count above s) at width d (0: any). The slots grow with the stage count and
-  /// fall with d, which is at most the microbatches and the replicas of the fewest devices the stages
+  /// The least pace (`PlanModel::pace`) of a plan that a partition into s stages can be part of: of
+  /// `total` stages (0: any count above s) at width d (0: any). The pace grows with the stage count and
+  /// falls with d, which is at most the microbatches and the replicas of the fewest devices the stages
   /// take that fit on the devices.
-  double least_slots(int64_t s, int64_t total, int64_t d) const {
+  double least_pace(int64_t s, int64_t total, int64_t d) const {
     const int64_t count = total > 0 ? total : s + 1;
     if (d == 0) {
       const int64_t k = devices(count, std::min(count, tab.max_narrow));
       d = std::max<int64_t>(1, std::min(in().microbatches, in().devices / k));
     }
-    return plan.slots(count, d);
+    return plan.pace(count, d);
   }
 
   /// Whether stage p, one of `total`, can be cut into the v model chunks of interleaving: one stage
@@ -618,14 +670,16 @@ MinMaxTable minmax_partition(const VariantModel& model, std::size_t stages, Cost
 /// A partition of a set into stages, summarised for the time per batch: its largest stage load and
 /// its largest stage weights, or, where layers hold routed experts, the maxima of its stages'
 /// `SyncKeys` (at the table's d and sync tiers; a stage's sync then depends on its dense and its expert
-/// bytes apart). `pair` forms the set's first stage; `rest` indexes the point of the remaining set's
-/// partition that it extends (-1: none, a single stage).
+/// bytes apart); under ZB-H1 also its stages' least weight-gradient time (`PlanModel::bubble_s`).
+/// `pair` forms the set's first stage; `rest` indexes the point of the remaining set's partition that it
+/// extends (-1: none, a single stage).
 struct Point {
   double load_s;
   int64_t weights;
   int32_t pair;
   int32_t rest;
   SyncKeys keys{};
+  double grad_s = 0.0;
 };
 
 /// Whether sync figures `a` end no later than `b` under any windows (`PlanModel::end_s`).
@@ -662,9 +716,10 @@ struct PairLoads {
 
 /// points[set][s][q]: over the partitions of the set into s stages of which q are narrow and that fit
 /// on the devices, those no other beats on both the largest load and the largest weights (with experts:
-/// on the largest load and every sync figure, `keep_sync_frontier`), load ascending. The time per batch
-/// never falls as either grows (under bound_sync_windows a window grows
-/// with the bottleneck load, but no faster than the load times its slots, at least 1), so an optimal
+/// on the largest load and every sync figure, `keep_sync_frontier`; under ZB-H1 on the least
+/// weight-gradient time too, `keep_grad_frontier`), load ascending. The time per batch never falls as
+/// either grows (under bound_sync_windows a window grows with the bottleneck load, but no faster than the
+/// load times its slots, at least 1), nor grows as the least weight-gradient time grows, so an optimal
 /// plan extends one of them. An entry is made when the DP first asks for it (`frontier`: the partitions
 /// into s stages extend those of the remaining sets into s - 1, made first): stage p is priced
 /// `load_s(p, tier, d, k)` at each position s from the end where it fits in HBM at width `priced_d` in a
@@ -807,12 +862,44 @@ void extend_sync_frontier(const Frontier& before, double load_s, const SyncKeys&
   }
 }
 
+/// Under ZB-H1, where a plan's time also falls as its stages' least weight-gradient time grows: appends to
+/// `here` the extension of every point of `before` by a stage of load `load_s`, `weights`, sync figures
+/// `keys` (with experts; else zeros) and weight-gradient time `grad_s` (`keep_grad_frontier` keeps those
+/// no other beats).
+void extend_grad_frontier(const Frontier& before, double load_s, int64_t weights, const SyncKeys& keys,
+                          double grad_s, int32_t pair, std::vector<Point>& here) {
+  for (const Point* it = before.begin(); it != before.end(); ++it) {
+    here.push_back({std::max(load_s, it->load_s), std::max(weights, it->weights), pair,
+                    static_cast<int32_t>(it - before.begin()), latest(keys, it->keys), std::min(grad_s, it->grad_s)});
+  }
+}
+
+/// Keeps the points no other beats on the load, the weights, every sync figure and the least
+/// weight-gradient time (more is better: a shorter ZB-H1 bubble), of equal ones the first made; load
+/// ascending.
+void keep_grad_frontier(std::vector<Point>& points) {
+  std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+    return std::make_tuple(a.load_s, a.weights, a.keys.step_s, a.keys.half_s, a.keys.whole_s, -a.grad_s, a.pair,
+                           a.rest) < std::make_tuple(b.load_s, b.weights, b.keys.step_s, b.keys.half_s,
+                                                     b.keys.whole_s, -b.grad_s, b.pair, b.rest);
+  });
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    const auto beaten = std::any_of(points.begin(), points.begin() + static_cast<std::ptrdiff_t>(kept), [&](const Point& x) {
+      return x.weights <= p.weights && ends_by(x.keys, p.keys) && x.grad_s >= p.grad_s;
+    });
+    if (!beaten) points[kept++] = points[i];
+  }
+  points.resize(kept);
+}
+
 /// Entry (set, s, q) of the table, made on first ask from the partitions of the set's remaining sets
 /// into s - 1 stages (made first, so that no entry is made while another's points are read), pair by pair
 /// as the set's pairs come, so that `keep_frontier` keeps the first made of equal points. A partition
-/// whose largest load times the fewest slots of a plan it can be part of reaches `best_s` (the best time
+/// whose largest load times the least pace of a plan it can be part of reaches `best_s` (the best time
 /// found when the entry is made) is never part of a better plan, nor is any extension of it (more load,
-/// more slots): it is not kept, and a stage with such a load extends nothing. An entry made under a
+/// more pace): it is not kept, and a stage with such a load extends nothing. An entry made under a
 /// larger `best_s` (earlier) keeps more points, which the entries made from it drop in turn; an entry
 /// never reads one made after it, so every entry holds the points of the full frontier that are not
 /// hopeless at its making, whatever the order of asking.
@@ -827,18 +914,16 @@ Frontier frontier(const VariantModel& model, FrontierTable& table, std::size_t s
     return table.points(entry);  // no partition: left empty
   }
   model.poll();
-  const double slots = model.least_slots(static_cast<int64_t>(s), table.plans_total, table.plans_d);
-  const auto hopeless = [&](double load_s) { return load_s * slots >= best_s; };
+  const double pace = model.least_pace(static_cast<int64_t>(s), table.plans_total, table.plans_d);
+  const auto hopeless = [&](double load_s) { return load_s * pace >= best_s; };
   std::vector<Point>& made = table.scratch[s];
   if (s == 1) {
     const std::size_t p = lat.first_pair[set];  // the whole set as one stage (its inner set is the empty one)
     if (model.tab.narrow[p] == q && table.fits_at(model, p, 1) && model.stage_devices(p) <= model.in().devices &&
         !hopeless(table.price(p))) {
-      if (table.experts()) {
-        made.push_back({table.price(p), 0, static_cast<int32_t>(p), -1, table.sync(model, p)});
-      } else {
-        made.push_back({table.price(p), model.tab.cost[p].param_bytes, static_cast<int32_t>(p), -1});
-      }
+      const int64_t weights = table.experts() ? 0 : model.tab.cost[p].param_bytes;
+      const SyncKeys keys = table.experts() ? table.sync(model, p) : SyncKeys{};
+      made.push_back({table.price(p), weights, static_cast<int32_t>(p), -1, keys, model.tab.cost[p].weight_grad_s});
     }
   } else {
     // The pairs that extend, in pair order: of those whose load is not hopeless (a run of the set's pairs
@@ -859,7 +944,11 @@ Frontier frontier(const VariantModel& model, FrontierTable& table, std::size_t s
     for (const int32_t p : pairs) {
       const Frontier before =
           table.points(table.at(static_cast<std::size_t>(lat.inner[p]), s - 1, q - model.tab.narrow[p]));
-      if (table.experts()) {
+      if (model.plan.zero_bubble()) {
+        const int64_t weights = table.experts() ? 0 : model.tab.cost[p].param_bytes;
+        const SyncKeys keys = table.experts() ? table.sync(model, p) : SyncKeys{};
+        extend_grad_frontier(before, table.price(p), weights, keys, model.tab.cost[p].weight_grad_s, p, made);
+      } else if (table.experts()) {
         extend_sync_frontier(before, table.price(p), table.sync(model, p), p, made);
       } else {
         extend_frontier(before, table.price(p), model.tab.cost[p].param_bytes, p, made);
@@ -868,7 +957,11 @@ Frontier frontier(const VariantModel& model, FrontierTable& table, std::size_t s
     pairs.clear();
   }
   made.erase(std::remove_if(made.begin(), made.end(), [&](const Point& x) { return hopeless(x.load_s); }), made.end());
-  table.experts() ? keep_sync_frontier(made) : keep_frontier(made);
+  if (model.plan.zero_bubble()) {
+    keep_grad_frontier(made);
+  } else {
+    table.experts() ? keep_sync_frontier(made) : keep_frontier(made);
+  }
   table.span[entry] = {table.store.size(), made.size()};
   table.store.insert(table.store.end(), made.begin(), made.end());
   made.clear();
@@ -1058,7 +1151,8 @@ void fill_infeasible(const VariantModel& model, PlanResult& out, const PairPlans
 /// Every stage but the last sends its cut forward and receives its gradient, v times, each at least
 /// the smallest cut of the graph on the pipeline's tier (a t-th of it per device under sequence
 /// parallelism). The largest load is then at least the sum over s, and at least any one layer's
-/// share of it; the time is that load times the slots plus a sync and step that are never negative.
+/// share of it; the time is at least that load times the pace (`PlanModel::pace`: the slots, under
+/// 1F1B) plus a sync and step that are never negative.
 /// Scaled down by 1e-9, far more than the rounding of the sums, so a plan it rules out is never one
 /// the DP would have taken, ties included.
 struct LoadBound {
@@ -1105,7 +1199,7 @@ struct LoadBound {
                                                              static_cast<double>(model.interleave()) *
                                                              transfer_s(least_sent_bytes(), tier);
     const double load_s = std::max((graph_s + sends_s) / static_cast<double>(s), layer_s);
-    return load_s * model.plan.slots(s, d) * (1.0 - 1e-9);
+    return load_s * model.plan.pace(s, d) * (1.0 - 1e-9);
   }
 };
 
@@ -1116,6 +1210,7 @@ struct LoadBound {
 std::vector<int64_t> memory_key(const Variant& variant) {
   PlanSettings settings = variant.settings;
   settings.overlap_grad_reduce = settings.overlap_param_gather = false;
+  settings.pipeline_schedule = 0;  // ZB-H1 keeps 1F1B's microbatches in flight
   if (settings.cp == 1 && settings.zero_stage < 3) settings.zero_stage = 0;
   std::vector<int64_t> key{variant.width_index};
 #define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(settings.name));
@@ -1234,7 +1329,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
       // such a d has a bottleneck of at least B, the least over first stages that fit at d_top of the
       // larger of their load and the least load of their rest's frontier there (none left: no partition
       // fits, or every plan is at least as slow as the best, since the points dropped are too loaded for
-      // the slots of d_top, the fewest), and a time of at least B times its slots. So widths where nothing
+      // the pace of d_top, the least), and a time of at least B times its pace. So widths where nothing
       // fits are skipped before any best is found, with no table of their own.
       for (int64_t top = max_d; top >= 1 && per_d && !per_k;) {
         const std::size_t tier = pipeline_tier[top];
@@ -1259,7 +1354,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
             least_s = std::min(least_s, bottleneck_s);
           }
           for (int64_t d = low; d <= top; ++d) {
-            if (bound_s[d] != kNone<double>) bound_s[d] = std::max(bound_s[d], least_s * model.plan.slots(total, d));
+            if (bound_s[d] != kNone<double>) bound_s[d] = std::max(bound_s[d], least_s * model.plan.pace(total, d));
           }
         }
         top = low - 1;
@@ -1277,8 +1372,8 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
           if (bound_s[d] >= best.time_s) continue;  // no plan of s stages at d beats the best
           const std::size_t tier = pipeline_tier[d];
           const double first_load_s = model.load_s(p, tier, d, k);
-          const double slots = model.plan.slots(total, d);
-          if (first_load_s * slots >= best.time_s) continue;  // its time is at least the product
+          const double pace = model.plan.pace(total, d);
+          if (first_load_s * pace >= best.time_s) continue;  // its time is at least the product
           const StageCost& first = model.tab.cost[p];
           const SyncKeys first_keys = model.plan.sync_keys(first.param_bytes, first.expert_param_bytes, d,
                                                            narrow != 0 ? narrow_sync[d] : wide_sync[d]);
@@ -1288,7 +1383,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
           };
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
-            const double time_s = first_load_s * slots + own_end_s;
+            const double time_s = model.plan.pipeline_s(first_load_s, first.weight_grad_s, total, d) + own_end_s;
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, -1};
             continue;
           }
@@ -1297,13 +1392,15 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
                                          best.time_s);
           for (std::size_t i = 0; i < rest.size; ++i) {
             // Load ascending: no later point makes a time below the best either.
-            if (rest[i].load_s * slots >= best.time_s) break;
+            if (rest[i].load_s * pace >= best.time_s) break;
             const double bottleneck_s = std::max(first_load_s, rest[i].load_s);
+            const double grad_s = std::min(first.weight_grad_s, rest[i].grad_s);  // read under ZB-H1 alone
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             // The later stages' sync figures: their maxima, or those of their largest weights.
             const SyncKeys keys = experts ? rest[i].keys : model.plan.sync_keys(rest[i].weights, 0, d, wide_sync[d]);
             const double rest_end_s = model.plan.end_s(keys, model.plan.sync_windows_s(first, true, bottleneck_s));
-            const double time_s = bottleneck_s * slots + std::max(first_s, rest_end_s);
+            const double time_s =
+                model.plan.pipeline_s(bottleneck_s, grad_s, total, d) + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, static_cast<int32_t>(i)};
           }
         }
@@ -1359,6 +1456,12 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
         fail("latencies must be n values >= 0");
       }
     }
+    if (f.weight_grad_s.size() != n) fail("weight-gradient latencies must be n values");
+    for (std::size_t v = 0; v < n; ++v) {
+      if (!(f.weight_grad_s[v] >= 0.0) || f.weight_grad_s[v] > f.backward_s[v]) {
+        fail("weight-gradient latencies must be between 0 and the layer's backward latency");
+      }
+    }
     for (const auto* v : {&f.selective_s, &f.op_s}) {
       if (v->size() != n || std::any_of(v->begin(), v->end(), [](double x) { return !(x >= 0.0); })) {
         fail("selective and op recompute latencies must be n values >= 0");
@@ -1397,6 +1500,12 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       fail("unknown recompute mode");
     }
     if (v.settings.zero_stage < 0 || v.settings.zero_stage > 3) fail("zero stage outside 0..3");
+    if (v.settings.pipeline_schedule < 0 || v.settings.pipeline_schedule > static_cast<int64_t>(PipelineSchedule::kZbH1)) {
+      fail("unknown pipeline schedule");
+    }
+    if (v.settings.pipeline_schedule == static_cast<int64_t>(PipelineSchedule::kZbH1) && v.settings.interleave != 1) {
+      fail("ZB-H1 is not interleaved: interleave must be 1");
+    }
     if (v.settings.cp < 1 || in.widths[v.width_index].t * v.settings.cp > in.devices) {
       fail("cp must be positive, and t x cp at most the devices");
     }
@@ -1478,7 +1587,7 @@ namespace {
 PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, const Variant& variant,
                          const std::vector<NodeSet>& sets, int64_t d) {
   const LayerFigures& f = in.widths[variant.width_index];
-  const PlanModel plan{in, variant.settings, has_experts(f), f.t};
+  const PlanModel plan{in, variant.settings, has_experts(f), f.t, weight_grad_share(f)};
   const std::size_t s = sets.size();
   const auto total = static_cast<int64_t>(s);
 
@@ -1487,14 +1596,16 @@ PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, cons
   out.d = d;
   out.stages.resize(s);
   NodeSet later((static_cast<std::size_t>(in.n) + 63) / 64, 0);
-  std::vector<double> forward(in.n), backward(in.n);
+  std::vector<double> forward(in.n), backward(in.n), weight_grad(in.n);
   int64_t k = 0;
   for (std::size_t i = s; i-- > 0;) {
     NodeSet upto = later;
     for (std::size_t w = 0; w < later.size(); ++w) upto[w] |= sets[i][w];
     forward_finish(graph, f.forward_s, upto, forward.data());
     backward_finish(graph, f.backward_s, later, backward.data());
-    out.stages[i].cost = stage_cost(f, sets[i], incoming_bytes(graph, later, later), forward.data(), backward.data());
+    backward_finish(graph, f.weight_grad_s, later, weight_grad.data());
+    out.stages[i].cost = stage_cost(f, sets[i], incoming_bytes(graph, later, later), forward.data(), backward.data(),
+                                    weight_grad.data());
     later = std::move(upto);
     k += plan.stage_devices(out.stages[i].cost);
   }
@@ -1502,8 +1613,10 @@ PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, cons
   std::size_t pipeline_tier = 0;
   for (int64_t r = 0; r < d; ++r) pipeline_tier = std::max(pipeline_tier, span_tier(in.tiers, r * k, r * k + k - 1));
   std::size_t top = 0;
+  double grad_s = kNone<double>;  // the stages' least weight-gradient time (ZB-H1's bubble)
   for (std::size_t i = 0; i < s; ++i) {
     PlanStage& stage = out.stages[i];
+    grad_s = std::min(grad_s, stage.cost.weight_grad_s);
     const Recompute mode = plan.mode(i + 1 == s);
     stage.layers = members(sets[i]);
     stage.devices = plan.stage_devices(stage.cost);
@@ -1532,14 +1645,14 @@ PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, cons
     }
   }
   out.microbatches_per_pipeline = m;
-  out.time_per_batch_s = bottleneck_s * plan.slots(total, d) + last_sync.end_s;
+  out.time_per_batch_s = plan.pipeline_s(bottleneck_s, grad_s, total, d) + last_sync.end_s;
   out.fits_hbm = std::all_of(out.stages.begin(), out.stages.end(),
                              [&](const PlanStage& stage) { return stage.memory_bytes <= variant.hbm_bytes; });
   const StageTime& slowest = out.stages[top].time;
   const auto times_m = static_cast<double>(m);
   out.iteration = {static_cast<int64_t>(top), times_m * slowest.forward_s, times_m * slowest.backward_s,
                    times_m * slowest.recompute_s, times_m * slowest.p2p_s, times_m * slowest.shard_s,
-                   bottleneck_s * plan.bubble(total),
+                   plan.bubble_s(bottleneck_s, grad_s, total),
                    static_cast<int64_t>(last), last_sync.exposed_s, last_sync.step_s};
   return out;
 }
@@ -1600,7 +1713,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
       it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
     }
     poll();
-    const PlanModel plan{in, v.settings, has_experts(in.widths[v.width_index]), in.widths[v.width_index].t};
+    const LayerFigures& f = in.widths[v.width_index];
+    const PlanModel plan{in, v.settings, has_experts(f), f.t, weight_grad_share(f)};
     std::vector<FoundPlan>& plans = found[v.width_index];
     PairPlans known;
     for (const FoundPlan& kept : plans) known.push_back(kept.pairs);

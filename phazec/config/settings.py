@@ -83,6 +83,10 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
     check_all_to_all_knobs(plan.training, "plan")
+    check_pipeline_schedule(train.fixed.pipeline_schedule, train.tried("interleave"), "train")
+    check_pipeline_schedule(
+        plan.training.pipeline_schedule, (plan.training.interleave,), "plan", trace=plan.trace
+    )
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     host_s = system.host_link_bytes_per_s
     check_offload(
@@ -272,6 +276,34 @@ def check_all_to_all_knobs(training: Training, group: str) -> None:
         f"{group}.{setting} {what} the expert-parallel all-to-alls, but {group}.ep=1 sends none: set "
         f"{group}.ep above 1 on a Mixture-of-Experts model, or {group}.{name}{off}."
     )
+
+
+def check_pipeline_schedule(
+    schedule: str, interleave: Sequence[int], group: str, *, trace: bool = False
+) -> None:
+    """`<group>.pipeline_schedule=zb_h1` is a schedule of one model chunk per stage, and `plan.trace` draws
+    1F1B's slots.
+
+    Raises:
+        PhazecError: zb_h1 with an interleave above 1 (among those a search tries), or with plan.trace.
+    """
+    if schedule != "zb_h1":
+        return
+    chunked = [v for v in interleave if v > 1]
+    if chunked:
+        given = list(interleave) if group == "train" else interleave[0]
+        raise PhazecError(
+            f"{group}.pipeline_schedule=zb_h1 is not an interleaved schedule, but {group}.interleave is "
+            f"{given!r}: ZB-H1 runs one model chunk per stage (1F1B's order with the weight gradients "
+            f"deferred); set {group}.interleave={'[1]' if group == 'train' else '1'}, or "
+            f"{group}.pipeline_schedule=1f1b for interleaved 1F1B."
+        )
+    if trace:
+        raise PhazecError(
+            "plan.trace=true draws 1F1B's timeline, and plan.pipeline_schedule=zb_h1 defers the weight "
+            "gradients into the bubble, which the trace does not draw yet: set plan.trace=false, or "
+            "plan.pipeline_schedule=1f1b for a trace."
+        )
 
 
 def train_knobs(train: Any, system: SystemConfig) -> Knobs:

@@ -116,11 +116,12 @@ class Evaluator:
     timings: Timings = field(default_factory=Timings)
 
     def layer_latencies_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 4, layers] of forward and backward latency of every layer (ILP), the
+        """Per t: array [designs, 5, layers] of forward and backward latency of every layer (ILP), the
         latency of its attention core's forward ops run one after another on all cores (what
-        selective recompute repeats; `attention_core_s`) and of the ops op recompute runs again, the same
-        way (`op_recompute_s`), under the knobs `training` sets that price a
-        layer (microbatch, sequence parallelism, precision)."""
+        selective recompute repeats; `attention_core_s`), of the ops op recompute runs again, the same
+        way (`op_recompute_s`), and of its weight-gradient products, the same way and at most its
+        backward latency (what ZB-H1 defers; `weight_grad_s`), under the knobs `training` sets that
+        price a layer (microbatch, sequence parallelism, precision)."""
         return self._per_layer_s(designs, training, self.schedules_s)
 
     def layer_lower_bounds_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
@@ -151,11 +152,12 @@ class Evaluator:
         training: Training,
         latency_s: Callable[[Graph, OpCosts, Designs], NDArray[np.float64]],
     ) -> dict[int, NDArray[np.float64]]:
-        """Per t: array [designs, 4, layers] of `latency_s` of each layer's forward and backward
-        graph on every design, its attention core's latency and its op recompute's."""
+        """Per t: array [designs, 5, layers] of `latency_s` of each layer's forward and backward
+        graph on every design, its attention core's latency, its op recompute's and its weight
+        gradients' (at most its backward latency)."""
         out: dict[int, NDArray[np.float64]] = {}
         for t, model in self.graphs.items():
-            per_class = np.zeros((len(designs), 4, len(model.classes)))
+            per_class = np.zeros((len(designs), 5, len(model.classes)))
             for c, cls in enumerate(model.classes):
                 costs = self.class_costs(model, c, designs, training)
                 per_class[:, 2, c] = attention_core_s(
@@ -171,6 +173,9 @@ class Evaluator:
                     per_class[:, 0, c], per_class[:, 1, c], _ = overlapped(
                         per_class[:, 0, c], per_class[:, 1, c], forward_a2a_s, backward_a2a_s
                     )
+                if cls.backward is not None and costs.backward is not None:
+                    weight_grads_s = weight_grad_s(cls.backward, costs.backward)
+                    per_class[:, 4, c] = np.minimum(weight_grads_s, per_class[:, 1, c])
             layer_class = np.array([layer.cls for layer in model.layers])
             out[t] = per_class[:, :, layer_class]
         return out
@@ -289,6 +294,7 @@ class Evaluator:
             selective_recompute_s=np.stack([latencies[t][j, 2] for t in widths]),
             op_stash_bytes=np.stack([r.op_bytes for r in rows]),
             op_recompute_s=np.stack([latencies[t][j, 3] for t in widths]),
+            weight_grad_latency_s=np.stack([latencies[t][j, 4] for t in widths]),
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             bound_sync_windows=bound_sync_windows,
         )
@@ -341,12 +347,12 @@ class Evaluator:
 
         It is the placement DP's optimum with every layer's latency replaced by a lower bound on its
         schedule (`lower_s`) and each DP sync hidden behind windows as long as the bottleneck load
-        allows (`PlacementProblem.bound_sync_windows`: never above the real time of a plan). That
-        time per batch only grows with any layer latency (critical paths, sums, max and products with
-        positive counts, all rounded monotonically; a window grows no faster than the bottleneck load
-        times its slots), and which plans fit in HBM does not depend on latencies, so this optimum is
-        at most the real one. Only
-        the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
+        allows (`PlacementProblem.bound_sync_windows`: never above the real time of a plan; under
+        ZB-H1 the bubble is also taken as 0, `phazec.solvers.placement`). That time per batch only
+        grows with any layer latency (critical paths, sums, max and products with positive counts, all
+        rounded monotonically; a window grows no faster than the bottleneck load times its slots), and
+        which plans fit in HBM does not depend on latencies, so this optimum is at most the real one.
+        Only the largest HBM size is solved: more HBM admits a superset of plans. A design on which no plan
         fits gets infinity. Designs of the batch whose layer bounds (and HBM bandwidth) are all equal
         share one DP solve per sequence-parallel setting (the placement problem depends on the design
         only through them).
@@ -536,6 +542,21 @@ def op_recompute_s(forward: Graph, backward: Graph, costs: OpCosts) -> NDArray[n
     total = np.zeros(costs.all_cores_s.shape[1])
     for i in op_checkpoint(forward, backward).recomputed:
         total = total + costs.all_cores_s[i]
+    return total
+
+
+def weight_grad_s(backward: Graph, costs: OpCosts) -> NDArray[np.float64]:
+    """Per design: the summed all-core latency of a layer's weight-gradient products (the backward
+    graph's ops `phazec.passes.autodiff` marks `grad="weight"`): the work ZB-H1 takes out of a backward
+    pass and runs later as its own kernels, priced as selective's and op recompute's are, each alone on
+    the chip, one after another. The caller caps it at the layer's scheduled backward latency (the
+    schedule may run these products beside other work, so their sum can exceed what they add to it).
+    The weights' other gradients (a norm's scale, a bias: small reductions) are left in the backward
+    pass, which can only lengthen ZB-H1's bubble."""
+    total = np.zeros(costs.all_cores_s.shape[1])
+    for i, op in enumerate(backward.ops):
+        if op.attrs.get("grad") == "weight":
+            total = total + costs.all_cores_s[i]
     return total
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES
-from phazec.solvers.placement.problem import RECOMPUTE_MODES
+from phazec.solvers.placement.problem import PIPELINE_SCHEDULES, RECOMPUTE_MODES
 
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 """Values of the `precision` knob."""
@@ -125,6 +125,15 @@ class Training:
     interleave: int = knob(1, search=[1], core=True, minimum=1)
     """Model chunks (virtual stages) per pipeline stage: Megatron's interleaved 1F1B when > 1; it must
     divide the blocks of each stage."""
+    pipeline_schedule: str = knob("1f1b", core=True, recorded=True, choices=PIPELINE_SCHEDULES)
+    """The pipeline schedule: `1f1b` (Megatron-LM's 1F1B, interleaved when `interleave` > 1) or `zb_h1`
+    (Qi et al.'s ZB-H1, "Zero Bubble Pipeline Parallelism", ICLR 2024: 1F1B's microbatches in flight, so
+    1F1B's memory, with each backward pass split into its input gradients, run in place, and its weight
+    gradients, deferred into the bubble: a bubble of (s - 1) max(0, L - 2 W) instead of (s - 1) L, L the
+    bottleneck load and W the stages' least weight-gradient time, `phazec.solvers.placement`). Needs
+    `interleave` 1. One
+    setting for a whole search: under the model ZB-H1 is never slower than 1F1B at the same plan and
+    memory, so a search trying both would only ever keep it."""
     optimizer: str = knob("sgd", in_plan=False, recorded=True, choices=tuple(OPTIMIZER_STATE_BYTES))
     """`sgd` (no state) or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and
     gradients); `phazec-plan` reads it here too."""
@@ -330,12 +339,14 @@ class Knobs:
             yield dict(zip(names, combination, strict=True))
 
     @property
-    def sync_hides(self) -> bool:
-        """Whether a DP sync can hide behind a pass, so that a plan's time can fall as a layer's
-        latency grows (`phazec.solvers.placement`)."""
+    def time_can_fall(self) -> bool:
+        """Whether a plan's time can fall as a layer's latency grows (`phazec.solvers.placement`): a DP
+        sync hides behind a pass, or ZB-H1's bubble shrinks as a weight-gradient latency grows."""
         fixed = self.fixed
-        return fixed.overlap_grad_reduce or (
-            fixed.overlap_param_gather and any(zero in (1, 2) for zero in self.tried("zero_stage"))
+        return (
+            fixed.overlap_grad_reduce
+            or fixed.pipeline_schedule == "zb_h1"
+            or (fixed.overlap_param_gather and any(zero in (1, 2) for zero in self.tried("zero_stage")))
         )
 
 

@@ -283,7 +283,7 @@ def plan_sizes(evaluator: Evaluator, design: Designs, candidate: Candidate) -> P
     assert isinstance(placement, Placement)
     training, t = candidate.training, placement.t
     layers = len(evaluator.graphs[t].layers)
-    no_latency = {width: np.ones((1, 4, layers)) for width in evaluator.graphs}
+    no_latency = {width: np.ones((1, 5, layers)) for width in evaluator.graphs}
     problem = evaluator.problem(no_latency, 0, training, design)
     variant = Variant(t, placement.hbm_bytes, core_settings(training))
     return plan_figures(problem, variant, tuple(stage.layers for stage in placement.stages), 1)

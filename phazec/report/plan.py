@@ -18,10 +18,11 @@ def plan_summary(report: PlanReport) -> str:
     cp = f" x cp {training.cp}" if training.cp > 1 else ""
     experts = f" (ep {training.ep})" if training.ep > 1 else ""
     offload = f", {training.offload_layers} blocks offloaded" if training.offload_layers else ""
+    schedule = ", ZB-H1" if training.pipeline_schedule == "zb_h1" else ""
     return (
         f"tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices{experts}, "
-        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{precision}"
-        f"{distributed}{offload}; layers per stage {list(report.layers_per_stage)}"
+        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{schedule}"
+        f"{precision}{distributed}{offload}; layers per stage {list(report.layers_per_stage)}"
     )
 
 
@@ -44,7 +45,7 @@ def plan_table(report: PlanReport) -> str:
         ("EP all-to-all", b.ep_communication_s),
         ("pipeline p2p", b.pipeline_p2p_s),
         *([("ZeRO-3 weight gathers", b.weight_gather_s)] if training.zero_stage == 3 else []),
-        ("bubble", b.bubble_s),
+        ("bubble (ZB-H1)" if training.pipeline_schedule == "zb_h1" else "bubble", b.bubble_s),
         (f"DP gradient sync (stage {b.dp_sync_stage})", b.dp_sync_s),
         (f"optimizer step (stage {b.dp_sync_stage})", b.optimizer_s),
     ]

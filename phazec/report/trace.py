@@ -410,7 +410,10 @@ def write_plan_trace(
 ) -> Path | None:
     """Write the trace of a plan (`candidate`, on `designs`) to `out_dir/trace.json`, with its bottleneck
     block's schedule, its `title` and the `band` of its time; a plan the trace cannot draw is logged as a
-    warning and writes nothing."""
+    warning and writes nothing (a ZB-H1 plan among them: the trace draws 1F1B's slots)."""
+    if candidate.training.pipeline_schedule == "zb_h1":
+        log.warning("no %s: it draws 1F1B's slots, not ZB-H1's deferred weight gradients.", TRACE_JSON)
+        return None
     stages, figures = explain_candidate(evaluator, designs, candidate)
     block = bottleneck_block(evaluator, designs, candidate)
     try:

@@ -17,7 +17,8 @@ when any knob grows. Then:
    makespan no longer, so j's optimum is no longer. (Modes dropped by `ScheduleProblem.modes` never
    matter: a dropped mode is never faster than the kept one and holds no fewer cores.)
 2. The placement DP's time per batch only grows with any layer latency while no DP sync hides
-   behind a pass (`Knobs.sync_hides`; with it, `bounded` keeps every design), and which plans fit in
+   behind a pass and the schedule is not ZB-H1 (`Knobs.time_can_fall`; else `bounded` keeps every
+   design), and which plans fit in
    HBM does not depend on the design, so j's best time per batch at every microbatch and variant is
    at most i's.
 3. The answer is the fastest design, the first in design order among equally fast ones. If it were

@@ -176,6 +176,22 @@ def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, in
     assert parts == pytest.approx(time_s, rel=1e-12)
 
 
+def test_toy_zero_bubble_h1_by_hand() -> None:
+    # The toy at t = 2 without recompute, half of each backward pass weight gradients (W = 1 s of 2):
+    # loads [4, 3] (stage 0's 1 s of transfers), 1F1B 4 x (2 + 1) = 12 s, a 4 s bubble. ZB-H1 keeps
+    # 1F1B's microbatches in flight and defers W into the bubble, (s - 1) max(0, L - 2 W) = 4 - 2 = 2 s:
+    # 2 x 4 + 2 = 10 s, the same memory.
+    problem = toy(2, weight_grad_latency_s=np.array([[1.0, 1.0]]))
+    stages = ((0,), (1,))
+    one_f_one_b = plan_figures(problem, toy_variant(2), stages, 1)
+    figures = plan_figures(problem, toy_variant(2, pipeline_schedule=1), stages, 1)
+    assert (one_f_one_b.placement.time_per_batch_s, one_f_one_b.iteration.bubble_s) == (12.0, 4.0)
+    assert (figures.placement.time_per_batch_s, figures.iteration.bubble_s) == (10.0, 2.0)
+    assert [s.memory_bytes for s in figures.placement.stages] == MEMORY["none", False, 1]
+    it = figures.iteration
+    assert it.forward_s + it.backward_s + it.p2p_s + it.bubble_s + it.dp_sync_s == 10.0
+
+
 def test_interleaving_needs_a_layer_per_model_chunk() -> None:
     # Two layers under interleave 2: two one-layer stages cannot each be cut into 2 chunks. The DP
     # keeps both layers in one stage (no pipeline: 2 microbatches x (3 + 3) s = 12 s), and
@@ -513,10 +529,15 @@ def test_a_cut_carries_the_mask_only_when_the_pipeline_sends_it(cache_dir: Path,
     assert cost.cut_bytes == microbatch * 2 * S * H + mask == 8192 + mask
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "zb_h1"])
 def test_phazec_plan_and_phazec_give_the_same_time(
-    cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+    cache_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    schedule: str,
 ) -> None:
-    cfg = compose_config(*PLAN, f"cache_dir={cache_dir}")
+    cfg = compose_config(*PLAN, f"cache_dir={cache_dir}", f"plan.pipeline_schedule={schedule}")
     with caplog.at_level(logging.WARNING):
         report = run_plan(cfg, tmp_path)
     assert "baseline" not in caplog.text  # gpt2_xl's baseline (1024 devices) is the search's, not the plan's
@@ -525,6 +546,8 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     assert content["band"] == {"low_s": None, "high_s": None, "basis": "no validation data", "source": None}
     printed = capsys.readouterr().out
     assert "\noptimizer state (adam)  " in printed
+    zero_bubble = schedule == "zb_h1"
+    assert ("\nbubble (ZB-H1)  " in printed, ", ZB-H1; layers per stage" in printed) == (zero_bubble,) * 2
     assert f"\niteration: {report.time_per_batch_s:.4g} s (no validation data)\n" in printed
     parts = report.breakdown.total_s
     assert parts == pytest.approx(report.time_per_batch_s, rel=1e-12)
@@ -536,13 +559,16 @@ def test_phazec_plan_and_phazec_give_the_same_time(
         *PLAN, f"cache_dir={cache_dir}", "model.tp_widths=[2]", "model.baseline={pp: 2, dp: 2, tp: 2}",
         "train.microbatch=[2]", "train.recompute=[full]", "train.last_stage_recomputes=true",
         "train.optimizer_step=true", "system.hbm_gb=[80]", "search.workers=1",
+        f"train.pipeline_schedule={schedule}",
     )  # fmt: skip
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
+    assert (tmp_path / "search" / "trace.json").exists() != zero_bubble  # the trace draws 1F1B's slots
     assert result["band"]["basis"] == fixed["band"]["basis"] == "no validation data"
     assert fixed["within_model_error"] is None
-    timed = api.plan(*PLAN, f"cache_dir={cache_dir}")  # the Python route: the same figures, plain data
+    # the Python route: the same figures, plain data
+    timed = api.plan(*PLAN, f"cache_dir={cache_dir}", f"plan.pipeline_schedule={schedule}")
     assert timed["time_per_batch_s"] == report.time_per_batch_s
     assert timed["breakdown"]["bubble_s"] == report.breakdown.bubble_s
 
@@ -614,6 +640,25 @@ BAD_PLANS = [
     (
         "plan.pp=1 plan.interleave=2",
         r"plan.interleave=2 needs plan.pp > 1: .* set plan.interleave=1 or plan.pp > 1\.",
+    ),
+    (
+        "plan.pipeline_schedule=zb_h2",
+        r"plan.pipeline_schedule='zb_h2' is not valid: it must be one of \['1f1b', 'zb_h1'\]\.",
+    ),
+    (
+        "plan.pipeline_schedule=zb_h1 plan.interleave=2",
+        r"^plan.pipeline_schedule=zb_h1 is not an interleaved schedule, but plan.interleave is 2: ZB-H1 runs "
+        r"one model chunk per stage .* set plan.interleave=1, or plan.pipeline_schedule=1f1b for interleaved "
+        r"1F1B\.$",
+    ),
+    (
+        "plan.pipeline_schedule=zb_h1 plan.trace=true",
+        r"^plan.trace=true draws 1F1B's timeline, .* set plan.trace=false, or plan.pipeline_schedule=1f1b",
+    ),
+    (
+        "train.pipeline_schedule=zb_h1 train.interleave=[1,2]",
+        r"^train.pipeline_schedule=zb_h1 is not an interleaved schedule, but train.interleave is \[1, 2\]: "
+        r".* set train.interleave=\[1\], or train.pipeline_schedule=1f1b",
     ),
     ("plan.tp=-1", r"plan.tp=-1 is not valid: it must be a positive integer"),
     ("plan.microbatch=0", r"plan.microbatch=0 is not valid: it must be a positive integer"),
@@ -700,6 +745,38 @@ def test_selective_recompute_repeats_each_attention_core(cache_dir: Path) -> Non
         flash.breakdown.recompute_s == 0
         and flash.time_per_batch_s == reports["flash", "none"].time_per_batch_s
     )
+
+
+def test_zero_bubble_defers_each_layers_weight_gemms(cache_dir: Path) -> None:
+    """A layer's W (what ZB-H1 defers) is its weight-gradient products, each alone on all cores, at most
+    its backward pass: a block's four linear layers (attention's qkv and projection, the MLP's two), the
+    head's one, none in the embedding (its gradient is a scatter, not a product). ZB-H1 times the tiny
+    GPT-2's plan faster than 1F1B, by its bubble alone, with the same memory."""
+    settings = settings_from_config(compose_config(*PLAN, f"cache_dir={cache_dir}"))
+    training = settings.plan.training
+    job = setup(settings, Knobs.single(training, round(max(settings.system.hbm_bytes))), widths=[2])
+    evaluator, designs = job.evaluator, job.designs
+    model = evaluator.graphs[2]
+    latencies = evaluator.layer_latencies_s(designs, training)[2]
+    counts = []
+    for i, layer in enumerate(model.layers):
+        cls = model.classes[layer.cls]
+        assert cls.backward is not None
+        costs = evaluator.class_costs(model, layer.cls, designs, training).backward
+        assert costs is not None
+        products = [j for j, op in enumerate(cls.backward.ops) if op.attrs.get("grad") == "weight"]
+        counts.append(len(products))
+        summed = sum((costs.all_cores_s[j] for j in products), np.zeros(len(designs)))
+        assert np.array_equal(latencies[:, 4, i], np.minimum(summed, latencies[:, 1, i]))
+    assert counts == [0, 4, 4, 1]
+    assert all(latencies[0, 4, 1:] > 0)
+    zero_bubble = compose_config(*PLAN, f"cache_dir={cache_dir}", "plan.pipeline_schedule=zb_h1")
+    plain, deferred = predict_plan(settings), predict_plan(settings_from_config(zero_bubble))
+    assert deferred.breakdown.bubble_s < plain.breakdown.bubble_s
+    assert plain.time_per_batch_s - deferred.time_per_batch_s == pytest.approx(
+        plain.breakdown.bubble_s - deferred.breakdown.bubble_s, rel=1e-9
+    )
+    assert deferred.memory == plain.memory
 
 
 def test_op_recompute_runs_every_other_linear_layer_again_under_flash(cache_dir: Path) -> None:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,15 +80,17 @@ def test_a_cost_model_without_the_promise_prunes_by_bound_alone(
     assert set(kept["tiled"][1]) < set(range(37))
 
 
-def test_a_sync_that_hides_behind_a_pass_prunes_by_bound_alone(
-    tmp_path: Path, lowered: Callable[[str], Model]
+@pytest.mark.parametrize("setting", [{"overlap_grad_reduce": True}, {"pipeline_schedule": "zb_h1"}])
+def test_a_time_that_can_fall_as_a_latency_grows_prunes_by_bound_alone(
+    tmp_path: Path, lowered: Callable[[str], Model], setting: dict[str, Any]
 ) -> None:
     # With overlap_grad_reduce a faster design can time a plan slower (its passes hide less of the
-    # DP sync), so no design is dropped for being dominated.
+    # DP sync), and under ZB-H1 too (a shorter weight-gradient pass defers less into the bubble), so no
+    # design is dropped for being dominated.
     designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config(*SMALL).hw, "hw")))
     evaluator = _evaluator(lowered, MODELS["tiled"])
     knobs = evaluator.knobs
-    hiding = replace(evaluator, knobs=replace(knobs, fixed=replace(knobs.fixed, overlap_grad_reduce=True)))
+    hiding = replace(evaluator, knobs=replace(knobs, fixed=replace(knobs.fixed, **setting)))
     with Workers(hiding, 1) as workers:
         strategy = bounded(designs, 8, workers, SearchState(tmp_path, resume=False))
     assert (strategy.dominated, sorted(np.concatenate(strategy.batches).tolist())) == (0, list(range(37)))

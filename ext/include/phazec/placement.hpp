@@ -11,7 +11,8 @@
 // (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
 // experts' over the expert-data-parallel group, t d cp / ep devices) and the activations kept for the
 // model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
-// max load * (m + (s - 1) / v) + the latest exposed DP sync (a MoE block's routed experts' gradients
+// max load * (m + (s - 1) / v) (under ZB-H1: max load * m + (s - 1) max(0, max load - 2 W), W the least
+// weight-gradient time of a stage) + the latest exposed DP sync (a MoE block's routed experts' gradients
 // reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
 // searches it; `evaluate_plan` times one given plan with the same functions, so the DP's optimum and
 // the evaluation of its plan agree bit for bit.
@@ -39,6 +40,7 @@ struct LayerFigures {
   int64_t t = 1;
   std::vector<double> forward_s;
   std::vector<double> backward_s;
+  std::vector<double> weight_grad_s;  // of backward_s, the weight-gradient work (ZB-H1 defers it)
   std::vector<int64_t> param_bytes;
   std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (whole at every t)
   std::vector<int64_t> activation_bytes;
@@ -77,7 +79,8 @@ struct PlacementInput {
   X(bool, overlap_grad_reduce, false)    /* the DP reduction hides behind the first stage's backward */ \
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */ \
   X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */ \
-  X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */
+  X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */ \
+  X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;
@@ -86,6 +89,10 @@ struct PlanSettings {
 };
 
 enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2, kOp = 3 };
+
+/// 1F1B (interleaved when interleave > 1), or ZB-H1: 1F1B with each backward pass split into its input
+/// gradients, run in place, and its weight gradients, deferred to fill the bubble (Qi et al., ICLR 2024).
+enum class PipelineSchedule : int64_t { k1F1B = 0, kZbH1 = 1 };
 
 /// One problem variant: which entry of `widths`, the per-device HBM and the plan's settings.
 struct Variant {
@@ -117,6 +124,7 @@ struct PlanResult {
 struct StageCost {
   double forward_s = 0.0;               // forward critical path
   double backward_s = 0.0;              // backward critical path
+  double weight_grad_s = 0.0;           // its weight-gradient part: critical path of the layers' (ZB-H1)
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
   int64_t expert_param_bytes = 0;       // of them, the routed experts' (sharded over the expert DP group)
@@ -184,7 +192,7 @@ struct IterationTime {
   double recompute_s = 0.0;
   double p2p_s = 0.0;
   double shard_s = 0.0;
-  double bubble_s = 0.0;
+  double bubble_s = 0.0;         // 1F1B's, or ZB-H1's (`PlanModel::bubble_s`)
   int64_t dp_sync_stage = 0;  // the stage whose DP sync and optimizer step end last (the first on a tie)
   double dp_sync_s = 0.0;     // its exposed DP sync
   double optimizer_s = 0.0;   // its optimizer step

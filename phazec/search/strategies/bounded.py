@@ -60,12 +60,13 @@ def bounded(
     weight: NDArray[np.float64] | None = None,
 ) -> Bounded:
     """The bounded strategy: the designs no earlier design dominates (every design when the cost model
-    does not promise monotone latencies, when a DP sync can hide behind a pass, so that a faster
-    design can time a plan slower, or under an objective weight such as peak power, which grows with
-    resources), their lower bounds (in batches, saved for resuming) times their objective weight (a
-    lower bound on their cost), then those designs sorted by it, ties in design order."""
+    does not promise monotone latencies, when a DP sync can hide behind a pass or ZB-H1's bubble
+    shrinks as a weight-gradient pass grows, so that a faster design can time a plan slower, or under
+    an objective weight such as peak power, which grows with resources), their lower bounds (in
+    batches, saved for resuming) times their objective weight (a lower bound on their cost), then
+    those designs sorted by it, ties in design order."""
     evaluator = workers.evaluator
-    monotone = evaluator.latency_model.monotone and not evaluator.knobs.sync_hides and weight is None
+    monotone = evaluator.latency_model.monotone and not evaluator.knobs.time_can_fall and weight is None
     kept = np.flatnonzero(~dominated(designs) if monotone else np.ones(len(designs), dtype=np.bool_))
     log.info("bounded search: %d of %d designs dominated", len(designs) - len(kept), len(designs))
     bound_batches = chunks(kept.astype(np.int64), batch_designs)

@@ -34,6 +34,8 @@ class StageCost:
     """Forward critical path."""
     backward_s: float
     """Backward critical path."""
+    weight_grad_s: float
+    """Its weight-gradient part: the critical path of the layers' weight-gradient latencies (ZB-H1's W)."""
     selective_s: float
     """Sum of the layers' attention-core forward latencies (selective recompute)."""
     param_bytes: int
@@ -129,6 +131,8 @@ class IterationTime:
     shard_s: float
     """ZeRO-3's exposed weight gathers and gradient reduce-scatters of the bottleneck stage, times m."""
     bubble_s: float
+    """1F1B's bubble, L (s - 1) / v, or ZB-H1's, (s - 1) max(0, L - 2 W): L the bottleneck load, W the
+    stages' least weight-gradient time."""
     dp_sync_stage: int
     """The stage whose DP sync and optimizer step end last (the first on a tie): they end the iteration."""
     dp_sync_s: float

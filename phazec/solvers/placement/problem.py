@@ -26,6 +26,12 @@ RECOMPUTE_MODES = ("none", "selective", "full", "op")
 or the ops torchtitan's op-level selective activation checkpointing leaves unsaved (op:
 `phazec.passes.memory.op_checkpoint`); the compiled model's `recompute` setting is an index into this."""
 
+PIPELINE_SCHEDULES = ("1f1b", "zb_h1")
+"""Pipeline schedules: 1F1B (interleaved when a stage holds several model chunks), or ZB-H1 (Qi et al.,
+"Zero Bubble Pipeline Parallelism", ICLR 2024: 1F1B's microbatches in flight, each backward pass split
+into its input gradients, run in place, and its weight gradients, deferred into the bubble); the
+compiled model's `pipeline_schedule` setting is an index into this."""
+
 Recompute = Literal["none", "selective", "full", "op"]
 
 Stages = tuple[tuple[int, ...], ...]
@@ -84,6 +90,9 @@ class PlacementProblem:
     """Bytes kept for the backward pass under op recompute (None: the stash bytes)."""
     op_recompute_s: NDArray[np.float64] | None = None
     """Forward latency of the ops op recompute runs again (None: 0)."""
+    weight_grad_latency_s: NDArray[np.float64] | None = None
+    """Of each layer's backward latency, its weight-gradient work, which ZB-H1 defers into the bubble
+    (None: 0; at most the backward latency)."""
     expert_param_bytes: NDArray[np.int64] | None = None
     """Of `param_bytes`, those of a Mixture-of-Experts block's routed experts (None: 0), which a
     distributed optimizer shards over the expert-data-parallel group (t d cp / ep devices,
@@ -107,6 +116,8 @@ class PlacementProblem:
             object.__setattr__(self, "op_recompute_s", np.zeros_like(self.forward_latency_s))
         if self.expert_param_bytes is None:
             object.__setattr__(self, "expert_param_bytes", np.zeros_like(self.param_bytes))
+        if self.weight_grad_latency_s is None:
+            object.__setattr__(self, "weight_grad_latency_s", np.zeros_like(self.forward_latency_s))
         for name, value in _validated_arrays(self).items():
             object.__setattr__(self, name, value)
         _validate_scalars(self)
@@ -140,6 +151,12 @@ class PlacementProblem:
         """The routed experts' parameter bytes (set by construction)."""
         assert self.expert_param_bytes is not None
         return self.expert_param_bytes
+
+    @property
+    def weight_grad_s(self) -> NDArray[np.float64]:
+        """The weight-gradient latencies (set by construction)."""
+        assert self.weight_grad_latency_s is not None
+        return self.weight_grad_latency_s
 
     @property
     def selective_s(self) -> NDArray[np.float64]:
@@ -271,6 +288,7 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "t_values": (np.int64, 1),
     "forward_latency_s": (np.float64, 2),
     "backward_latency_s": (np.float64, 2),
+    "weight_grad_latency_s": (np.float64, 2),
     "param_bytes": (np.int64, 2),
     "expert_param_bytes": (np.int64, 2),
     "activation_bytes": (np.int64, 2),
@@ -328,6 +346,7 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
     for name in (
         "forward_latency_s",
         "backward_latency_s",
+        "weight_grad_latency_s",
         "param_bytes",
         "expert_param_bytes",
         "activation_bytes",
@@ -350,6 +369,9 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
     _check_part(out, "expert_param_bytes", "param_bytes", "the routed experts' bytes are part of the layer's")
     _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
     _check_part(out, "op_stash_bytes", "stash_bytes", "op recompute keeps part of the stash")
+    _check_part(
+        out, "weight_grad_latency_s", "backward_latency_s", "the weight gradients are part of the backward"
+    )
     idle = [
         int(t)
         for t, f, b in zip(out["t_values"], out["forward_latency_s"], out["backward_latency_s"], strict=True)
@@ -364,7 +386,7 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
 
 
 def _check_part(out: dict[str, NDArray[Any]], part: str, whole: str, why: str) -> None:
-    """Refuses a per-layer byte count `part` above `whole` of the same layer, saying `why`."""
+    """Refuses a per-layer figure `part` above `whole` of the same layer, saying `why`."""
     over = np.argwhere(out[part] > out[whole])
     if over.size:
         i, v = (int(x) for x in over[0])
@@ -437,6 +459,7 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "t_values": problem.t_values,
         "forward_s": problem.forward_latency_s,
         "backward_s": problem.backward_latency_s,
+        "weight_grad_s": problem.weight_grad_s,
         "selective_s": problem.selective_s,
         "param_bytes": problem.param_bytes,
         "expert_param_bytes": problem.expert_bytes,

@@ -37,6 +37,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "overlap_param_gather": False,
         "ep": 1,
         "sequence_parallel": False,
+        "pipeline_schedule": 0,
         **others,
     }
 

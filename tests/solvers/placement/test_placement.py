@@ -113,6 +113,67 @@ def test_sequence_parallelism_splits_the_pipeline_sends_over_the_stage_devices(
     assert placement.time_per_batch_s == time_s
 
 
+def test_zero_bubble_h1_on_four_uniform_stages_by_hand() -> None:
+    # Four layers, each F = 1 s and a backward pass of 2 s, of which W = 1 s is weight gradients (Qi et
+    # al.'s B = 1, W = 1), one per stage, m = 8 microbatches, nothing sent, no weights to sync.
+    # 1F1B: m (F + B + W) + (p - 1)(F + B + W) = 8 x 3 + 3 x 3 = 33 s, a bubble of 9 s.
+    # ZB-H1: m (F + B + W) + (p - 1)(F + B - W) = 8 x 3 + 3 x 1 = 27 s, a bubble of 3 s.
+    # With stage 2's W halved (its backward still 2 s), ZB-H1 credits each bubble slot the least W of any
+    # stage: 8 x 3 + 3 x (3 - 2 x 0.5) = 30 s, a bubble of 6 s.
+    uniform = problem_of(
+        [1.0] * 4, [2.0] * 4, [(0, 1, 0), (1, 2, 0), (2, 3, 0)],
+        weight_grad_latency_s=np.ones((1, 4)), param_bytes=np.zeros((1, 4), dtype=np.int64),
+        microbatch_count=8,
+    )  # fmt: skip
+    stages = [[0], [1], [2], [3]]
+    for schedule, problem, time_s, bubble_s in [
+        (0, uniform, 33.0, 9.0),
+        (1, uniform, 27.0, 3.0),
+        (1, replace(uniform, weight_grad_latency_s=np.array([[1.0, 1.0, 0.5, 1.0]])), 30.0, 6.0),
+    ]:
+        variant = Variant(1, 10**6, plan_settings(pipeline_schedule=schedule))
+        figures = explain_plan(problem, variant, stages, 1)
+        assert (figures.placement.time_per_batch_s, figures.iteration.bubble_s) == (time_s, bubble_s)
+        assert [cost.weight_grad_s for cost in figures.costs] == problem.weight_grad_s[0].tolist()
+
+
+def test_zero_bubble_h1_chain_on_four_devices_by_hand() -> None:
+    # CHAIN (above) with half of each backward pass weight gradients, W = 1, 2, 1 s; a stage's W is the
+    # critical path of its layers' (their sum on a chain). ZB-H1's time at d = 1: m L + (s - 1) max(0,
+    # L - 2 W), L the largest load and W the stages' least weight-gradient time.
+    # [012]: 12 x 4 = 48 (no bubble).  [0][12]: loads 4 and 9, W 1 and 3: 36 + (9 - 2) = 43.
+    # [01][2]: loads 10 and 3, W 3 and 1: 40 + (10 - 2) = 48.  [0][1][2]: loads 13, 16, 3, W 1, 2, 1:
+    # 64 + 2 x (16 - 2) = 92. Wider d adds syncs as under 1F1B (54, 125, 230, ...). Best: [0][12] at
+    # d = 1, 43 s (1F1B: 45 s), its bubble 7 s: stage 0 defers 1 s only, though stage 1 sets the pace.
+    chain = replace(CHAIN, weight_grad_latency_s=np.array([[1.0, 2.0, 1.0]]))
+    zero_bubble = Variant(1, 10**6, plan_settings(pipeline_schedule=1))
+    best = best_placement(chain, 10**6, plan_settings(pipeline_schedule=1))
+    assert isinstance(best, Placement)
+    assert ([s.layers for s in best.stages], best.d, best.time_per_batch_s) == ([(0,), (1, 2)], 1, 43.0)
+    assert [s.memory_bytes for s in best.stages] == [2020, 4020]  # 1F1B's microbatches in flight
+    assert explain_plan(chain, zero_bubble, [[0], [1, 2]], 1).iteration.bubble_s == 7.0
+    assert evaluate_plan(chain, zero_bubble, [[0, 1], [2]], 1).time_per_batch_s == 48.0
+    assert evaluate_plan(chain, zero_bubble, [[0], [1], [2]], 1).time_per_batch_s == 92.0
+
+
+def test_zero_bubble_h1_pipelines_where_1f1b_runs_one_stage() -> None:
+    # Two layers, F = 1 s and B = 6 s (W = 2.25 s of it), on 2 devices, one microbatch, op recompute
+    # with Megatron's rule: layer 1 reruns 4 s of ops. One stage: load 18 s, 18 s. Two: loads 7 and
+    # 11 s; 1F1B 11 x 2 = 22 s, ZB-H1 11 + (11 - 2 x 2.25) = 17.5 s, the optimum. The DP's bound on a
+    # plan with an 11 s bottleneck, 11 (m + (s - 1)(1 - 2 x 2.25 / 7)) = 14.9 s, must stay below it
+    # (a bound crediting W once, 11 (2 - 2.25 / 7) = 18.5 s, would drop it for the 18 s plan).
+    problem = problem_of(
+        [1.0, 1.0], [6.0, 6.0], [(0, 1, 0)],
+        weight_grad_latency_s=np.array([[2.25, 2.25]]), op_recompute_s=np.array([[0.0, 4.0]]),
+        param_bytes=np.zeros((1, 2), dtype=np.int64), device_count=2, microbatch_count=1,
+    )  # fmt: skip
+    for schedule, stages, time_s in [(0, [(0, 1)], 18.0), (1, [(0,), (1,)], 17.5)]:
+        settings = plan_settings("op", last_stage_recomputes=True, pipeline_schedule=schedule)
+        best = best_placement(problem, 10**6, settings)
+        assert isinstance(best, Placement)
+        assert ([s.layers for s in best.stages], best.time_per_batch_s) == (stages, time_s)
+
+
 def test_expert_parallelism_keeps_the_data_parallel_widths_it_tiles() -> None:
     # The same plans by hand, with the expert-parallel groups tiling each stage's d t devices (t = 1):
     # ep 2 leaves d = 2 and 4: [012] d=2 54 s, d=4 237 s; [0][12] d=2 127 s; [01][2] d=2 230 s: the
@@ -384,6 +445,11 @@ def test_nothing_fits_reports_what_dominates() -> None:
             r"group sizes \[4\] are not valid.*finite latencies",
         ),
         ({"forward_latency_s": np.zeros((1, 3)), "backward_latency_s": np.zeros((1, 3))}, r"at t = 1 is 0"),
+        (
+            {"weight_grad_latency_s": np.array([[1.0, 4.5, 1.0]])},
+            r"weight_grad_latency_s\[0, 1\] = 4.5 is not valid: the weight gradients are part of the "
+            r"backward, at most backward_latency_s\[0, 1\] = 4.0",
+        ),
     ],
 )
 def test_bad_problems_raise_a_clear_error(change: dict[str, Any], message: str) -> None:
@@ -407,6 +473,11 @@ def test_bad_plans_and_variants_raise_a_clear_error() -> None:
         evaluate_plan(CHAIN, Variant(1, 10**6, plan_settings(interleave=0)), [[0, 1, 2]], 1)
     with pytest.raises(ValueError, match=r"interleave and HBM bytes must be positive"):
         solve_placements(CHAIN, [Variant(1, 10**6, plan_settings(interleave=0))])
+    # ZB-H1 runs one model chunk per stage; `phazec.config.settings` names the knobs first.
+    with pytest.raises(ValueError, match=r"ZB-H1 is not interleaved: interleave must be 1"):
+        solve_placements(CHAIN, [Variant(1, 10**6, plan_settings(interleave=2, pipeline_schedule=1))])
+    with pytest.raises(ValueError, match=r"unknown pipeline schedule"):
+        evaluate_plan(CHAIN, Variant(1, 10**6, plan_settings(pipeline_schedule=2)), [[0, 1, 2]], 1)
 
 
 @pytest.mark.parametrize(

@@ -101,10 +101,14 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     tensor_parallel = np.array(matrix(st.booleans()), dtype=bool)
     held = tensor_parallel | (np.array(t_values) == 1)[:, None]
     expert_share = np.array(matrix(st.sampled_from([0.0, 0.0, 0.5, 1.0]))) * held
+    backward = np.array(matrix(latency))
+    # The weight-gradient share of a backward pass: none, half, all, or any.
+    grad_share = np.array(matrix(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))))
     return PlacementProblem(
         t_values=np.array(t_values),
         forward_latency_s=np.array(matrix(st.floats(0.001, 10.0))),
-        backward_latency_s=np.array(matrix(latency)),
+        backward_latency_s=backward,
+        weight_grad_latency_s=backward * grad_share,
         param_bytes=params,
         expert_param_bytes=np.floor(params * expert_share).astype(np.int64),
         activation_bytes=np.array(matrix(size)),
@@ -137,9 +141,12 @@ Drawn = tuple[PlacementProblem, int, dict[str, int | bool]]
 
 @st.composite
 def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
-    """A random problem, HBM size, interleave and switches."""
+    """A random problem, HBM size, interleave, pipeline schedule (ZB-H1 at interleave 1 only) and
+    switches."""
+    interleave = draw(st.integers(1, 3))
     others = {
-        "interleave": draw(st.integers(1, 3)),
+        "interleave": interleave,
+        "pipeline_schedule": draw(st.integers(0, 1)) if interleave == 1 else 0,
         "zero_stage": draw(st.integers(0, 3)),
         "cp": draw(st.integers(1, 2)),
         "last_stage_recomputes": draw(st.booleans()),
@@ -229,9 +236,9 @@ def block_chains(draw: st.DrawFn) -> Drawn:
         return out
 
     per_layer = (
-        "forward_latency_s", "backward_latency_s", "param_bytes", "expert_param_bytes", "activation_bytes",
-        "stash_bytes", "input_bytes", "selective_stash_bytes", "selective_recompute_s", "op_stash_bytes",
-        "op_recompute_s", "tensor_parallel",
+        "forward_latency_s", "backward_latency_s", "weight_grad_latency_s", "param_bytes",
+        "expert_param_bytes", "activation_bytes", "stash_bytes", "input_bytes", "selective_stash_bytes",
+        "selective_recompute_s", "op_stash_bytes", "op_recompute_s", "tensor_parallel",
     )  # fmt: skip
     changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
     edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
@@ -241,6 +248,28 @@ def block_chains(draw: st.DrawFn) -> Drawn:
 @settings(max_examples=60, deadline=None)
 @given(block_chains())
 def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
+    check_against_brute_force(drawn)
+
+
+@st.composite
+def zero_bubble_block_chains(draw: st.DrawFn) -> Drawn:
+    """A chain of identical blocks (`block_chains`) under ZB-H1, every layer's weight gradients the same
+    share, below half, of its backward pass and nothing sent between stages: the plans whose bottleneck
+    stage defers as much as the DP's bound on the bubble allows (`PlanModel::pace`), where a bound too
+    high would drop the optimum."""
+    problem, hbm_bytes, others = draw(block_chains())
+    share = draw(st.floats(0.0, 0.45))
+    uniform = replace(
+        problem,
+        weight_grad_latency_s=problem.backward_latency_s * share,
+        edge_bytes=np.zeros_like(problem.edge_bytes),
+    )
+    return uniform, hbm_bytes, {**others, "interleave": 1, "pipeline_schedule": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(zero_bubble_block_chains())
+def test_zero_bubble_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
 
 
@@ -309,6 +338,7 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
         "overlap_grad_reduce": st.booleans(),
         "overlap_param_gather": st.booleans(),
         "ep": st.sampled_from([1, 1, 2]),
+        "pipeline_schedule": st.integers(0, 1),
         "t": st.sampled_from([int(t) for t in problem.t_values]),
         "hbm": st.sampled_from([hbm_bytes, hbm_bytes // 2, 2 * hbm_bytes]),
     }
@@ -318,6 +348,8 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
         changed = draw(st.lists(st.sampled_from(sorted(knobs)), max_size=2, unique=True))
         chosen = {**base, **{name: draw(knobs[name]) for name in changed}}
         t, hbm = chosen.pop("t"), chosen.pop("hbm")
+        if chosen["interleave"] > 1:
+            chosen["pipeline_schedule"] = 0  # ZB-H1 runs one model chunk per stage
         if t * chosen["cp"] <= problem.device_count:
             variants.append(Variant(t, hbm, plan_settings(**chosen)))
     return problem, variants
@@ -353,11 +385,13 @@ def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, 
         out: NDArray[np.float64] = latency_s * np.array(share).reshape(latency_s.shape)
         return out
 
+    backward_s = shorter(real.backward_latency_s)
     bound = replace(
         real,
         bound_sync_windows=True,
         forward_latency_s=np.maximum(shorter(real.forward_latency_s), 0.001),  # drawn >= 0.001
-        backward_latency_s=shorter(real.backward_latency_s),
+        backward_latency_s=backward_s,
+        weight_grad_latency_s=np.minimum(shorter(real.weight_grad_s), backward_s),
         selective_recompute_s=shorter(real.selective_s),
         op_recompute_s=shorter(real.op_s),
     )
