@@ -132,16 +132,10 @@ def tier_bytes(ops: OpTable, system: System) -> NDArray[np.float64]:
         out[j] = np.where(exchanges, (covered - reached) / g * ops.collective_bytes, 0.0)
         reached = np.maximum(reached, covered)
     for i in np.flatnonzero(exchanges & (ops.routed_experts > 0)):
+        experts, k = int(ops.routed_experts[i]), int(ops.top_k[i])
+        routed = Routed(experts, k, int(ops.expert_groups[i]), int(ops.group_top_k[i]))
         out[:, i] = _deduplicated_bytes(
-            float(ops.collective_bytes[i]),
-            int(ops.group_size[i]),
-            Routed(
-                *(
-                    int(x)
-                    for x in (ops.routed_experts[i], ops.top_k[i], ops.expert_groups[i], ops.group_top_k[i])
-                )
-            ),
-            system,
+            float(ops.collective_bytes[i]), int(ops.group_size[i]), routed, system
         )
     return out
 

@@ -24,7 +24,7 @@ pass needs (`LayerMemory.op_per_sample_bytes`).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -142,33 +142,14 @@ UP_PROJECTION_WEIGHT = re.compile(r"(^|[./])(q_b_proj|kv_b_proj)([./]|$)")
 K2) name them: the query's from its latent (absent without a query latent) and the keys' and values'."""
 
 
-SELECTIVE_MODULES = ("mla_up_proj", "mlp", "layernorm", "moe_act")
-"""Megatron-Core's `recompute_modules` that selective recompute can rerun beside the attention core
-(`core_attn`, always): multi-head latent attention's up-projections (`up_projection`), a dense block's
-MLP (`dense_mlp`), a MoE block's normalisation before its router (`moe_pre_norm`) and its routed
-experts' activation (`expert_activation`); `Training.selective_modules` names those a plan reruns
-(`rerun_of`)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Rerun:
-    """What recomputing one of `SELECTIVE_MODULES` runs again (`up_projection`, `dense_mlp`)."""
+    """What recomputing one of `SELECTIVE_MODULES` runs again (`RERUNS`)."""
 
     ops: tuple[int, ...]
     """Indices of the forward ops that run again, in graph order."""
     written: frozenset[str]
     """The tensors they write."""
-
-
-def rerun_of(module: str, forward: Graph, seq_len: int) -> Rerun:
-    """What rerunning `module` (one of `SELECTIVE_MODULES`) runs again on one layer's forward graph."""
-    if module == "mla_up_proj":
-        return up_projection(forward, seq_len)
-    if module == "mlp":
-        return dense_mlp(forward)
-    if module == "layernorm":
-        return moe_pre_norm(forward)
-    return expert_activation(forward)
 
 
 NO_RERUN = Rerun((), frozenset())
@@ -338,6 +319,27 @@ def moe_pre_norm(forward: Graph) -> Rerun:
                 written = frozenset(o for k in chain for o in forward.ops[k].outputs if o)
                 return Rerun(tuple(sorted(chain)), written)
     return NO_RERUN
+
+
+RERUNS: dict[str, Callable[[Graph, int], Rerun]] = {
+    "mla_up_proj": up_projection,
+    "mlp": lambda forward, _seq_len: dense_mlp(forward),
+    "layernorm": lambda forward, _seq_len: moe_pre_norm(forward),
+    "moe_act": lambda forward, _seq_len: expert_activation(forward),
+}
+"""What each of Megatron-Core's `recompute_modules` that selective recompute can rerun beside the
+attention core (`core_attn`, always) runs again on a layer's forward graph (and its sequence length):
+multi-head latent attention's up-projections (`up_projection`), a dense block's MLP (`dense_mlp`), a MoE
+block's normalisation before its router (`moe_pre_norm`) and its routed experts' activation
+(`expert_activation`)."""
+
+SELECTIVE_MODULES = tuple(RERUNS)
+"""The modules of `RERUNS`, in order; `Training.selective_modules` names those a plan reruns."""
+
+
+def rerun_of(module: str, forward: Graph, seq_len: int) -> Rerun:
+    """What rerunning `module` (one of `SELECTIVE_MODULES`) runs again on one layer's forward graph."""
+    return RERUNS[module](forward, seq_len)
 
 
 NORM_TYPES = frozenset({"LayerNormalization", RMS_NORM})
