@@ -38,9 +38,14 @@ def sent_bytes(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Bytes each device sends: 2(g-1)/g * B for a ring all-reduce over g devices, an all-to-all's bytes
     on every tier (`tier_bytes`; (g-1)/g * B when every token copy is sent: it keeps its own 1/g), B
     point to point, (g-1)/g * B for a ring all-gather or reduce-scatter (half an all-reduce)."""
+    return _sent_bytes(ops, tier_bytes(ops, system))
+
+
+def _sent_bytes(ops: OpTable, tiers: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`sent_bytes`, given the all-to-alls' bytes on each tier (`tier_bytes`)."""
     g = ops.group_size.astype(np.float64)
     ring = 2.0 * (g - 1.0) / g * ops.collective_bytes
-    exchange = tier_bytes(ops, system).sum(axis=0)
+    exchange = tiers.sum(axis=0)
     sent: NDArray[np.float64] = np.select(
         [ops.kind == kind for kind in COMMUNICATING], [ring, exchange, ops.collective_bytes, ring / 2.0], 0.0
     )
@@ -87,8 +92,9 @@ def network_latency_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     bandwidth, latency, call_s = _tier_figures(ops.group_size, communicates, system)
     g = ops.group_size - 1.0
     steps = np.select([ops.kind == kind for kind in COMMUNICATING], [2.0 * g, g, 1.0, g], 0.0)
+    tiers = tier_bytes(ops, system)
     wire_s = np.where(
-        ops.kind == OpKind.ALL_TO_ALL, exchange_s(ops, system), sent_bytes(ops, system) / bandwidth
+        ops.kind == OpKind.ALL_TO_ALL, _slowest_s(tiers, system), _sent_bytes(ops, tiers) / bandwidth
     )
     transfer_s: NDArray[np.float64] = wire_s + steps * latency + (steps > 0) * call_s
     return transfer_s
@@ -98,8 +104,13 @@ def exchange_s(ops: OpTable, system: System) -> NDArray[np.float64]:
     """Seconds an all-to-all's bytes take on the wires: each tier's bytes (`tier_bytes`) at that tier's
     bandwidth, the tiers at once, so the slowest sets the time (`network_latency_s`); 0 for other
     operators."""
+    return _slowest_s(tier_bytes(ops, system), system)
+
+
+def _slowest_s(tiers: NDArray[np.float64], system: System) -> NDArray[np.float64]:
+    """`exchange_s`, given the all-to-alls' bytes on each tier (`tier_bytes`)."""
     bandwidth = np.array([tier.bandwidth_bytes_per_s for tier in system.tiers])
-    slowest_s: NDArray[np.float64] = (tier_bytes(ops, system) / bandwidth[:, None]).max(axis=0)
+    slowest_s: NDArray[np.float64] = (tiers / bandwidth[:, None]).max(axis=0)
     return slowest_s
 
 

@@ -45,7 +45,7 @@ from phazec.ir.ops import FLASH_PRODUCTS, GEMM_TYPES, VIEW_TYPES
 from phazec.passes.attention import core_ops, core_scores
 from phazec.passes.base import PassResult
 from phazec.passes.norm_rope import RMS_NORM
-from phazec.passes.tensor_parallel import weight_of
+from phazec.passes.tensor_parallel import per_expert_tokens, weight_of
 
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"sgd": 0, "adam": 12}
 """Optimizer-state bytes per parameter: none for SGD; fp32 master weight, momentum, variance for Adam."""
@@ -276,13 +276,9 @@ def expert_activation(forward: Graph) -> Rerun:
 
 
 def _per_expert(tensor: Tensor, experts: int) -> bool:
-    """Whether a tensor holds per-expert tokens' features, [experts, tokens, features > 1]."""
-    return (
-        len(tensor.shape) == 3
-        and tensor.shape[0] == experts
-        and tensor.batch_axis == 1
-        and tensor.shape[2] > 1
-    )
+    """Whether a tensor holds per-expert tokens' features, [experts, tokens, features > 1]
+    (`per_expert_tokens` with more than one feature: not the routing weights)."""
+    return per_expert_tokens(tensor, experts) and len(tensor.shape) == 3 and tensor.shape[2] > 1
 
 
 def moe_pre_norm(forward: Graph) -> Rerun:
@@ -298,19 +294,11 @@ def moe_pre_norm(forward: Graph) -> Rerun:
         return NO_RERUN
     producers = forward.producers()
     index = {op.name: i for i, op in enumerate(forward.ops)}
-
-    def back(name: str) -> tuple[set[int], str, Op | None]:
-        """The views and casts `name` comes through, where they start, and the op writing that."""
-        chain: set[int] = set()
-        while (producer := producers.get(name)) is not None and producer.op_type in (*VIEW_TYPES, "Cast"):
-            chain.add(index[producer.name])
-            name = producer.inputs[0]
-        return chain, name, producer
-
+    through = VIEW_TYPES | {"Cast"}
     for op in forward.ops:
         if op.kind not in (OpKind.GEMM, OpKind.FUSED) or len(op.inputs) < 2:
             continue
-        starts = [back(t) for t in op.inputs[:2]]
+        starts = [_back_through(t, through, index, producers) for t in op.inputs[:2]]
         if not any(name in forward.weights and ROUTER_WEIGHT.search(name) for _, name, _ in starts):
             continue
         for chain, _, producer in starts:
@@ -346,6 +334,19 @@ NORM_TYPES = frozenset({"LayerNormalization", RMS_NORM})
 """Normalisations exported (or fused, `phazec.passes.norm_rope`) as one op."""
 
 
+def _back_through(
+    name: str, through: Collection[str], index: dict[str, int], producers: dict[str, Op]
+) -> tuple[set[int], str, Op | None]:
+    """Back from tensor `name` through the ops of types `through` (views, casts): their positions in the
+    graph (`index`), the tensor where they start, and the op writing it (None for a layer input or
+    weight)."""
+    chain: set[int] = set()
+    while (producer := producers.get(name)) is not None and producer.op_type in through:
+        chain.add(index[producer.name])
+        name = producer.inputs[0]
+    return chain, name, producer
+
+
 def _pre_norm(
     forward: Graph, region: set[int], up: set[int], index: dict[str, int], producers: dict[str, Op]
 ) -> set[int]:
@@ -359,11 +360,7 @@ def _pre_norm(
     consumers = forward.consumers()
     found: set[int] = set()
     for read in {op_input for i in up for op_input in ops[i].inputs[:1]}:
-        chain: set[int] = set()
-        name = read
-        while (producer := producers.get(name)) is not None and producer.op_type in VIEW_TYPES:
-            chain.add(index[producer.name])
-            name = producer.inputs[0]
+        chain, _, producer = _back_through(read, VIEW_TYPES, index, producers)
         if producer is None or producer.op_type not in NORM_TYPES:
             continue
         chain.add(index[producer.name])
