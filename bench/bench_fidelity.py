@@ -232,6 +232,7 @@ def run_config(
                 f"plan.zero_stage={run.zero_stage}",
                 f"plan.overlap_grad_reduce={str(run.megatron_core).lower()}",
                 f"plan.overlap_param_gather={str(run.megatron_core).lower()}",
+                f"plan.overlap_p2p_comm={str(run.megatron_core).lower()}",
                 f"plan.pipeline_sends_masks={str(run.pipeline_sends_masks).lower()}",
                 f"hw.device.attention={run.attention}",
                 f"hw.device.tp_comm_overlap={str(run.megatron_core).lower()}",

@@ -64,6 +64,12 @@ FRAMEWORKS = (
 )
 """(row id prefix, the framework whose run the row measured)."""
 
+P2P_OVERLAP = frozenset({"Megatron-Bridge"})
+"""Frameworks whose interleaved pipelines send beside the next model chunk's pass (`plan.overlap_p2p_comm`):
+Megatron-Bridge sets Megatron-Core's `overlap_p2p_comm` wherever pp > 1 and vp > 1
+(`src/megatron/bridge/training/comm_overlap.py`, v0.2.1 and later; no effect at vp 1). The other
+frameworks' rows that pipeline do not interleave."""
+
 FUSED_CROSS_ENTROPY = frozenset({"Megatron-Bridge", "NeMo Automodel"})
 """Frameworks whose runs take the loss on the bf16 logits, keeping no fp32 copy (`plan.fused_cross_entropy`):
 Megatron-Bridge's performance recipes (Transformer Engine's fused cross entropy,
@@ -399,6 +405,7 @@ def predict(run: MoeRun) -> PlanReport:
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
                 f"plan.overlap_grad_reduce={overlaps}", f"plan.overlap_param_gather={overlaps}",
+                f"plan.overlap_p2p_comm={framework(run.row_id) in P2P_OVERLAP}",
                 "hw.device.attention=flash", f"hw.device.collectives_hold_cores={not_overlaps}",
                 "solver.node_limit=200", "solver.search_node_limit=100000",
             ],

@@ -329,15 +329,22 @@ struct PlanModel {
     return settings.sequence_parallel ? bytes / static_cast<double>(c.devices) : bytes;
   }
 
+  /// Whether a stage's pipeline sends run beside its computation: Megatron-Core's overlap_p2p_comm, which
+  /// its interleaved schedule alone applies (its 1F1B blocks on each send and receive).
+  bool hides_sends() const { return settings.overlap_p2p_comm && settings.interleave > 1; }
+
   /// Time per microbatch of a stage in a recompute mode at width d, its pipeline transfers on `tier`
-  /// and its ZeRO-3 gathers on `shard_tiers`.
+  /// and its ZeRO-3 gathers on `shard_tiers`. Each of the 2 v model-chunk passes of a microbatch sends
+  /// and receives once; with `hides_sends` a chunk's transfer runs beside the next chunk's pass, so
+  /// only what outlasts the microbatch's computation is exposed: max(0, sends - (F + B + R)).
   StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier, int64_t d,
                  const SyncTiers& shard_tiers) const {
     double recompute_s = 0.0;
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     if (mode == Recompute::kOp) recompute_s = c.op_s;
-    const double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
+    double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
+    if (hides_sends()) p2p_s = std::max(0.0, p2p_s - (c.forward_s + c.backward_s + recompute_s));
     return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
   }
 
@@ -1192,9 +1199,10 @@ struct LoadBound {
     return model.plan.settings.sequence_parallel ? bytes / static_cast<double>(model.tab.t) : bytes;
   }
 
-  /// The bound for s stages at width d, the pipeline's transfers on `tier`.
+  /// The bound for s stages at width d, the pipeline's transfers on `tier` (none when they hide behind
+  /// the computation: a stage's load is then at least its computation's).
   double time_s(int64_t s, int64_t d, const NetworkTier& tier) const {
-    const double sends_s = cut_bytes == kNone<int64_t> ? 0.0
+    const double sends_s = cut_bytes == kNone<int64_t> || model.plan.hides_sends() ? 0.0
                                                        : static_cast<double>(s - 1) * 2.0 *
                                                              static_cast<double>(model.interleave()) *
                                                              transfer_s(least_sent_bytes(), tier);
@@ -1209,7 +1217,7 @@ struct LoadBound {
 /// holds gathered layers), every stage's memory is ZeRO-0's, bit for bit.
 std::vector<int64_t> memory_key(const Variant& variant) {
   PlanSettings settings = variant.settings;
-  settings.overlap_grad_reduce = settings.overlap_param_gather = false;
+  settings.overlap_grad_reduce = settings.overlap_param_gather = settings.overlap_p2p_comm = false;
   settings.pipeline_schedule = 0;  // ZB-H1 keeps 1F1B's microbatches in flight
   if (settings.cp == 1 && settings.zero_stage < 3) settings.zero_stage = 0;
   std::vector<int64_t> key{variant.width_index};

@@ -127,7 +127,8 @@ class SystemConfig:
     global_batch: int
     """Samples per training step."""
     hbm_gb: list[float] = field(default_factory=lambda: [32.0, 64.0, 80.0])
-    """HBM capacities to search over, in GB (1e9 bytes)."""
+    """HBM capacities to search over, in GB (1e9 bytes): for a real GPU's system, what a training process
+    can use (its memory as nvidia-smi reports it, less a runtime reserve: docs/devices.md, HBM capacity)."""
     tiers: list[TierConfig]
     """Network tiers from the smallest group to the whole system; a collective uses the first tier whose
     group size covers its group."""

@@ -1,4 +1,4 @@
-"""A training graph's per-layer rows: FLOPs, kernels, all-reduces and memory of each layer, for tables."""
+"""A training graph's per-layer rows: FLOPs, kernels, collectives and memory of each layer, for tables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from phazec.errors import PhazecError
 from phazec.ir.core import Graph, LayerMemory, Model, OpKind
-from phazec.ir.ops import collective_bytes, flops, gemm_dims
+from phazec.ir.ops import COLLECTIVE_TYPES, collective_bytes, flops, gemm_dims
 from phazec.passes.pipeline import GraphSettings, PassTiming, training_pipeline
 
 ON_CHIP = (OpKind.GEMM, OpKind.VECTOR, OpKind.FUSED)
@@ -14,29 +14,49 @@ ON_CHIP = (OpKind.GEMM, OpKind.VECTOR, OpKind.FUSED)
 
 
 @dataclass(frozen=True, slots=True)
+class Collectives:
+    """The collectives of one type in a graph (`phazec.ir.ops.COLLECTIVE_TYPES`)."""
+
+    op_type: str
+    count: int
+    tensor_bytes: int
+    """Their whole tensors' bytes summed (`phazec.ir.ops.collective_bytes`): what each device contributes
+    to an all-reduce or a reduce-scatter, sends (its own share included) in an all-to-all, and holds
+    after an all-gather."""
+
+
+@dataclass(frozen=True, slots=True)
 class GraphTotals:
-    """FLOPs, kernels and all-reduces of one operator graph at one microbatch size."""
+    """FLOPs, kernels and collectives of one operator graph at one microbatch size."""
 
     flops: int
     gemm_flops: int
     """FLOPs of the matrix products (fused ops' GEMM parts included)."""
-    allreduces: int
-    allreduce_bytes: int
-    """Bytes each device contributes, summed over the all-reduces."""
+    collectives: tuple[Collectives, ...]
+    """One entry per collective type the graph has, by type name."""
     kernels: int
     """On-chip operators (GEMMs, vector and fused ops), each a kernel paying `hw.device.kernel_latency_s`;
     collectives pay their tier's call latency instead, views and copies nothing."""
 
+    def collective(self, op_type: str) -> Collectives:
+        """The graph's collectives of a type (none: a count of 0)."""
+        return next((c for c in self.collectives if c.op_type == op_type), Collectives(op_type, 0, 0))
+
 
 def graph_totals(graph: Graph, microbatch: int) -> GraphTotals:
-    """Sum a graph's FLOPs, GEMM FLOPs, all-reduces and kernels."""
+    """Sum a graph's FLOPs, GEMM FLOPs, collectives of each type and kernels."""
     gemms = [op for op in graph.ops if op.kind in (OpKind.GEMM, OpKind.FUSED)]
-    collectives = [op for op in graph.ops if op.op_type == "AllReduce"]
+    collectives = []
+    for op_type in sorted(COLLECTIVE_TYPES):
+        ops = [op for op in graph.ops if op.op_type == op_type]
+        if ops:
+            collectives.append(
+                Collectives(op_type, len(ops), sum(collective_bytes(op, graph, microbatch) for op in ops))
+            )
     return GraphTotals(
         flops=sum(flops(op, graph, microbatch) for op in graph.ops),
         gemm_flops=sum(gemm_dims(op, graph, microbatch).flops for op in gemms),
-        allreduces=len(collectives),
-        allreduce_bytes=sum(collective_bytes(op, graph, microbatch) for op in collectives),
+        collectives=tuple(collectives),
         kernels=sum(op.kind in ON_CHIP for op in graph.ops),
     )
 

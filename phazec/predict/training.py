@@ -152,6 +152,12 @@ class Training:
     overlap_param_gather: bool = knob(False, core=True)
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
     pass (Megatron-Core's `--overlap-param-gather`; off by default)."""
+    overlap_p2p_comm: bool = knob(False, core=True)
+    """Under interleaving (`interleave` > 1), run each model chunk's pipeline send and receive beside the
+    next chunk's pass, so a stage exposes only the part of a microbatch's sends that outlasts its
+    computation (Megatron-Core's `overlap_p2p_comm`: Megatron-LM's default since 2023, set by
+    Megatron-Bridge wherever pp > 1 and vp > 1). No effect at `interleave` 1, whose 1F1B blocks on
+    each send, as Megatron-Core's does."""
     pipeline_sends_masks: bool = knob(False)
     """A pipeline stage also sends the next the tensors built from the model's inputs and constants
     alone (attention mask, rotary tables), as Megatron-DeepSpeed's pipeline engine sends each layer's

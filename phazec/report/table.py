@@ -248,11 +248,18 @@ def multi_table(result: dict[str, Any]) -> str:
     return "\n".join([header, *designs, "", table, note])
 
 
+def _collectives_text(row: TrainingRow) -> str:
+    """A layer's collectives per type, forward+backward (`AllReduce 2+2, AllToAll 2+2`); 0 for none."""
+    types = sorted({c.op_type for c in (*row.forward.collectives, *row.backward.collectives)})
+    counts = (f"{t} {row.forward.collective(t).count}+{row.backward.collective(t).count}" for t in types)
+    return ", ".join(counts) or "0"
+
+
 def training_table(rows: Sequence[TrainingRow]) -> str:
     """Per-device training figures of `phazec-ir` at one width, per sample where they scale with it."""
     headers = [
-        "layer", "name", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "kernels", "all-reduces",
-        "all-reduce B", "weights+grads+opt B", "stash B", "recompute-input B",
+        "layer", "name", "count", "params/device", "fwd FLOPs", "bwd FLOPs", "kernels", "collectives",
+        "collective B", "weights+grads+opt B", "stash B", "recompute-input B",
     ]  # fmt: skip
     body = []
     for a, b in runs([r.layer_class for r in rows]):
@@ -265,8 +272,8 @@ def training_table(rows: Sequence[TrainingRow]) -> str:
             f"{r.forward.flops:.4g}",
             f"{r.backward.flops:.4g}",
             f"{r.forward.kernels}+{r.backward.kernels}",
-            f"{r.forward.allreduces}+{r.backward.allreduces}",
-            f"{r.forward.allreduce_bytes + r.backward.allreduce_bytes:,}",
+            _collectives_text(r),
+            f"{sum(c.tensor_bytes for c in (*r.forward.collectives, *r.backward.collectives)):,}",
             f"{r.memory.state_bytes:,}",
             f"{r.stash_bytes:,}",
             f"{r.recompute_input_bytes:,}",

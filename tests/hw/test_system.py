@@ -58,14 +58,14 @@ def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
 @pytest.mark.parametrize(
     ("name", "domain", "nvlink_gb_s", "scale_out_gb_s", "hbm_gb"),
     [
-        ("dgx_h200", 8, 450, 50, 141),  # NVLink 4; ConnectX-7 NDR 400 Gb/s per GPU
-        ("dgx_b200", 8, 900, 50, 180),  # NVLink 5; ConnectX-7 400 Gb/s per GPU
-        ("gb200_nvl72", 72, 900, 50, 186),  # 72-GPU NVLink 5 domain; ConnectX-7 400 Gb/s per GPU
-        ("gb300_nvl72", 72, 900, 100, 279),  # 72-GPU NVLink 5 domain; ConnectX-8 800 Gb/s per GPU
+        ("dgx_h200", 8, 450, 50, 148.0),  # NVLink 4; ConnectX-7 NDR 400 Gb/s per GPU
+        ("dgx_b200", 8, 900, 50, 189.5),  # NVLink 5; ConnectX-7 400 Gb/s per GPU
+        ("gb200_nvl72", 72, 900, 50, 195.9),  # 72-GPU NVLink 5 domain; ConnectX-7 400 Gb/s per GPU
+        ("gb300_nvl72", 72, 900, 100, 295.3),  # 72-GPU NVLink 5 domain; ConnectX-8 800 Gb/s per GPU
     ],
 )
 def test_2024_25_systems_pick_nvlink_inside_a_domain(
-    name: str, domain: int, nvlink_gb_s: int, scale_out_gb_s: int, hbm_gb: int
+    name: str, domain: int, nvlink_gb_s: int, scale_out_gb_s: int, hbm_gb: float
 ) -> None:
     """NVLink at 75 % of its nominal bandwidth up to the domain (8 GPUs a DGX, 72 a rack: no 4-GPU tray
     tier, the tray's GPUs talk over the same switches), the NIC at 90 % of its line rate beyond it."""
@@ -75,6 +75,19 @@ def test_2024_25_systems_pick_nvlink_inside_a_domain(
     for group in (2, 4, domain):
         assert system.tier_for(group).bandwidth_bytes_per_s == 0.75 * nvlink_gb_s * 1e9
     assert system.tier_for(domain + 1).bandwidth_bytes_per_s == 0.9 * scale_out_gb_s * 1e9
+
+
+NVIDIA_SMI_MIB = {"dgx_h100": 81_559, "dgx_h200": 143_771, "dgx_b200": 183_359, "gb200_nvl72": 189_471,
+                  "gb300_nvl72": 284_208}  # fmt: skip
+"""Each 2024-25 system's GPU memory as nvidia-smi reports it (H100 80GB HBM3, H200, B200, GB200, GB300)."""
+
+
+@pytest.mark.parametrize(("name", "total_mib"), NVIDIA_SMI_MIB.items())
+def test_2024_25_capacities_are_the_device_total_less_the_runtime_reserve(name: str, total_mib: int) -> None:
+    """docs/devices.md, HBM capacity: nvidia-smi's total less 2.5 GiB, rounded down to 0.1 GB."""
+    system = system_from_config(typed(SystemConfig, _preset(name), "system"))
+    usable_bytes = (total_mib * 2**20) - round(2.5 * 2**30)
+    assert system.hbm_bytes == (usable_bytes // 10**8 * 10**8,)
 
 
 @pytest.mark.parametrize(

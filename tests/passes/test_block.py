@@ -365,8 +365,10 @@ def test_all_reduces_per_block(width: int) -> None:
     rows, _ = training_rows(block_model(), width, GraphSettings(), microbatch=3)
     (row,) = rows
     count = 0 if width == 1 else 2
-    assert (row.forward.allreduces, row.backward.allreduces) == (count, count)
-    assert row.forward.allreduce_bytes == row.backward.allreduce_bytes == count * 3 * S * H * 2
+    forward, backward = row.forward.collective("AllReduce"), row.backward.collective("AllReduce")
+    assert (forward.count, backward.count) == (count, count)
+    assert forward.tensor_bytes == backward.tensor_bytes == count * 3 * S * H * 2
+    assert {c.op_type for c in (*row.forward.collectives, *row.backward.collectives)} <= {"AllReduce"}
 
 
 def test_rows_report_per_device_figures() -> None:

@@ -20,6 +20,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import NetworkTier, System
 from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Routing, Tensor
 from phazec.passes.pipeline import GraphSettings, training_pipeline
+from phazec.passes.training import Collectives, graph_totals
 from phazec.predict.layer_costs import Split, op_table
 from phazec.solvers.placement.evaluate import plan_figures
 from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
@@ -106,6 +107,9 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
         assert sent_bytes(table, system)[exchanges].tolist() == [16.0, 16.0]
         seconds = op_costs(table, designs, system, MODELS["tiled"]).all_cores_s[exchanges, 0]
         assert seconds.tolist() == [1.75, 1.75]
+    # `phazec-ir`'s per-device table counts them by type, forward and backward.
+    totals = (graph_totals(graph, 2), graph_totals(split.backward, 2))
+    assert [t.collectives for t in totals] == [(Collectives("AllToAll", 2, 64),)] * 2
     gemms = [op for op in graph.ops if op.op_type == "MatMul"]
     assert [graph.tensors[op.outputs[0]].shape_at(2) for op in gemms] == [(1, 8, 2)] * 2
     memory = split.memory

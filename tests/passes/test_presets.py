@@ -61,10 +61,11 @@ def test_all_reduces_per_block(name: str, width: int, lowered: Callable[[str], M
     count = 2 if width > 1 else 0
     for row in rows_at(model, 3):
         if row.kind == LayerKind.BLOCK.value:
-            assert (row.forward.allreduces, row.backward.allreduces) == (count, count)
-            assert row.forward.allreduce_bytes == row.backward.allreduce_bytes == count * s * 3 * h * 2
+            forward, backward = row.forward.collective("AllReduce"), row.backward.collective("AllReduce")
+            assert (forward.count, backward.count) == (count, count)
+            assert forward.tensor_bytes == backward.tensor_bytes == count * s * 3 * h * 2
         else:
-            assert row.forward.allreduces == row.backward.allreduces == 0
+            assert row.forward.collectives == row.backward.collectives == ()
 
 
 @pytest.mark.parametrize(("name", "width"), STRUCTURE_CASES)
@@ -139,9 +140,10 @@ def test_vocab_parallel_embedding_and_head(lowered: Callable[[str], Model]) -> N
     assert (embedding.tp_width, head.tp_width) == (4, 4)
     assert embedding.parameters == rows * h + s * h  # word rows + replicated positions
     assert head.parameters == rows * h + 2 * h  # word rows (tied) + final layer norm
-    assert (embedding.forward.allreduces, embedding.backward.allreduces) == (1, 0)
-    assert (head.forward.allreduces, head.backward.allreduces) == (0, 1)
-    assert embedding.forward.allreduce_bytes == head.backward.allreduce_bytes == 2 * s * h * 2
+    assert (embedding.forward.collective("AllReduce").count, embedding.backward.collectives) == (1, ())
+    assert (head.forward.collectives, head.backward.collective("AllReduce").count) == ((), 1)
+    assert embedding.forward.collective("AllReduce").tensor_bytes == 2 * s * h * 2
+    assert head.backward.collective("AllReduce").tensor_bytes == 2 * s * h * 2
     assert head.forward.gemm_flops == 2 * (2 * s) * h * rows
     assert head.backward.gemm_flops == 2 * head.forward.gemm_flops
     replicated, _ = training_pipeline(4).run(model)

@@ -80,7 +80,8 @@ struct PlacementInput {
   X(bool, overlap_param_gather, false)   /* a distributed optimizer's all-gather hides behind its forward */ \
   X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */ \
   X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */ \
-  X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */
+  X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */ \
+  X(bool, overlap_p2p_comm, false)       /* interleaved 1F1B's sends run beside the next chunk's compute */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;

@@ -32,7 +32,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   stages counts). load = compute + 2 v transfer(cut bytes / u) (each of the v model chunks of a stage
   sends and receives), transfer(b) = b / bandwidth + latency (0 when b = 0), u the stage's devices
   under sequence parallelism (each sends a t-th, as Megatron-Core's pipeline tensor is s / (cp t)
-  tokens long), else 1. Every pipeline
+  tokens long), else 1. With `overlap_p2p_comm` under interleaving (v > 1) each model chunk's
+  transfers run beside the next chunk's pass, so load = compute + max(0, 2 v transfer(...) - compute)
+  + gathers = max(compute, sends) + gathers (Megatron-Core's interleaved schedule; its 1F1B, v = 1,
+  blocks on each send); the lower bound then counts no sends. Every pipeline
   transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
   them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
   pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.

@@ -38,6 +38,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "ep": 1,
         "sequence_parallel": False,
         "pipeline_schedule": 0,
+        "overlap_p2p_comm": False,
         **others,
     }
 

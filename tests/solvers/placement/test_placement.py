@@ -113,6 +113,37 @@ def test_sequence_parallelism_splits_the_pipeline_sends_over_the_stage_devices(
     assert placement.time_per_batch_s == time_s
 
 
+@pytest.mark.parametrize(
+    ("interleave", "bandwidth", "overlap", "loads_s", "time_s"),
+    [
+        (2, 100.0, False, [8.0, 6.0], 36.0),
+        (2, 100.0, True, [6.0, 6.0], 27.0),
+        (2, 5.0, False, [46.0, 6.0], 207.0),
+        (2, 5.0, True, [40.0, 6.0], 180.0),
+        (1, 100.0, False, [7.0, 6.0], 35.0),
+        (1, 100.0, True, [7.0, 6.0], 35.0),
+    ],
+)
+def test_overlapped_pipeline_sends_expose_only_what_outlasts_the_computation(
+    interleave: int, bandwidth: float, overlap: bool, loads_s: list[float], time_s: float
+) -> None:
+    # Four layers 0 -> 1 -> 2 -> 3, each F = 1 s and B = 2 s, 50 bytes on each edge, split [01][23] on
+    # devices 0 and 1 (the pipeline's tier: `bandwidth` B/s), d = 1, m = 4. Stage 0 sends the cut's 50 B
+    # forward and receives its gradient once per model-chunk pass, 2 v times a microbatch: at v = 2 and
+    # 100 B/s, 4 x 0.5 = 2 s beside 6 s of computation, so a load of 8 s, or 6 s with the sends beside
+    # the next chunk's pass; at 5 B/s, 4 x 10 = 40 s: 46 s, or max(6, 40) = 40 s. Interleaved 1F1B
+    # runs m + (s - 1) / v = 4.5 loads: 36, 27, 207 and 180 s. At v = 1 Megatron-Core's 1F1B blocks on
+    # each send, so the switch changes nothing: 6 + 2 x 0.5 = 7 s, times 4 + 1 = 35 s.
+    chain = problem_of(
+        [1.0] * 4, [2.0] * 4, [(0, 1, 50), (1, 2, 50), (2, 3, 50)],
+        tiers=(NetworkTier(2, bandwidth, 0.0), NetworkTier(4, 10.0, 0.0)),
+    )  # fmt: skip
+    variant = Variant(1, 10**6, plan_settings(interleave=interleave, overlap_p2p_comm=overlap))
+    placement = evaluate_plan(chain, variant, [[0, 1], [2, 3]], 1)
+    assert [stage.load_s for stage in placement.stages] == loads_s
+    assert placement.time_per_batch_s == time_s
+
+
 def test_zero_bubble_h1_on_four_uniform_stages_by_hand() -> None:
     # Four layers, each F = 1 s and a backward pass of 2 s, of which W = 1 s is weight gradients (Qi et
     # al.'s B = 1, W = 1), one per stage, m = 8 microbatches, nothing sent, no weights to sync.
