@@ -281,27 +281,34 @@ def neighbour_gemms(graph: Graph, i: int) -> tuple[int | None, int | None]:
     return before, next((j for j, op in enumerate(graph.ops) if _is_gemm(op)), None)
 
 
-def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
-    """Costs with each collective reduced to the part the GEMMs next to it cannot hide.
+TP_OVERLAP_PARTS = {"AllReduce": (0.5, 0.5), "ReduceScatter": (1.0, 0.0), "AllGather": (0.0, 1.0)}
+"""The shares of a tensor-parallel collective's time that hide behind the GEMM producing its input and
+behind the first GEMM using its result (`overlap_collectives`): an all-reduce is a reduce-scatter then
+an all-gather, half its time each."""
 
-    Megatron-Core's `--tp-comm-overlap` splits a tensor-parallel collective (a reduce-scatter and an
-    all-gather, each half of the all-reduce's time c) into t chunks that run while the GEMM
-    producing its input (the reduce-scatter) and the first GEMM using its result (the all-gather;
-    the next layer's first GEMM for a collective at the end of a layer) compute. A half of time h
-    next to a GEMM of time g ends max(h - g, 0) + min(h, g) / t after the GEMM would have (its first
-    chunk cannot overlap); without a GEMM it is all exposed.
+
+def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
+    """Costs with each tensor-parallel collective reduced to the part the GEMMs next to it cannot hide.
+
+    Megatron-Core's `--tp-comm-overlap` splits a tensor-parallel collective into t chunks: a
+    reduce-scatter runs while the GEMM producing its input computes, an all-gather while the first GEMM
+    using its result does (the next layer's first GEMM for a collective at the end of a layer), and an
+    all-reduce is both, half its time c each (`TP_OVERLAP_PARTS`: the multi-token-prediction
+    projection's gathers are the all-gathers and reduce-scatters). A part of time h next to a GEMM of
+    time g ends max(h - g, 0) + min(h, g) / t after the GEMM would have (its first chunk cannot
+    overlap); without a GEMM it is all exposed.
     """
     single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
     for i, op in enumerate(graph.ops):
-        if op.op_type != "AllReduce":
+        if op.op_type not in TP_OVERLAP_PARTS:
             continue
         group = op.attrs["group"]
         assert isinstance(group, int)
-        half = spread[i] / 2.0
-        exposed = np.zeros_like(half)
-        for j in neighbour_gemms(graph, i):
-            gemm = costs.all_cores_s[j] if j is not None else np.zeros_like(half)
-            exposed += np.maximum(half - gemm, 0.0) + np.minimum(half, gemm) / group
+        exposed = np.zeros_like(spread[i])
+        for share, j in zip(TP_OVERLAP_PARTS[op.op_type], neighbour_gemms(graph, i), strict=True):
+            part = spread[i] * share
+            gemm = costs.all_cores_s[j] if j is not None else np.zeros_like(part)
+            exposed += np.maximum(part - gemm, 0.0) + np.minimum(part, gemm) / group
         single[i], spread[i] = exposed, exposed
     return replace(costs, single_core_s=single, all_cores_s=spread)
 

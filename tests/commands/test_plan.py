@@ -430,6 +430,26 @@ def test_overlapped_collectives_by_hand() -> None:
     assert alone.all_cores_s[:, 0].tolist() == [4.0, 10.0]
 
 
+def test_overlapped_gathers_and_scatters_by_hand() -> None:
+    # GEMM g1 (4 s) -> reduce-scatter rs over 2 devices (6 s) -> add -> all-gather ag over 2 devices
+    # (6 s) -> GEMM g2 (2 s), as around the multi-token-prediction projection. A reduce-scatter hides
+    # whole behind the GEMM producing its input: 2 + 4/2 = 4 s exposed; an all-gather whole behind the
+    # first GEMM using its result: 4 + 2/2 = 5 s, nothing behind the add before it.
+    x = Tensor("x", (1, 8), "bfloat16", 0)
+    tensors = {"x": x} | {n: replace(x, name=n) for n in ["w", "y", "z", "u", "v", "o"]}
+    ops = [
+        Op("g1", "Gemm", OpKind.GEMM, ("x", "w"), ("y",)),
+        Op("rs", "ReduceScatter", OpKind.COLLECTIVE, ("y",), ("z",), {"group": 2}),
+        Op("a1", "Add", OpKind.VECTOR, ("z", "x"), ("u",)),
+        Op("ag", "AllGather", OpKind.COLLECTIVE, ("u",), ("v",), {"group": 2}),
+        Op("g2", "Gemm", OpKind.GEMM, ("v", "w"), ("o",)),
+    ]
+    graph = Graph(tensors, ops, ["x"], ["w"], [], ["o"])
+    seconds = np.array([[4.0], [6.0], [1.0], [6.0], [2.0]])
+    costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds), np.zeros_like(seconds))
+    assert overlap_collectives(graph, costs).all_cores_s[:, 0].tolist() == [4.0, 4.0, 1.0, 5.0, 2.0]
+
+
 @pytest.fixture(scope="module")
 def tiny_flash_graphs(cache_dir: Path) -> dict[int, Any]:
     cfg = compose_config(*TINY, f"cache_dir={cache_dir}")
