@@ -76,13 +76,25 @@ Megatron-Bridge's performance recipes (Transformer Engine's fused cross entropy,
 `bench_fidelity_modern.FUSED_CROSS_ENTROPY_SOURCE`) and NeMo Automodel's MoE benchmark configs
 (`MaskedCrossEntropy` with `fp32_upcast: false`, the configs `EP_FROM_CONFIG` names)."""
 
-RECOMPUTE_READ = {"TT-SCOUT-GB200-256-BF16": "full", "TT-SCOUT-GB200-256-MXFP8": "full"}
-"""Rows whose stated recompute cannot have run, read otherwise. torchtitan's Llama 4 Scout rows state
-no activation checkpointing at a local batch of 10 sequences of 8,192 tokens (torchtitan's MXFP8 page:
-"mode: none", selective per-op checkpointing being broken then): 924 GB a GPU in phazec's model (the
-loss's bf16 and fp32 logits alone 99 GB; 48 blocks of 81,920 tokens keep at least 40 GB a tensor of
-the hidden width), where a GB200 has 186 GB, and the runs ran. Whatever saved the memory is not stated;
-full recompute, torchtitan's other mode, is the reading (123 GB)."""
+RECOMPUTE_READ = {
+    "TT-SCOUT-GB200-256-BF16": "full",
+    "TT-SCOUT-GB200-256-MXFP8": "full",
+    "AM-OSS20B-H100-8-BF16": "full",
+}
+"""Rows whose recompute is read elsewhere than the csv's column.
+
+- torchtitan's Llama 4 Scout rows state no activation checkpointing at a local batch of 10 sequences
+  of 8,192 tokens (torchtitan's MXFP8 page: "mode: none", selective per-op checkpointing being broken
+  then): 924 GB a GPU in phazec's model (the loss's bf16 and fp32 logits alone 99 GB; 48 blocks of
+  81,920 tokens keep at least 40 GB a tensor of the hidden width), where a GB200 has 195.9 GB, and the
+  runs ran. Whatever saved the memory is not stated; full recompute, torchtitan's other mode, is the
+  reading (123 GB).
+- NeMo Automodel's GPT-OSS-20B row (csv: "not stated") was published on 2025-10-06 with its benchmark
+  config (NVIDIA-NeMo/Automodel@89e3a9fdd, `docs/performance-summary.md` and
+  `examples/benchmark/configs/gptoss_20b_te_deepep.yaml`: `activation_checkpointing: true`, which
+  `nemo_automodel/components/moe/parallelizer.py` `apply_ac` turns into a checkpoint wrapper round
+  every block: full recompute); the config turned it off on 2025-11-10 (4aadb1a95), and the table's
+  figures have not changed since they were published."""
 
 UP_PROJECTION_RECOMPUTE = frozenset(
     {
@@ -140,9 +152,12 @@ H100 row (v0.1.0rc4's recipe defaults to 1, and its layout, `LAYOUTS`, places th
 EP_FROM_CONFIG = {"AM-OSS120B-H100-64-BF16": 64, "AM-OSS20B-H100-8-BF16": 8}
 """Expert-parallel widths the csv leaves blank ('-' in NeMo Automodel's table), from the benchmark
 configs of those runs: NVIDIA-NeMo/Automodel `examples/benchmark/configs/gptoss_120b_te_deepep.yaml` and
-`gptoss_20b_te_deepep.yaml`, `distributed.ep_size` (read at 037e04a, later than the csv's 36044ad; their
-global and local batch, FSDP width and the other parallel sizes are the table's). The same configs set
-no activation checkpointing, DeepEP, Transformer Engine's linear layers, balanced routing
+`gptoss_20b_te_deepep.yaml`, `distributed.ep_size` (their global and local batch, FSDP width and the other
+parallel sizes are the table's). The 20B config as published with the table (89e3a9fdd, 2025-10-06)
+matches the table's plan and sets full activation checkpointing (`RECOMPUTE_READ`); the 120B config of
+that commit does not match the table's plan (pp 2, ep 16, global batch 256 against the table's pp 1, 64
+and 512), so the 120B row takes the first config that does (037e04a, 2026-01-27: ep 64, no activation
+checkpointing). Both set DeepEP, Transformer Engine's linear layers, balanced routing
 (`fake_balanced_gate`) and the loss without an fp32 copy of the logits."""
 
 LAYOUTS = {
