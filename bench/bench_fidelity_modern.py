@@ -107,6 +107,30 @@ Megatron-Bridge's performance recipes call `_benchmark_common(cfg, cross_entropy
 (NVIDIA-NeMo/Megatron-Bridge@067f987df03b8355b03192d88d70f1709fedf51a, src/megatron/bridge/perf_recipes/
 _common.py and models/gpt_provider.py). The other frameworks' rows cast the logits to fp32."""
 
+RECOMPUTE_READ = {"AM-L70B-H100-64-BF16-CP2": "full"}
+"""Recompute a row's csv leaves unstated, read in the config that produced its number: NeMo Automodel's
+70B benchmark config at the commit that published the figure (NVIDIA-NeMo/Automodel@2013a4dd6,
+`custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml`, line 88: `activation_checkpointing: True`, which
+with torch.compile on checkpoints each block's attention and MLP apart, `parallelizer.py`, lines
+229-239: all of a block's work runs again, phazec's `full`)."""
+
+FLASH_ATTENTION_2_SOURCES = ("pytorch/torchtitan", "NVIDIA-NeMo/Automodel")
+"""Frameworks whose dense rows run PyTorch SDPA's FlashAttention-2 kernels on Hopper, not Transformer
+Engine's cuDNN (FlashAttention-3-class) ones the hw presets' `attention_utilisation` stands for:
+torchtitan puts SDPA's flash backend first and adds cuDNN's on B200 only
+(pytorch/torchtitan@e7c0cae, `torchtitan/models/attention.py`, lines 200-214); NeMo Automodel's Llama
+runs `attn_implementation: sdpa`, and context parallelism restricts SDPA to its flash and
+memory-efficient backends (NVIDIA-NeMo/Automodel@2013a4dd6, `cp_utils.py`, line 59)."""
+
+FLASH_ATTENTION_2_HOPPER = 0.35
+"""FlashAttention-2's share of an H100's BF16 peak (Shah et al. 2024, "FlashAttention-3", abstract:
+"FlashAttention-2 achieving only 35% utilization on H100"): the `attention_utilisation` of a
+`FLASH_ATTENTION_2_SOURCES` row on a 700 W Hopper (H100, H200); the 500 W H100s' preset carries it
+tied to their fitted GEMM utilisation (`POWER_LIMITED`)."""
+
+HOPPER_AT_FULL_POWER = frozenset({"h100", "h200"})
+"""Families of Hopper chips run at their rated power (`FLASH_ATTENTION_2_HOPPER`)."""
+
 POWER_LIMITED = frozenset({"h100_500w"})
 """Families whose power limit slows their tensor cores, GEMMs and attention kernels alike: their fit
 moves `hw.device.attention_utilisation` with the GEMMs' utilisation, at the ratio of their preset's
@@ -137,6 +161,9 @@ class ModernRun:
     recompute_stated: bool = True
     """False where the row says nothing of recompute (not even its recipe's default): it runs the least
     recompute that fits (`least_recompute_that_fits`)."""
+    attention_utilisation: float | None = None
+    """The attention kernels' share of the peak where the row's framework calls other kernels than the
+    preset's (`FLASH_ATTENTION_2_HOPPER`); None keeps the preset's."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -174,6 +201,8 @@ class ModernRun:
             extra.append(f"system.tiers.0.group_size={self.gpus_per_domain}")
         if self.family in HBM_GB:
             extra.append(f"system.hbm_gb=[{HBM_GB[self.family]}]")
+        if self.attention_utilisation is not None:
+            extra.append(f"hw.device.attention_utilisation={self.attention_utilisation}")
         return tuple(extra)
 
 
@@ -214,7 +243,8 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     precision = _first_word(row["precision"])
     zero = _first_word(row["zero_stage"])
     cp = int(row["cp"] or 1)
-    recompute = recompute_mode(row["recompute"], torchtitan=row["source_id"].startswith("TT"))
+    recompute_text = RECOMPUTE_READ.get(row["source_id"], row["recompute"])
+    recompute = recompute_mode(recompute_text, torchtitan=row["source_id"].startswith("TT"))
     reasons = (
         (bool(row["experts"]), "MoE (issue 39)"),
         (chip is None, f"GPU {row['gpu']!r} has no preset"),
@@ -272,11 +302,15 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         measured_s=measured_s(row),
     )
     multi_rack = system.endswith("nvl72") and gpus > 72 and gpus % 64 == 0
-    stated = row["recompute"].strip().lower() != "not stated"
+    stated = recompute_text.strip().lower() != "not stated"
     domain = 64 if multi_rack else None
     fused = FUSED_CROSS_ENTROPY_SOURCE in row["source"]
+    flash_2 = family in HOPPER_AT_FULL_POWER and any(
+        name in row["source"] for name in FLASH_ATTENTION_2_SOURCES
+    )
+    attention = FLASH_ATTENTION_2_HOPPER if flash_2 else None
     return ModernRun(
-        run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, fused, stated
+        run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, fused, stated, attention
     )
 
 
