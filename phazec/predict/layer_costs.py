@@ -257,8 +257,39 @@ gradients along too."""
 
 
 def op_table(graph: Graph, split: Split) -> OpTable:
-    """The cost-model table of a graph's operators, in graph order (`op_work`)."""
-    return OpTable.from_rows([op_work(op, graph, split) for op in graph.ops])
+    """The cost-model table of a graph's operators, in graph order (`op_work`); the all-reduces whose
+    all-gather half carries one-byte elements (`fp8_gathers`) move `FP8_GATHER_SHARE` of their bytes."""
+    rows = [op_work(op, graph, split) for op in graph.ops]
+    for i in fp8_gathers(graph, split):
+        rows[i] = OpWork(
+            **{**rows[i].__dict__, "collective_bytes": rows[i].collective_bytes * FP8_GATHER_SHARE}
+        )
+    return OpTable.from_rows(rows)
+
+
+FP8_GATHER_SHARE = 0.75
+"""What a tensor-parallel all-reduce moves when its all-gather half carries one-byte elements: its
+reduce-scatter sums bf16 (2 bytes an element), its all-gather moves the FP8 copy (1), (2 + 1) / 4 of
+the bf16 all-reduce's bytes (an MXFP8 copy's block scales, 1/32 of a byte an element, left out)."""
+
+
+def fp8_gathers(graph: Graph, split: Split) -> frozenset[int]:
+    """The all-reduces whose all-gather half carries an FP8 copy: in a low-precision layer under
+    sequence parallelism, those whose result the next GEMM (`neighbour_gemms`) reads in FP8
+    (`low_precision_gemm`). An all-reduce there stands for a reduce-scatter and the next all-gather, and
+    Transformer Engine gathers a sequence-parallel linear layer's input (its output gradient in the
+    backward pass) as the quantized copy the GEMM reads, as torchao's `Float8ColwiseParallel` does; the
+    reduce-scatter sums in bf16. Without sequence parallelism the all-reduce is one bf16 collective."""
+    if not split.low_precision or split.sequence_parallel <= 1:
+        return frozenset()
+    found = []
+    for i, op in enumerate(graph.ops):
+        if op.op_type != "AllReduce":
+            continue
+        after = neighbour_gemms(graph, i)[1]
+        if after is not None and low_precision_gemm(graph.ops[after], graph):
+            found.append(i)
+    return frozenset(found)
 
 
 def _is_gemm(op: Op) -> bool:
@@ -284,10 +315,13 @@ def neighbour_gemms(graph: Graph, i: int) -> tuple[int | None, int | None]:
 TP_OVERLAP_PARTS = {"AllReduce": (0.5, 0.5), "ReduceScatter": (1.0, 0.0), "AllGather": (0.0, 1.0)}
 """The shares of a tensor-parallel collective's time that hide behind the GEMM producing its input and
 behind the first GEMM using its result (`overlap_collectives`): an all-reduce is a reduce-scatter then
-an all-gather, half its time each."""
+an all-gather, half its time each (two thirds and one third when the gather carries FP8, `fp8_gathers`)."""
+
+FP8_GATHER_PARTS = (2.0 / 3.0, 1.0 / 3.0)
+"""`TP_OVERLAP_PARTS` of an all-reduce whose all-gather half moves one byte an element (`fp8_gathers`)."""
 
 
-def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
+def overlap_collectives(graph: Graph, costs: OpCosts, fp8_gathered: frozenset[int] = frozenset()) -> OpCosts:
     """Costs with each tensor-parallel collective reduced to the part the GEMMs next to it cannot hide.
 
     Megatron-Core's `--tp-comm-overlap` splits a tensor-parallel collective into t chunks: a
@@ -296,7 +330,8 @@ def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
     all-reduce is both, half its time c each (`TP_OVERLAP_PARTS`: the multi-token-prediction
     projection's gathers are the all-gathers and reduce-scatters). A part of time h next to a GEMM of
     time g ends max(h - g, 0) + min(h, g) / t after the GEMM would have (its first chunk cannot
-    overlap); without a GEMM it is all exposed.
+    overlap); without a GEMM it is all exposed. `fp8_gathered` are the all-reduces whose gather carries
+    FP8 (`fp8_gathers`: `FP8_GATHER_PARTS`).
     """
     single, spread = costs.single_core_s.copy(), costs.all_cores_s.copy()
     for i, op in enumerate(graph.ops):
@@ -305,7 +340,8 @@ def overlap_collectives(graph: Graph, costs: OpCosts) -> OpCosts:
         group = op.attrs["group"]
         assert isinstance(group, int)
         exposed = np.zeros_like(spread[i])
-        for share, j in zip(TP_OVERLAP_PARTS[op.op_type], neighbour_gemms(graph, i), strict=True):
+        parts = FP8_GATHER_PARTS if i in fp8_gathered else TP_OVERLAP_PARTS[op.op_type]
+        for share, j in zip(parts, neighbour_gemms(graph, i), strict=True):
             part = spread[i] * share
             gemm = costs.all_cores_s[j] if j is not None else np.zeros_like(part)
             exposed += np.maximum(part - gemm, 0.0) + np.minimum(part, gemm) / group
@@ -350,9 +386,12 @@ def class_costs(
         deduplicated=deduplicated,
     )
     forward = op_costs(op_table(cls.graph, split), designs, system, model)
-    forward = overlap_collectives(cls.graph, forward) if overlap else forward
+    forward = overlap_collectives(cls.graph, forward, fp8_gathers(cls.graph, split)) if overlap else forward
     if cls.backward is None:
         return ClassCosts(forward, None)
-    backward = op_costs(op_table(cls.backward, replace(split, backward=True)), designs, system, model)
-    backward = overlap_collectives(cls.backward, backward) if overlap else backward
+    back = replace(split, backward=True)
+    backward = op_costs(op_table(cls.backward, back), designs, system, model)
+    backward = (
+        overlap_collectives(cls.backward, backward, fp8_gathers(cls.backward, back)) if overlap else backward
+    )
     return ClassCosts(forward, backward)

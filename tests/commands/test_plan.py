@@ -448,6 +448,15 @@ def test_overlapped_gathers_and_scatters_by_hand() -> None:
     seconds = np.array([[4.0], [6.0], [1.0], [6.0], [2.0]])
     costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds), np.zeros_like(seconds))
     assert overlap_collectives(graph, costs).all_cores_s[:, 0].tolist() == [4.0, 4.0, 1.0, 5.0, 2.0]
+    # An all-reduce of 9 s between GEMMs of 1 and 6 s whose all-gather carries FP8 (`fp8_gathers`): its
+    # reduce-scatter, two thirds, 6 s behind the first (5 + 1/2 = 5.5), its gather, 3 s, behind the
+    # second (0 + 3/2 = 1.5): 7 s exposed, where halves of 4.5 s leave 3.5 + 1/2 + 4.5/2 = 6.25 s.
+    reduced = [ops[0], Op("ar", "AllReduce", OpKind.COLLECTIVE, ("y",), ("v",), {"group": 2}), ops[4]]
+    fp8 = Graph(tensors, reduced, ["x"], ["w"], [], ["o"])
+    seconds = np.array([[1.0], [9.0], [6.0]])
+    costs = OpCosts(seconds, seconds.copy(), np.zeros_like(seconds), np.zeros_like(seconds))
+    assert overlap_collectives(fp8, costs, frozenset({1})).all_cores_s[:, 0].tolist() == [1.0, 7.0, 6.0]
+    assert overlap_collectives(fp8, costs).all_cores_s[:, 0].tolist() == [1.0, 6.25, 6.0]
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,28 @@
 """Precision (`train.precision`, `plan.precision`): which GEMMs run in FP8, their casts, and the
 chips that can run them."""
 
+from pathlib import Path
+
 import pytest
 
-from phazec.config.settings import settings_from_config
+from phazec.config.settings import settings_from_config, typed
 from phazec.cost.ops import OpKind
 from phazec.errors import PhazecError
+from phazec.frontend import load_model
+from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import LayerKind, Model
 from phazec.passes.memory import megatron_bytes
-from phazec.predict.layer_costs import QUANTIZE_BYTES_PER_OPERAND_BYTE, Split, low_precision_class, op_table
+from phazec.passes.pipeline import GraphSettings, training_graphs
+from phazec.predict.layer_costs import (
+    FP8_GATHER_SHARE,
+    QUANTIZE_BYTES_PER_OPERAND_BYTE,
+    Split,
+    fp8_gathers,
+    low_precision_class,
+    op_table,
+)
 from tests.conftest import compose_config
-from tests.predict.conftest import FFN, HIDDEN, TOKENS
+from tests.predict.conftest import FFN, HIDDEN, TINY_LLAMA, TOKENS
 
 
 def _block(model: Model) -> int:
@@ -57,6 +69,32 @@ def test_fp8_keeps_the_linear_layers_inputs_as_one_byte_copies(tiny: Model) -> N
     assert memory.fp8_per_sample_bytes == change == -TOKENS * (HIDDEN + FFN)
     bf16, fp8 = megatron_bytes(memory, 2, 1), megatron_bytes(memory, 2, 1, low_precision=True)
     assert bf16.stash_bytes - fp8.stash_bytes == 2 * TOKENS * (HIDDEN + FFN)
+
+
+def test_tensor_parallel_gathers_carry_the_fp8_copy_under_sequence_parallelism(cache_dir: Path) -> None:
+    # The tiny Llama at t = 2: each block's two all-reduces (after the attention's output projection and
+    # after the MLP's down projection, forward; of the input gradients of the MLP's and the attention's
+    # first products, backward) stand for a reduce-scatter and the next all-gather, whose result the
+    # next linear layer reads in FP8. Under sequence parallelism the gather moves the one-byte copy:
+    # (2 + 1) / 4 of the bf16 all-reduce's 2 x 64 x 256 x 2 = 65,536 B at microbatch 2, 49,152 B;
+    # without sequence parallelism, or in bf16, all of it.
+    config = typed(ModelConfig, compose_config(*TINY_LLAMA).model, "model")
+    model = training_graphs(
+        load_model(config, cache_dir), [2], GraphSettings(attention="flash", causal=True)
+    )[2]
+    block = model.classes[_block(model)]
+    assert block.backward is not None
+    bf16_bytes = 2 * TOKENS * HIDDEN * 2
+    for graph, backward in ((block.graph, False), (block.backward, True)):
+        reduces = [i for i, op in enumerate(graph.ops) if op.op_type == "AllReduce"]
+        assert len(reduces) == 2
+        fp8 = Split(2, backward, sequence_parallel=2, low_precision=True)
+        assert fp8_gathers(graph, fp8) == frozenset(reduces)
+        assert op_table(graph, fp8).collective_bytes[reduces].tolist() == [FP8_GATHER_SHARE * bf16_bytes] * 2
+        for plain in (Split(2, backward, low_precision=True), Split(2, backward, sequence_parallel=2)):
+            assert fp8_gathers(graph, plain) == frozenset()
+            assert op_table(graph, plain).collective_bytes[reduces].tolist() == [bf16_bytes] * 2
+    assert FP8_GATHER_SHARE == 0.75
 
 
 def test_the_embedding_and_the_output_layer_stay_in_bf16(tiny: Model) -> None:
