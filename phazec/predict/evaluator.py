@@ -171,7 +171,11 @@ class Evaluator:
                 if training.overlap_moe_expert_parallel_comm:
                     forward_a2a_s, backward_a2a_s = all_to_all_s(cls, costs)
                     per_class[:, 0, c], per_class[:, 1, c], _ = overlapped(
-                        per_class[:, 0, c], per_class[:, 1, c], forward_a2a_s, backward_a2a_s
+                        per_class[:, 0, c],
+                        per_class[:, 1, c],
+                        forward_a2a_s,
+                        backward_a2a_s,
+                        held_share(designs, training),
                     )
                 if cls.backward is not None and costs.backward is not None:
                     weight_grads_s = weight_grad_s(cls.backward, costs.backward)
@@ -518,22 +522,36 @@ def overlapped(
     backward_s: NDArray[np.float64],
     forward_a2a_s: NDArray[np.float64],
     backward_a2a_s: NDArray[np.float64],
+    held: NDArray[np.float64] | float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """A layer's forward and backward latency with its all-to-alls overlapped with another microbatch's
     computation (`Training.overlap_moe_expert_parallel_comm`), and what is left exposed of them: the
     forward pass's computation, F_c = F - F_a, runs beside the other microbatch's backward all-to-alls,
-    B_a, and the backward pass's, B_c = B - B_a, beside the forward ones, F_a: max(F_c, B_a) and
-    max(B_c, F_a), leaving max(B_a - F_c, 0) + max(F_a - B_c, 0) of the all-to-alls. Their sum lies
-    between max(F_c + B_c, F_a + B_a), every all-to-all hidden, and F + B, none; each grows with its own
-    pass's latency alone, so lower bounds on F and B give lower bounds. A layer without all-to-alls is
-    unchanged."""
+    B_a, and the backward pass's, B_c = B - B_a, beside the forward ones, F_a. While an all-to-all's
+    kernels hold a share `held` of the cores (`held_share`), the computation beside it runs on the rest,
+    so it takes that share of the all-to-all's time longer: max(F_c + held B_a, B_a) and
+    max(B_c + held F_a, F_a), leaving max(held B_a, B_a - F_c) + max(held F_a, F_a - B_c) of the
+    all-to-alls (max(B_a - F_c, 0) + max(F_a - B_c, 0) with every core left to the computation). Their
+    sum lies between max(F_c + B_c, F_a + B_a), every all-to-all hidden, and F + B, none (held at most
+    1); each grows with its own pass's latency alone, so lower bounds on F and B give lower bounds. A
+    layer without all-to-alls is unchanged."""
     forward_compute_s = np.maximum(forward_s - forward_a2a_s, 0.0)
     backward_compute_s = np.maximum(backward_s - backward_a2a_s, 0.0)
-    exposed_s = np.maximum(backward_a2a_s - forward_compute_s, 0.0) + np.maximum(
-        forward_a2a_s - backward_compute_s, 0.0
-    )
-    forward = np.maximum(forward_compute_s, backward_a2a_s)
-    return forward, np.maximum(backward_compute_s, forward_a2a_s), exposed_s
+    forward = np.maximum(forward_compute_s + held * backward_a2a_s, backward_a2a_s)
+    backward = np.maximum(backward_compute_s + held * forward_a2a_s, forward_a2a_s)
+    exposed_s = (forward - forward_compute_s) + (backward - backward_compute_s)
+    return forward, backward, exposed_s
+
+
+def held_share(designs: Designs, training: Training) -> NDArray[np.float64]:
+    """Per design, the share of its cores an overlapped all-to-all's kernels hold (`overlapped`): the flex
+    dispatcher's `Training.moe_flex_sms` streaming multiprocessors of its tensor cores (one per SM on a
+    GPU preset), at most all; 0 for the all-to-all dispatcher, whose NCCL kernels the model leaves off
+    the cores as it does every overlapped collective's."""
+    if not training.deduplicates_tokens:
+        return np.zeros(len(designs))
+    share: NDArray[np.float64] = np.minimum(1.0, training.moe_flex_sms / designs.num_tc.astype(np.float64))
+    return share
 
 
 def op_recompute_s(forward: Graph, backward: Graph, costs: OpCosts) -> NDArray[np.float64]:

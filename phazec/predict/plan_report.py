@@ -24,7 +24,7 @@ from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import LayerClass, LayerKind, Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.memory import op_checkpoint, selective_ops
-from phazec.predict.evaluator import Candidate, Evaluator, all_to_all_s, overlapped
+from phazec.predict.evaluator import Candidate, Evaluator, all_to_all_s, held_share, overlapped
 from phazec.predict.layer_costs import ClassCosts
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, chunks_fit, explain_plan
@@ -343,7 +343,7 @@ def layer_figures(
                         op_costs.all_cores_s[i, 0]
                     )
         if training.overlap_moe_expert_parallel_comm and comm_s["AllToAll"] > 0:
-            comm_s["AllToAll"] = exposed_all_to_all_s(evaluator, designs, cls, costs)
+            comm_s["AllToAll"] = exposed_all_to_all_s(evaluator, designs, cls, costs, training)
         graph = cls.graph
         again_selective = selective_ops(graph, model.seq_len, training.selective_modules)
         core = sum(flops(graph.ops[i], graph, microbatch) for i in again_selective)
@@ -355,13 +355,16 @@ def layer_figures(
     return [per_class[layer.cls] for layer in model.layers]
 
 
-def exposed_all_to_all_s(evaluator: Evaluator, designs: Designs, cls: LayerClass, costs: ClassCosts) -> float:
+def exposed_all_to_all_s(
+    evaluator: Evaluator, designs: Designs, cls: LayerClass, costs: ClassCosts, training: Training
+) -> float:
     """What a layer's all-to-alls add on the design when another microbatch's computation hides them
-    (`overlapped`)."""
+    (`overlapped`, with the cores the dispatcher holds, `held_share`)."""
     assert cls.backward is not None and costs.backward is not None  # the layer has all-to-alls
     forward_s = evaluator.schedules_s(cls.graph, costs.forward, designs)
     backward_s = evaluator.schedules_s(cls.backward, costs.backward, designs)
-    return float(overlapped(forward_s, backward_s, *all_to_all_s(cls, costs))[2][0])
+    held = held_share(designs, training)
+    return float(overlapped(forward_s, backward_s, *all_to_all_s(cls, costs), held)[2][0])
 
 
 def breakdown(figures: PlanFigures, stages: Stages, layers: list[LayerFigures]) -> Breakdown:

@@ -196,6 +196,12 @@ class Training:
     all-to-all dispatcher, its default); `flex` once per device holding one of its experts, and across
     the scale-out network once per node, the node forwarding it over NVLink (`flex` with DeepEP or
     HybridEP, `moe_flex_dispatcher_backend`; `phazec.cost.network.tier_bytes`). Needs ep > 1."""
+    moe_flex_sms: int = knob(20, minimum=0)
+    """The streaming multiprocessors the flex dispatcher's kernels hold while they run (Megatron-Core's
+    `moe_deepep_num_sms`, 20 by default; `moe_hybridep_num_sms` for HybridEP): under
+    `overlap_moe_expert_parallel_comm` the computation beside them runs on the other cores, so it takes
+    that share of the all-to-alls' time longer (`phazec.predict.evaluator.overlapped`); 0 leaves every
+    core to the computation. Without the overlap the dispatcher runs alone and this changes nothing."""
     fused_cross_entropy: bool = knob(False)
     """The loss as Transformer Engine's fused cross entropy computes it (Megatron-Core's
     `cross_entropy_fusion_impl="te"`, set by Megatron-Bridge's performance recipes): it reads the

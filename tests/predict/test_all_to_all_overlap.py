@@ -10,9 +10,11 @@ import pytest
 
 from phazec.commands.plan import predict_plan
 from phazec.commands.setup import setup
-from phazec.config.settings import settings_from_config
-from phazec.predict.evaluator import all_to_all_s, overlapped
-from phazec.predict.training import Knobs
+from phazec.config.settings import settings_from_config, typed
+from phazec.hw.schema import HwConfig
+from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.predict.evaluator import all_to_all_s, held_share, overlapped
+from phazec.predict.training import Knobs, Training
 from tests.conftest import compose_config, refused_before_export
 
 
@@ -28,22 +30,46 @@ def test_a_layer_overlapped_by_hand() -> None:
     assert [float(x[0]) for x in long] == [4.0, 8.0, 0.0]
     dense = overlapped(np.array([5.0]), np.array([9.0]), np.zeros(1), np.zeros(1))
     assert [float(x[0]) for x in dense] == [5.0, 9.0, 0.0]
+    # With a quarter of the cores held by the all-to-alls' kernels, the computation beside each 1 s of
+    # them takes 0.25 s longer: 4.25 + 8.25 = 12.5 s, 0.5 s of all-to-all left; the toy is all-to-all
+    # bound (1 + 0.875 and 2 + 0.875 are under 3.5) and does not change.
+    held = overlapped(np.array([5.0]), np.array([9.0]), np.array([1.0]), np.array([1.0]), 0.25)
+    assert [float(x[0]) for x in held] == [4.25, 8.25, 0.5]
+    toy_held = overlapped(np.array([4.5]), np.array([5.5]), np.array([3.5]), np.array([3.5]), 0.25)
+    assert [float(x[0]) for x in toy_held] == [3.5, 3.5, 4.0]
+
+
+def test_the_flex_dispatcher_holds_its_sms_of_the_chip() -> None:
+    """Megatron-Core's DeepEP default, 20 SMs, of an H100's 132 (one tensor core each in the preset);
+    nothing for the all-to-all dispatcher; at most every core."""
+    h100 = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=h100").hw, "hw")))
+    flex = Training(ep=8, moe_token_dispatcher="flex")
+    assert held_share(h100, flex).tolist() == [20 / 132]
+    assert held_share(h100, replace(flex, moe_flex_sms=32)).tolist() == [32 / 132]
+    assert held_share(h100, replace(flex, moe_flex_sms=500)).tolist() == [1.0]
+    assert held_share(h100, replace(flex, moe_token_dispatcher="alltoall")).tolist() == [0.0]
 
 
 def test_overlapped_lies_between_every_all_to_all_hidden_and_none_and_grows_with_each_pass() -> None:
     """Over a grid: F' + B' is at least max(F_c + B_c, F_a + B_a) and at most F + B; F' grows with F and
     does not depend on B (and B' the other way), so lower bounds on a pass give lower bounds."""
     values = [0.0, 0.5, 1.0, 2.0, 3.5, 7.0]
-    for f_a, b_a, f_c, b_c in itertools.product(values, repeat=4):
+    for (f_a, b_a, f_c, b_c), held in itertools.product(
+        itertools.product(values, repeat=4), [0.0, 0.25, 1.0]
+    ):
         f, b = f_c + f_a, b_c + b_a
-        forward, backward, exposed = (
-            float(x[0]) for x in overlapped(*(np.array([v]) for v in (f, b, f_a, b_a)))
-        )
+        forward, backward, exposed = _overlapped_at(f, b, f_a, b_a, held)
         assert max(f_c + b_c, f_a + b_a) <= forward + backward <= f + b
         assert forward + backward == pytest.approx(f_c + b_c + exposed)
-        later, other, _ = overlapped(*(np.array([v]) for v in (f + 1.0, b + 2.0, f_a, b_a)))
-        assert float(later[0]) >= forward and float(other[0]) >= backward
-        assert float(overlapped(*(np.array([v]) for v in (f, b + 5.0, f_a, b_a)))[0][0]) == forward
+        later, other, _ = _overlapped_at(f + 1.0, b + 2.0, f_a, b_a, held)
+        assert later >= forward and other >= backward
+        assert _overlapped_at(f, b + 5.0, f_a, b_a, held)[0] == forward
+
+
+def _overlapped_at(f: float, b: float, f_a: float, b_a: float, held: float) -> tuple[float, float, float]:
+    """`overlapped` of one design's figures."""
+    out = overlapped(np.array([f]), np.array([b]), np.array([f_a]), np.array([b_a]), held)
+    return float(out[0][0]), float(out[1][0]), float(out[2][0])
 
 
 PLAN = (
