@@ -64,6 +64,11 @@ FRAMEWORKS = (
 )
 """(row id prefix, the framework whose run the row measured)."""
 
+GRAD_REDUCE_NOT_OVERLAPPED = frozenset({"MB2509-DSV3-H100-1024-FP8"})
+"""Rows whose run left the data-parallel gradient reduction unoverlapped though their framework overlaps
+it: Megatron-Bridge v0.1.0rc4's `scripts/performance/run_script.py` sets `overlap_grad_reduce = False`
+for the DeepSeek-V3 H100 run (a user setting its comm-overlap config keeps)."""
+
 P2P_OVERLAP = frozenset({"Megatron-Bridge"})
 """Frameworks whose interleaved pipelines send beside the next model chunk's pass (`plan.overlap_p2p_comm`):
 Megatron-Bridge sets Megatron-Core's `overlap_p2p_comm` wherever pp > 1 and vp > 1
@@ -419,7 +424,8 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
-                f"plan.overlap_grad_reduce={overlaps}", f"plan.overlap_param_gather={overlaps}",
+                f"plan.overlap_grad_reduce={run.overlaps and run.row_id not in GRAD_REDUCE_NOT_OVERLAPPED}",
+                f"plan.overlap_param_gather={overlaps}",
                 f"plan.overlap_p2p_comm={framework(run.row_id) in P2P_OVERLAP}",
                 "hw.device.attention=flash", f"hw.device.collectives_hold_cores={not_overlaps}",
                 "solver.node_limit=200", "solver.search_node_limit=100000",
