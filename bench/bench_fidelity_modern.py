@@ -22,21 +22,22 @@ on a chip without an FP8 rate) is listed with phazec's own message. MoE rows are
 expressible (issue 39), as are rows whose source leaves the microbatch, the interleave or the zero stage
 unstated, or recomputes some layers only.
 
-How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs flash attention (Transformer
-Engine's, cuDNN's or FlashAttention's); the Megatron-Bridge, torchtitan and NeMo Automodel rows overlap
-the gradient reduction and the parameter gather with compute (Megatron-Core's distributed optimizer
-overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer Engine's overlap,
-torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A torchtitan row's "selective"
-recompute is its llama3 configs' op-level selective activation checkpointing (`selective_ac_option =
-"op"`): `plan.recompute=op` (`recompute_mode`). A row whose recompute is its
+How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs flash attention
+(Transformer Engine's, cuDNN's or FlashAttention's; torchtitan's and NeMo Automodel's FlashAttention-2 on
+Hopper at its own share of the peak, `FLASH_ATTENTION_2_HOPPER`); the Megatron-Bridge, torchtitan and NeMo
+Automodel rows overlap the gradient reduction and the parameter gather with compute (Megatron-Core's
+distributed optimizer overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer
+Engine's overlap, torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A torchtitan
+row's "selective" recompute is its llama3 configs' op-level selective activation checkpointing
+(`selective_ac_option = "op"`): `plan.recompute=op` (`recompute_mode`). A row whose recompute is its
 recipe's default ("not stated (recipe default)": Megatron-Bridge's perf recipes set none) recomputes
-nothing; a row that says nothing of it runs the least recompute that fits its HBM, none, selective,
-then full (`least_recompute_that_fits`: the run fit, so it recomputed at least that much; with flash
-attention phazec's selective recompute is the same as none). The 2024 torchtitan rows' TP runs
-vanilla (their source gives AsyncTP's figure beside it); they are timed overlapped like the rest
-(docs/devices.md says what changes). GB200 and GB300 rows of more than one
-rack run in 64-GPU NVLink domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and
-more; conf/system/gb200_nvl72.yaml).
+nothing; a row that says nothing of it (unless its config is read, `RECOMPUTE_READ`) runs the least
+recompute that fits its HBM, none, selective, then full (`least_recompute_that_fits`: the run fit, so it
+recomputed at least that much; with flash attention phazec's selective recompute is the same as none). The
+2024 torchtitan rows' TP runs vanilla (their source gives AsyncTP's figure beside it); they are timed
+overlapped like the rest (docs/devices.md says what changes). GB200 and GB300 rows of more than one rack
+run in 64-GPU NVLink domains (Slurm segments of 16 trays, NVIDIA's advice for jobs of 128 GPUs and more;
+conf/system/gb200_nvl72.yaml).
 
 Split, written down before any fit (`CALIBRATION`): per chip family one or two rows, chosen by family and
 model size, not by error; every other expressible row is held out. `--fit` fits each calibrated chip's
