@@ -397,6 +397,7 @@ def framework(row_id: str) -> str:
 def predict(run: MoeRun) -> PlanReport:
     """The row's plan timed as `phazec-plan` times it."""
     overlaps, not_overlaps = str(run.overlaps).lower(), str(not run.overlaps).lower()
+    grad_overlap = str(run.overlaps and run.row_id not in GRAD_REDUCE_NOT_OVERLAPPED).lower()
     deepseek = run.preset.startswith("deepseek")
     dense = [f"model.hf_config.first_k_dense_replace={run.dense_layers}"] if deepseek else []
     mtp = [f"model.mtp_layers={int(run.row_id in MTP_ROWS)}"]
@@ -424,7 +425,7 @@ def predict(run: MoeRun) -> PlanReport:
                 f"plan.fused_cross_entropy={framework(run.row_id) in FUSED_CROSS_ENTROPY}",
                 *([f"system.tiers.0.group_size={run.gpus_per_domain}"] if run.gpus_per_domain else []),
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
-                f"plan.overlap_grad_reduce={run.overlaps and run.row_id not in GRAD_REDUCE_NOT_OVERLAPPED}",
+                f"plan.overlap_grad_reduce={grad_overlap}",
                 f"plan.overlap_param_gather={overlaps}",
                 f"plan.overlap_p2p_comm={framework(run.row_id) in P2P_OVERLAP}",
                 "hw.device.attention=flash", f"hw.device.collectives_hold_cores={not_overlaps}",

@@ -156,6 +156,7 @@ class Evaluator:
         graph on every design, its attention core's latency, its op recompute's and its weight
         gradients' (at most its backward latency)."""
         out: dict[int, NDArray[np.float64]] = {}
+        held = held_share(designs, training)
         for t, model in self.graphs.items():
             per_class = np.zeros((len(designs), 5, len(model.classes)))
             for c, cls in enumerate(model.classes):
@@ -171,11 +172,7 @@ class Evaluator:
                 if training.overlap_moe_expert_parallel_comm:
                     forward_a2a_s, backward_a2a_s = all_to_all_s(cls, costs)
                     per_class[:, 0, c], per_class[:, 1, c], _ = overlapped(
-                        per_class[:, 0, c],
-                        per_class[:, 1, c],
-                        forward_a2a_s,
-                        backward_a2a_s,
-                        held_share(designs, training),
+                        per_class[:, 0, c], per_class[:, 1, c], forward_a2a_s, backward_a2a_s, held
                     )
                 if cls.backward is not None and costs.backward is not None:
                     weight_grads_s = weight_grad_s(cls.backward, costs.backward)
