@@ -109,7 +109,7 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
             *("Add", "Sub", "Mul", "Neg", "Where", "Cast", "Max", "Min", "Abs", "Clip", "Sign", "Mod"),
             *("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "IsNaN", "IsInf"),
             *("Not", "And", "Or", "Floor", "Ceil", "CumSum", "NegativeLogLikelihoodLoss", "SGDUpdate"),
-            "RotaryEmbedding",
+            *("RotaryEmbedding", "Permute"),
         ),
         (OpKind.VECTOR, VectorClass.ARITHMETIC),
     ),
@@ -127,7 +127,8 @@ OP_RULES: dict[str, tuple[OpKind, VectorClass]] = {
     "Erf": (OpKind.VECTOR, VectorClass.ERF),
 }
 """ONNX op type -> (kind, vector class). Cast, comparisons, masks and the rotary embedding cost as simple
-arithmetic; sums, maxima and a router's top-k as means; RMSNorm as LayerNorm."""
+arithmetic, as does a MoE block's token `Permute` (a copy: each element read and written once); sums,
+maxima and a router's top-k as means; RMSNorm as LayerNorm."""
 
 
 def op_rule(op_type: str) -> tuple[OpKind, VectorClass]:

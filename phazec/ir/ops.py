@@ -33,6 +33,7 @@ VECTOR_FLOPS: dict[str, int] = {
     "SoftmaxCrossEntropyLoss": 6,  # log-softmax of the logits and the pick of the label
     "NegativeLogLikelihoodLoss": 1,
     "TopK": 1,  # one comparison per element (a router's top-k of a few experts: phazec.frontend.moe)
+    "Permute": 0,  # token rows copied into a new order (phazec.passes.expert_parallel): bytes, no arithmetic
     "SGDUpdate": 2,  # w -= lr * g
     "AdamUpdate": 12,  # two moment updates (7), bias-corrected step (4), write back (1)
 }
@@ -57,6 +58,9 @@ def reads_elements(op: Op, name: str) -> bool:
     skipped = METADATA_INPUTS.get(op.op_type, ())
     return any(i == name and k not in skipped for k, i in enumerate(op.inputs))
 
+
+BROADCAST_TYPES = frozenset({"Expand", "Tile"})
+"""Data ops that repeat their input: its gradient sums the output gradient (a ReduceSum)."""
 
 VIEW_TYPES = frozenset({"Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten"})
 """Data ops that only relabel their input's elements (a new shape or axis order), no selection."""

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import FLOAT_DTYPES, AttrValue, Graph, LayerClass, Model, Op, OpKind, Tensor
-from phazec.ir.ops import ELEMENTWISE_TYPES, GEMM_TYPES
+from phazec.ir.ops import BROADCAST_TYPES, ELEMENTWISE_TYPES, GEMM_TYPES
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import fresh_name, weight_of
 
@@ -56,7 +56,7 @@ GRAD_RULES: dict[str, tuple[GradRule, ...]] = {
     "Pow": (GradRule((0,), ("x0", "x1")),),
     **dict.fromkeys(("Sqrt", "Reciprocal", "Exp", "Tanh", "Sigmoid", "Relu"), (GradRule((0,), ("y0",)),)),
     **dict.fromkeys(("Log", "Abs", "Erf", "Gelu", "Sin", "Cos", "Clip"), (GradRule((0,), ("x0",)),)),
-    **dict.fromkeys(("Neg", "Cast", "ReduceMean", "ReduceSum", "CumSum"), (GradRule((0,)),)),
+    **dict.fromkeys(("Neg", "Cast", "ReduceMean", "ReduceSum", "CumSum", "Permute"), (GradRule((0,)),)),
     **dict.fromkeys(("Max", "Min"), (GradRule((0, 1), ("x0", "x1")),)),
     **dict.fromkeys(("ReduceMax", "ReduceMin"), (GradRule((0,), ("x0", "y0")),)),
     "Where": (GradRule((1, 2), ("x0",)),),
@@ -85,9 +85,6 @@ all-to-all gives the all-to-all back; an all-gather gives a reduce-scatter of it
 
 IDENTITY_GRAD_TYPES = frozenset({"AllReduce"})
 """Op types whose backward is the identity (no backward op): the all-reduce after a row-parallel GEMM."""
-
-BROADCAST_TYPES = frozenset({"Expand", "Tile"})
-"""Data ops that repeat their input: its gradient sums the output gradient (a ReduceSum)."""
 
 SLICING_TYPES = frozenset({"Slice", "SequenceAt", "Split", "Gather", "GatherElements", "GatherND", "TopK"})
 """Data ops whose gradients fill disjoint parts of their input: they meet by concatenation, not sums."""

@@ -17,6 +17,18 @@ The expert region is found from the graph, not from names: the expert GEMMs are 
 weight views one of the experts' stacked weights (`Routing.expert_parameters`); the region is every
 [E, C, x] tensor reached from the first expert GEMM's token input, and every [E, ...] view of an
 expert weight.
+
+At every width (1 included) the permute is a kernel of its own, as in every framework: the broadcast
+that copies each token once per chosen expert (the static formulation's `repeat_interleave`, exported
+as a view) becomes a `Permute` op that reads the tokens and writes the [E, C, h] copies (Megatron-Core's
+`permute`; its gradient, the unpermute that sums each token's copies, is a `Permute` back). Above width
+1, where a device holds more than one expert, the tokens it receives arrive grouped by the device that
+sent them and are regrouped by local expert before the expert GEMMs, and back before the combine
+(Megatron-Core's all-to-all dispatcher's `sort_chunks_by_idxs`, forward and backward): a `Permute` with
+attr `reorder` after the tokens' dispatch and before each combine. A deduplicating dispatcher runs no
+such regrouping (its own permute after the dispatch and unpermute before the combine are the block's
+permute and combine moved across the all-to-all), so the cost pass prices a `reorder` op as free under
+it (`phazec.predict.layer_costs`).
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from typing import ClassVar
 
 from phazec.errors import PhazecError
 from phazec.ir.core import AttrValue, Graph, LayerClass, Model, Op, OpKind, Routing
-from phazec.ir.ops import GEMM_TYPES, VIEW_TYPES, reads_elements
+from phazec.ir.ops import BROADCAST_TYPES, GEMM_TYPES, VIEW_TYPES, reads_elements
 from phazec.passes.base import PassResult
 from phazec.passes.tensor_parallel import fresh_name, per_expert_tokens, weight_of
 
@@ -40,10 +52,11 @@ class ExpertParallel:
     """Expert-parallel width ep (1 leaves the model unchanged)."""
 
     def __call__(self, model: Model) -> PassResult:
-        """Split the experts of every MoE block; raises PhazecError for a width that cannot apply."""
-        if self.width == 1:
-            return PassResult(model, False)
+        """Permute every MoE block's tokens as a kernel and split its experts; raises PhazecError for a
+        width that cannot apply."""
         routing = model.routing
+        if routing is None and self.width == 1:
+            return PassResult(model, False)
         if routing is None:
             raise PhazecError(
                 f"ep={self.width} (expert parallelism) does not apply to model {model.name!r}: it has no "
@@ -75,7 +88,40 @@ def split_class(cls: LayerClass, routing: Routing, width: int) -> LayerClass:
     ]
     if not experts:
         return cls
-    return replace(cls, graph=split_graph(graph, experts[0].inputs[0], routing, width))
+    dispatched = experts[0].inputs[0]
+    graph = permute_tokens(graph, dispatched)
+    if width > 1:
+        graph = split_graph(graph, dispatched, routing, width)
+    return replace(cls, graph=graph)
+
+
+PERMUTE = "Permute"
+"""A copy of token rows into a new order (a MoE block's permute, unpermute and regrouping)."""
+
+PERMUTE_PATH = VIEW_TYPES | {"Slice", "Concat"}
+"""Ops between the broadcast that copies each token and the expert GEMMs' token input: views, the
+busiest expert's share concatenated on, dropped copies sliced off (`phazec.frontend.moe`)."""
+
+
+def permute_tokens(graph: Graph, dispatched: str) -> Graph:
+    """The graph with the broadcast that copies each token once per chosen expert (found from the
+    expert GEMMs' token input `dispatched` back through `PERMUTE_PATH` ops and their first inputs) run
+    as a `Permute` of the tokens; where there is none (top-1 routing exported without one), a
+    `Permute` of `dispatched` itself before the expert GEMMs."""
+    producers = graph.producers()
+    name = dispatched
+    while (op := producers.get(name)) is not None and op.op_type in PERMUTE_PATH:
+        name = op.inputs[0]
+    if op is not None and op.op_type in BROADCAST_TYPES:
+        permute = Op(op.name, PERMUTE, OpKind.VECTOR, op.inputs[:1], op.outputs)
+        return replace(graph, ops=[permute if o is op else o for o in graph.ops])
+    tensors = dict(graph.tensors)
+    source = fresh_name(tensors, f"{dispatched}.unpermuted")
+    tensors[source] = replace(graph.tensors[dispatched], name=source)
+    ops = [replace(o, outputs=tuple(source if t == dispatched else t for t in o.outputs)) for o in graph.ops]
+    at = next(i for i, o in enumerate(ops) if source in o.outputs) + 1
+    ops.insert(at, Op(f"{dispatched}.permute", PERMUTE, OpKind.VECTOR, (source,), (dispatched,)))
+    return replace(graph, tensors=tensors, ops=ops)
 
 
 def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> Graph:
@@ -120,6 +166,13 @@ def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> 
         "expert_groups": routing.expert_groups,
         "group_top_k": routing.group_top_k,
     }
+    regroup = experts // width > 1
+    regrouped = {name: fresh_name(tensors, f"{name}.sorted") for name in [dispatched, *combined] if regroup}
+    for name, out in regrouped.items():
+        source = received[name] if name == dispatched else name
+        tensors[out] = replace(tensors[source], name=out)
+    reorder: dict[str, AttrValue] = {"reorder": 1}
+    read = {**received, **{n: regrouped[n] for n in regrouped if n == dispatched}}
     ops: list[Op] = []
     pending = list(sent)
     for op in graph.ops:
@@ -131,12 +184,26 @@ def split_graph(graph: Graph, dispatched: str, routing: Routing, width: int) -> 
             ops.append(
                 Op(f"{name}.dispatch", "AllToAll", OpKind.COLLECTIVE, (name,), (received[name],), dict(group))
             )
-        ops.append(replace(op, inputs=tuple(received.get(i, i) for i in op.inputs)))
-        ops.extend(
-            Op(f"{name}.combine", "AllToAll", OpKind.COLLECTIVE, (name,), (combined[name],), dict(group))
-            for name in op.outputs
-            if name in combined
-        )
+            if name in regrouped:
+                ops.append(
+                    Op(f"{name}.sort", PERMUTE, OpKind.VECTOR, (received[name],), (regrouped[name],), reorder)
+                )
+        ops.append(replace(op, inputs=tuple(read.get(i, i) for i in op.inputs)))
+        for name in [o for o in op.outputs if o in combined]:
+            sent_back = name
+            if name in regrouped:
+                ops.append(Op(f"{name}.unsort", PERMUTE, OpKind.VECTOR, (name,), (regrouped[name],), reorder))
+                sent_back = regrouped[name]
+            ops.append(
+                Op(
+                    f"{name}.combine",
+                    "AllToAll",
+                    OpKind.COLLECTIVE,
+                    (sent_back,),
+                    (combined[name],),
+                    dict(group),
+                )
+            )
     outputs = [combined.get(o, o) for o in graph.outputs]
     return replace(graph, tensors=tensors, ops=ops, outputs=outputs)
 

@@ -198,6 +198,8 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
     operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
     casts wrote)."""
     microbatch, backward, cp = split.microbatch, split.backward, split.context_parallel
+    if split.deduplicated and op.attrs.get("reorder"):
+        return OpWork(CostKind.FREE, backward=backward)  # no regrouping (`phazec.passes.expert_parallel`)
     work = WORK_RULES[op.kind](op, graph, microbatch, backward)
     share = 1.0 / split.sequence_parallel if sequence_split(op, graph) else 1.0
 

@@ -29,19 +29,22 @@ from tests.solvers.placement.placement_reference import best_placement, plan_set
 
 # --- The toy: one MoE block, 2 experts, top-1 ------------------------------------------------------
 # Per sample s = 4 tokens of h = 2 (bf16); top-1 over E = 2 experts puts C = 4 x 1 / 2 = 2 tokens on
-# each. x [4, 2] -> permute (a view, balanced) p [E=2, C=2, h=2] -> expert GEMM with w1 [2, 2, 2] ->
-# Relu -> expert GEMM with w2 [2, 2, 2] -> o [2, 2, 2] -> unpermute y [4, 2].
+# each. x [4, 2] -> permute (a view, balanced; the expert-parallel pass makes it a kernel) p [E=2, C=2,
+# h=2] -> expert GEMM with w1 [2, 2, 2] -> Relu -> expert GEMM with w2 [2, 2, 2] -> o [2, 2, 2] ->
+# unpermute y [4, 2].
 S, H, E = 4, 2, 2
 
 
-def toy_model() -> Model:
+def toy_model(experts: int = E) -> Model:
+    """The toy; with `experts` (dividing S) instead of E, each of them takes S / experts tokens."""
+
     def tokens(name: str) -> Tensor:
-        return Tensor(name, (E, S // E, H), "bfloat16", 1)
+        return Tensor(name, (experts, S // experts, H), "bfloat16", 1)
 
     tensors = {
         "x": Tensor("x", (S, H), "bfloat16", 0),
-        "w1": Tensor("w1", (E, H, H), "bfloat16"),
-        "w2": Tensor("w2", (E, H, H), "bfloat16"),
+        "w1": Tensor("w1", (experts, H, H), "bfloat16"),
+        "w2": Tensor("w2", (experts, H, H), "bfloat16"),
         "y": Tensor("y", (S, H), "bfloat16", 0),
         **{n: tokens(n) for n in ("p", "u", "r", "o")},
     }
@@ -54,14 +57,14 @@ def toy_model() -> Model:
     ]
     graph = Graph(tensors, ops, ["x"], ["w1", "w2"], [], ["y"])
     routing = Routing(
-        experts=E,
+        experts=experts,
         top_k=1,
-        tokens_per_expert=S // E,
+        tokens_per_expert=S // experts,
         expert_parameters=("w1", "w2"),
-        expert_parameter_count=16,
+        expert_parameter_count=8 * experts,
     )
     layer = Layer(0, "block.0", LayerKind.BLOCK, 0)
-    return Model("toy_moe", [layer], [], [LayerClass(graph, (0,))], 16, S, routing=routing)
+    return Model("toy_moe", [layer], [], [LayerClass(graph, (0,))], 8 * experts, S, routing=routing)
 
 
 def test_toy_active_parameters_are_top_k_over_the_experts() -> None:
@@ -80,7 +83,8 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(toy_model())[0].classes[0]
     forward = [(op.op_type, op.inputs, op.outputs) for op in split.graph.ops]
     assert forward == [
-        ("Reshape", ("x",), ("p",)),
+        ("Reshape", ("x",), ("p.unpermuted",)),
+        ("Permute", ("p.unpermuted",), ("p",)),
         ("AllToAll", ("p",), ("p.dispatched",)),
         ("MatMul", ("p.dispatched", "w1"), ("u",)),
         ("Relu", ("u",), ("r",)),
@@ -120,6 +124,54 @@ def test_toy_all_to_alls_bytes_time_and_weights_by_hand() -> None:
     assert whole is not None and (whole.parameter_bytes, whole.expert_parameter_bytes) == (32, 32)
 
 
+def test_permute_and_regrouping_are_kernels_priced_by_their_bytes() -> None:
+    """The toy with 4 experts (C = 1 token each per sample) at ep 2: each device holds 2 of them, so
+    the tokens it receives are regrouped by local expert after the dispatch and back before the
+    combine (Megatron-Core's all-to-all dispatcher sorts its chunks), beside the block's permute. At
+    microbatch 2 each of these copies reads and writes 4 x 1 x 2 x 2 samples x 2 B = 32 B, and so does
+    each one's gradient in the backward pass (the permute's: the unpermute). On an A100 each is a copy
+    of 16 elements, one cycle of arithmetic on its 108 x 256 vector lanes (1 / 1.41e9 s, longer than
+    its 64 B over HBM at 2.039e12 B/s x 0.87), plus 18 us a kernel. A deduplicating dispatcher
+    regroups nothing: its reorders are free, its permute is not."""
+    split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(toy_model(4))[0].classes[0]
+    assert [(op.op_type, op.inputs, op.outputs) for op in split.graph.ops] == [
+        ("Reshape", ("x",), ("p.unpermuted",)),
+        ("Permute", ("p.unpermuted",), ("p",)),
+        ("AllToAll", ("p",), ("p.dispatched",)),
+        ("Permute", ("p.dispatched",), ("p.sorted",)),
+        ("MatMul", ("p.sorted", "w1"), ("u",)),
+        ("Relu", ("u",), ("r",)),
+        ("MatMul", ("r", "w2"), ("o",)),
+        ("Permute", ("o",), ("o.sorted",)),
+        ("AllToAll", ("o.sorted",), ("o.combined",)),
+        ("Reshape", ("o.combined",), ("y",)),
+    ]
+    assert split.backward is not None
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw")))
+    system = System("two", 2, 4, (80e9,), (NetworkTier(2, 16.0, 0.5, 0.25),))
+    copy_s = 1 / 1.41e9 + 18e-6
+    for graph, is_backward in ((split.graph, False), (split.backward, True)):
+        permutes = [i for i, op in enumerate(graph.ops) if op.op_type == "Permute"]
+        assert [graph.ops[i].attrs.get("reorder", 0) for i in permutes] == (
+            [0, 1, 1] if not is_backward else [1, 1, 0]
+        )
+        table = op_table(graph, Split(2, is_backward))
+        assert table.kind[permutes].tolist() == [CostKind.VECTOR] * 3
+        assert (table.bytes_read[permutes].tolist(), table.bytes_written[permutes].tolist()) == (
+            [32.0] * 3,
+        ) * 2
+        seconds = op_costs(table, designs, system, MODELS["tiled"]).all_cores_s[permutes, 0]
+        assert seconds.tolist() == pytest.approx([copy_s] * 3, rel=1e-12)
+        flex = op_table(graph, Split(2, is_backward, deduplicated=True))
+        assert flex.kind[permutes].tolist() == [
+            CostKind.FREE if graph.ops[i].attrs.get("reorder") else CostKind.VECTOR for i in permutes
+        ]
+    # One local expert (the 2-expert toy at ep 2): nothing to regroup; at ep 1 the permute alone.
+    for experts, ep in ((2, 2), (4, 1)):
+        alone = training_pipeline(1, GraphSettings(expert_parallel=ep)).run(toy_model(experts))[0].classes[0]
+        assert [op.op_type for op in alone.graph.ops].count("Permute") == 1
+
+
 def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> None:
     """The toy with each token copy's routing weight g [E, C, 1] (a view of the per-token weights gw)
     scaling the activation before the down GEMM: under ep 2 the weights go through their own
@@ -145,7 +197,8 @@ def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> No
     model = replace(model, classes=[replace(cls, graph=weighted)])
     split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(model)[0].classes[0]
     assert [(op.op_type, op.inputs, op.outputs) for op in split.graph.ops] == [
-        ("Reshape", ("x",), ("p",)),
+        ("Reshape", ("x",), ("p.unpermuted",)),
+        ("Permute", ("p.unpermuted",), ("p",)),
         ("Reshape", ("gw",), ("g",)),
         ("AllToAll", ("p",), ("p.dispatched",)),
         ("MatMul", ("p.dispatched", "w1"), ("u",)),
