@@ -197,6 +197,9 @@ class OpWork:
     quantize_bytes: float = 0
     """Bytes the FP8 casts before a low-precision GEMM read and write (amax, scale and cast of its
     activation operand into row- and column-wise copies), streamed at HBM bandwidth before it."""
+    quantize_kernels: float = 1
+    """Kernels those casts launch, each paying the kernel latency: one per product of a batched expert
+    GEMM (Transformer Engine casts each local expert's tokens apart), one for any other GEMM."""
     ring_bytes: float = 0
     """Bytes a context-parallel attention kernel sends to the next device of its ring at each step
     (its key and value blocks; their gradients too in the backward pass), over the tier of
@@ -227,6 +230,7 @@ class OpTable:
     group_top_k: NDArray[np.int64]
     low_precision: NDArray[np.bool_]
     quantize_bytes: NDArray[np.float64]
+    quantize_kernels: NDArray[np.float64]
     ring_bytes: NDArray[np.float64]
     ring_steps: NDArray[np.float64]
 
@@ -278,7 +282,7 @@ _DTYPES: dict[str, type] = {
 
 _COUNTS = (
     *("batch", "m", "k", "n", "vector_elements", "bytes_read", "bytes_written", "collective_bytes"),
-    *("quantize_bytes", "ring_bytes", "ring_steps"),
+    *("quantize_bytes", "quantize_kernels", "ring_bytes", "ring_steps"),
 )
 
 

@@ -24,10 +24,11 @@ L2 feed its tiles, so the port and link terms do not apply), HBM traffic as befo
 `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth, and every on-chip
 operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes at `fp8_rate` times
 the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves one-byte operands, and first
-streams its casts' `quantize_bytes` through HBM as one more kernel. Every bandwidth grows with the
-design, so more cores, larger arrays, larger buffers or more bandwidth never make an operator slower,
-and no operator beats its compute bound or its HBM traffic bound. An operator's latency assumes the
-whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
+streams its casts' `quantize_bytes` through HBM in `quantize_kernels` more kernels. Every bandwidth
+grows with the design, so more cores, larger arrays, larger buffers or more bandwidth never make an
+operator slower, and no operator beats its compute bound or its HBM traffic bound. An operator's
+latency assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the
+layer schedule uses, with
 `hw.device.hbm_shared`, to share the bandwidth between operators run side by side
 (`phazec.solvers.schedule.problem`).
 """
@@ -175,9 +176,10 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
 
 def quantize_s(ops: OpTable, designs: Designs) -> F64:
     """Seconds of each GEMM's FP8 casts before it, [ops, designs]: its `quantize_bytes` through HBM
-    plus one kernel latency (0 for a GEMM without casts)."""
+    plus a kernel latency per cast kernel (`quantize_kernels`; 0 for a GEMM without casts)."""
     casts = ops.quantize_bytes[:, None]
-    seconds: F64 = np.where(casts > 0, _memory_s(casts, designs) + designs.device.kernel_latency_s, 0.0)
+    launches = ops.quantize_kernels[:, None] * designs.device.kernel_latency_s
+    seconds: F64 = np.where(casts > 0, _memory_s(casts, designs) + launches, 0.0)
     return seconds
 
 

@@ -221,10 +221,11 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
         routed = {key: op.attrs[key] for key in ("top_k", "expert_groups", "group_top_k")}
         work = OpWork(**{**work.__dict__, **routed, "routed_experts": op.attrs["experts"]})
     low = split.low_precision and low_precision_gemm(op, graph)
-    quantize = 0.0
+    quantize, casts = 0.0, 1.0
     if low and reads_weight(op, graph):
         activations = sum(nbytes(t) for t in op.inputs if t and weight_of(graph, t) is None)
         quantize = QUANTIZE_BYTES_PER_OPERAND_BYTE * activations
+        casts = float(work.batch if any(stacked_weight(graph, t) for t in op.inputs if t) else 1)
     return OpWork(
         **{
             **work.__dict__,
@@ -233,8 +234,18 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
             "bytes_written": written,
             "low_precision": low,
             "quantize_bytes": quantize,
+            "quantize_kernels": casts,
         }
     )
+
+
+def stacked_weight(graph: Graph, name: str) -> bool:
+    """Whether a GEMM operand is a view of a stacked weight, [products, ...] (a MoE block's routed
+    experts, one product each): Transformer Engine's grouped linear layer casts each product's other
+    operand with kernels of its own (`split_quantize`: per local expert, amax, scale and cast under
+    per-tensor current scaling, one cast for MXFP8), where phazec counts one kernel a cast."""
+    weight = weight_of(graph, name)
+    return weight is not None and len(graph.tensors[weight].shape) == 3
 
 
 def context_split(op: Op, work: OpWork, cp: int) -> OpWork:

@@ -172,6 +172,31 @@ def test_permute_and_regrouping_are_kernels_priced_by_their_bytes() -> None:
         assert [op.op_type for op in alone.graph.ops].count("Permute") == 1
 
 
+def test_fp8_casts_one_kernel_per_local_expert() -> None:
+    """The 4-expert toy at ep 2 in FP8: each device's expert GEMMs (2 products, its 2 experts) cast
+    their token operand as Transformer Engine's grouped linear layer does, a kernel per local expert:
+    the forward products and the backward input gradients' (which read the weights) 2 cast kernels
+    each, the weight gradients' none. On an A100 with 2x FP8 a forward product's casts stream 3 x its
+    32 B bf16 token operand at microbatch 2 (`QUANTIZE_BYTES_PER_OPERAND_BYTE`) and pay 2 x 18 us."""
+    split = training_pipeline(1, GraphSettings(expert_parallel=2)).run(toy_model(4))[0].classes[0]
+    assert split.backward is not None
+    forward = op_table(split.graph, Split(2, False, low_precision=True))
+    backward = op_table(split.backward, Split(2, True, low_precision=True))
+    gemms = np.flatnonzero(forward.kind == CostKind.GEMM)
+    assert forward.batch[gemms].tolist() == [2.0, 2.0]
+    assert forward.quantize_kernels[gemms].tolist() == [2.0, 2.0]
+    cast = np.flatnonzero(backward.quantize_bytes > 0)
+    assert len(cast) == 2 and backward.quantize_kernels[cast].tolist() == [2.0, 2.0]
+    assert forward.quantize_bytes[gemms[0]] == 3 * 32
+    hw = compose_config("hw=a100", "hw.device.fp8_rate=2.0").hw
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, hw, "hw")))
+    system = System("two", 2, 4, (80e9,), (NetworkTier(2, 16.0, 0.5, 0.25),))
+    with_casts = op_costs(forward, designs, system, MODELS["tiled"]).all_cores_s[gemms[0], 0]
+    without = replace(forward, quantize_bytes=np.zeros(len(forward)))
+    gemm_s = op_costs(without, designs, system, MODELS["tiled"]).all_cores_s[gemms[0], 0]
+    assert with_casts - gemm_s == pytest.approx(96 / (2.039e12 * 0.87) + 2 * 18e-6, rel=1e-9)
+
+
 def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> None:
     """The toy with each token copy's routing weight g [E, C, 1] (a view of the per-token weights gw)
     scaling the activation before the down GEMM: under ep 2 the weights go through their own
