@@ -197,6 +197,10 @@ class OpWork:
     quantize_bytes: float = 0
     """Bytes the FP8 casts before a low-precision GEMM read and write (amax, scale and cast of its
     activation operand into row- and column-wise copies), streamed at HBM bandwidth before it."""
+    kernels: float = 1
+    """Kernels an on-chip operator launches one after another, each paying the kernel latency: a batched
+    expert GEMM's products are cuBLAS kernels of their own on 4 streams (Transformer Engine's grouped
+    linear layer), ceil(products / 4) in a row; 1 for any other operator."""
     quantize_kernels: float = 1
     """Kernels those casts launch, each paying the kernel latency: one per product of a batched expert
     GEMM (Transformer Engine casts each local expert's tokens apart), one for any other GEMM."""
@@ -230,6 +234,7 @@ class OpTable:
     group_top_k: NDArray[np.int64]
     low_precision: NDArray[np.bool_]
     quantize_bytes: NDArray[np.float64]
+    kernels: NDArray[np.float64]
     quantize_kernels: NDArray[np.float64]
     ring_bytes: NDArray[np.float64]
     ring_steps: NDArray[np.float64]
@@ -282,7 +287,7 @@ _DTYPES: dict[str, type] = {
 
 _COUNTS = (
     *("batch", "m", "k", "n", "vector_elements", "bytes_read", "bytes_written", "collective_bytes"),
-    *("quantize_bytes", "quantize_kernels", "ring_bytes", "ring_steps"),
+    *("kernels", "quantize_bytes", "quantize_kernels", "ring_bytes", "ring_steps"),
 )
 
 

@@ -22,13 +22,13 @@ on-chip buffer terms are the GPU's instead (output tiles, each on one core over 
 plus the tile overhead, in waves over the cores; the fastest tile and split-K; a GPU's shared memory and
 L2 feed its tiles, so the port and link terms do not apply), HBM traffic as before; compute runs at
 `gemm_utilisation` of the peak, HBM traffic at `memory_utilisation` of the bandwidth, and every on-chip
-operator pays `kernel_latency_s` once. A low-precision GEMM (FP8 or MXFP8) computes at `fp8_rate` times
-the peak and `gemm_utilisation` x `fp8_relative_utilisation` of it, moves one-byte operands, and first
-streams its casts' `quantize_bytes` through HBM in `quantize_kernels` more kernels. Every bandwidth
-grows with the design, so more cores, larger arrays, larger buffers or more bandwidth never make an
-operator slower, and no operator beats its compute bound or its HBM traffic bound. An operator's
-latency assumes the whole HBM bandwidth; `hbm_traffic_s` is how long it keeps HBM busy, which the
-layer schedule uses, with
+operator pays `kernel_latency_s` once (a GEMM once per kernel it runs in a row, `kernels`). A
+low-precision GEMM (FP8 or MXFP8) computes at `fp8_rate` times the peak and `gemm_utilisation` x
+`fp8_relative_utilisation` of it, moves one-byte operands, and first streams its casts' `quantize_bytes`
+through HBM in `quantize_kernels` more kernels. Every bandwidth grows with the design, so more cores,
+larger arrays, larger buffers or more bandwidth never make an operator slower, and no operator beats its
+compute bound or its HBM traffic bound. An operator's latency assumes the whole HBM bandwidth;
+`hbm_traffic_s` is how long it keeps HBM busy, which the layer schedule uses, with
 `hw.device.hbm_shared`, to share the bandwidth between operators run side by side
 (`phazec.solvers.schedule.problem`).
 """
@@ -171,7 +171,9 @@ def gemm_latency_s(ops: OpTable, designs: Designs, all_cores: bool) -> F64:
         )
     else:
         cycles = gemm_wave_cycles(ops, designs, cores)
-    return _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs) + quantize_s(ops, designs)
+    launches = (ops.kernels[:, None] - 1.0) * designs.device.kernel_latency_s
+    seconds: F64 = _with_memory_s(cycles / designs.clock_hz, traffic.hbm_bytes, designs) + launches
+    return seconds + quantize_s(ops, designs)
 
 
 def quantize_s(ops: OpTable, designs: Designs) -> F64:

@@ -225,7 +225,8 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
     if low and reads_weight(op, graph):
         activations = sum(nbytes(t) for t in op.inputs if t and weight_of(graph, t) is None)
         quantize = QUANTIZE_BYTES_PER_OPERAND_BYTE * activations
-        casts = float(work.batch if any(stacked_weight(graph, t) for t in op.inputs if t) else 1)
+        casts = float(work.batch if expert_gemm(op, graph) else 1)
+    kernels = -(-work.batch // GEMM_STREAMS) if expert_gemm(op, graph) else 1
     return OpWork(
         **{
             **work.__dict__,
@@ -234,18 +235,31 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
             "bytes_written": written,
             "low_precision": low,
             "quantize_bytes": quantize,
+            "kernels": float(kernels),
             "quantize_kernels": casts,
         }
     )
 
 
-def stacked_weight(graph: Graph, name: str) -> bool:
-    """Whether a GEMM operand is a view of a stacked weight, [products, ...] (a MoE block's routed
-    experts, one product each): Transformer Engine's grouped linear layer casts each product's other
-    operand with kernels of its own (`split_quantize`: per local expert, amax, scale and cast under
-    per-tensor current scaling, one cast for MXFP8), where phazec counts one kernel a cast."""
-    weight = weight_of(graph, name)
-    return weight is not None and len(graph.tensors[weight].shape) == 3
+GEMM_STREAMS = 4
+"""Streams Transformer Engine's grouped linear layer spreads its per-expert cuBLAS GEMMs over
+(`multi_stream_cublas_gemm`, 4 compute streams; Transformer Engine 2.14, its default without
+`NVTE_USE_CUTLASS_GROUPED_GEMM`): a batched expert GEMM of E' products runs ceil(E' / 4) kernels in a
+row on each stream, the streams side by side."""
+
+
+def expert_gemm(op: Op, graph: Graph) -> bool:
+    """Whether a GEMM is a MoE block's batched expert GEMM, one product per local expert: it reads a view
+    of a stacked weight, [products, ...], or makes one's gradient. Transformer Engine's grouped linear
+    layer runs each product as a cuBLAS kernel of its own (`GEMM_STREAMS`) and casts each product's
+    token operand with kernels of its own (`split_quantize`: per local expert, amax, scale and cast under
+    per-tensor current scaling, one cast for MXFP8; phazec counts one kernel a cast)."""
+    if op.kind not in (OpKind.GEMM, OpKind.FUSED) or op.op_type in FLASH_PRODUCTS:
+        return False
+    if op.attrs.get("grad") == "weight":
+        return len(graph.tensors[op.outputs[0]].shape) == 3
+    weights = [w for t in op.inputs if t and (w := weight_of(graph, t)) is not None]
+    return any(len(graph.tensors[w].shape) == 3 for w in weights)
 
 
 def context_split(op: Op, work: OpWork, cp: int) -> OpWork:

@@ -35,17 +35,18 @@ from tests.solvers.placement.placement_reference import best_placement, plan_set
 S, H, E = 4, 2, 2
 
 
-def toy_model(experts: int = E) -> Model:
-    """The toy; with `experts` (dividing S) instead of E, each of them takes S / experts tokens."""
+def toy_model(experts: int = E, seq: int = S) -> Model:
+    """The toy; with `experts` instead of E and `seq` tokens a sample instead of S (experts dividing
+    them), each expert takes seq / experts tokens."""
 
     def tokens(name: str) -> Tensor:
-        return Tensor(name, (experts, S // experts, H), "bfloat16", 1)
+        return Tensor(name, (experts, seq // experts, H), "bfloat16", 1)
 
     tensors = {
-        "x": Tensor("x", (S, H), "bfloat16", 0),
+        "x": Tensor("x", (seq, H), "bfloat16", 0),
         "w1": Tensor("w1", (experts, H, H), "bfloat16"),
         "w2": Tensor("w2", (experts, H, H), "bfloat16"),
-        "y": Tensor("y", (S, H), "bfloat16", 0),
+        "y": Tensor("y", (seq, H), "bfloat16", 0),
         **{n: tokens(n) for n in ("p", "u", "r", "o")},
     }
     ops = [
@@ -59,12 +60,12 @@ def toy_model(experts: int = E) -> Model:
     routing = Routing(
         experts=experts,
         top_k=1,
-        tokens_per_expert=S // experts,
+        tokens_per_expert=seq // experts,
         expert_parameters=("w1", "w2"),
         expert_parameter_count=8 * experts,
     )
     layer = Layer(0, "block.0", LayerKind.BLOCK, 0)
-    return Model("toy_moe", [layer], [], [LayerClass(graph, (0,))], 8 * experts, S, routing=routing)
+    return Model("toy_moe", [layer], [], [LayerClass(graph, (0,))], 8 * experts, seq, routing=routing)
 
 
 def test_toy_active_parameters_are_top_k_over_the_experts() -> None:
@@ -195,6 +196,29 @@ def test_fp8_casts_one_kernel_per_local_expert() -> None:
     without = replace(forward, quantize_bytes=np.zeros(len(forward)))
     gemm_s = op_costs(without, designs, system, MODELS["tiled"]).all_cores_s[gemms[0], 0]
     assert with_casts - gemm_s == pytest.approx(96 / (2.039e12 * 0.87) + 2 * 18e-6, rel=1e-9)
+
+
+def test_expert_gemms_run_a_kernel_per_expert_on_four_streams() -> None:
+    """Transformer Engine's grouped linear layer runs each local expert's product as a cuBLAS kernel of
+    its own, over 4 streams: the toy with 8 experts (8 tokens a sample) at ep 1 runs ceil(8 / 4) = 2
+    kernels in a row for each expert GEMM, forward, input gradients and weight gradients, each paying
+    the kernel latency (18 us on an A100); at ep 2 (4 local experts) one, as a dense GEMM."""
+    for ep, kernels in ((1, 2.0), (2, 1.0)):
+        split = training_pipeline(1, GraphSettings(expert_parallel=ep)).run(toy_model(8, seq=8))[0].classes[0]
+        assert split.backward is not None
+        for graph, is_backward in ((split.graph, False), (split.backward, True)):
+            table = op_table(graph, Split(1, is_backward))
+            gemms = np.flatnonzero(table.kind == CostKind.GEMM)
+            assert len(gemms) == (3 if is_backward else 2)  # the first layer's input needs no gradient
+            assert table.kernels[gemms].tolist() == [kernels] * len(gemms)
+    designs = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=a100").hw, "hw")))
+    system = System("two", 2, 4, (80e9,), (NetworkTier(2, 16.0, 0.5, 0.25),))
+    split = training_pipeline(1, GraphSettings(expert_parallel=1)).run(toy_model(8, seq=8))[0].classes[0]
+    table = op_table(split.graph, Split(1, False))
+    gemm = int(np.flatnonzero(table.kind == CostKind.GEMM)[0])
+    one = replace(table, kernels=np.ones(len(table)))
+    seconds = [op_costs(t, designs, system, MODELS["tiled"]).all_cores_s[gemm, 0] for t in (table, one)]
+    assert seconds[0] - seconds[1] == pytest.approx(18e-6, rel=1e-9)
 
 
 def test_routing_weights_read_by_the_experts_get_a_dispatch_of_their_own() -> None:
