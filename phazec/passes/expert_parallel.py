@@ -45,11 +45,12 @@ from phazec.passes.tensor_parallel import fresh_name, per_expert_tokens, weight_
 
 @dataclass(frozen=True, slots=True)
 class ExpertParallel:
-    """Spread every MoE block's routed experts over `width` devices (all-to-alls inserted)."""
+    """Permute every MoE block's tokens as a kernel and spread its routed experts over `width` devices
+    (all-to-alls inserted, and the regrouping by local expert)."""
 
     name: ClassVar[str] = "expert-parallel"
     width: int
-    """Expert-parallel width ep (1 leaves the model unchanged)."""
+    """Expert-parallel width ep (1 keeps every expert on each device: only the permute becomes a kernel)."""
 
     def __call__(self, model: Model) -> PassResult:
         """Permute every MoE block's tokens as a kernel and split its experts; raises PhazecError for a

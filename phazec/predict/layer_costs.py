@@ -196,7 +196,8 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
     low-precision layer, a linear layer's GEMM (`low_precision_gemm`) reads one-byte operands, and
     one that reads a weight (the forward product and the input gradient's) first casts its other
     operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
-    casts wrote)."""
+    casts wrote), a batched expert GEMM a kernel per local expert (`expert_gemm`). Under a deduplicating
+    dispatcher the regrouping by local expert (`reorder` ops) is free: it runs none."""
     microbatch, backward, cp = split.microbatch, split.backward, split.context_parallel
     if split.deduplicated and op.attrs.get("reorder"):
         return OpWork(CostKind.FREE, backward=backward)  # no regrouping (`phazec.passes.expert_parallel`)
