@@ -160,10 +160,18 @@ def descendants() -> set[int]:
 
 def stop_started(ray: Any, before: set[int]) -> None:
     """Stop what a failed start left: Ray's own shutdown, then every process started since `before`
-    (a node that timed out during start-up is not Ray's to shut down; its agents would run on)."""
+    (a node that timed out during start-up is not Ray's to shut down; its agents would run on). They
+    are frozen first, looking again until no new one appears, then killed: on a busy machine a process
+    killed at once can still be starting another, which would outlive it."""
     with contextlib.suppress(Exception):
         ray.shutdown()
-    for pid in descendants() - before:
+    frozen: set[int] = set()
+    while started := descendants() - before - frozen:
+        for pid in started:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= started
+    for pid in frozen:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
 
