@@ -222,12 +222,13 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
         routed = {key: op.attrs[key] for key in ("top_k", "expert_groups", "group_top_k")}
         work = OpWork(**{**work.__dict__, **routed, "routed_experts": op.attrs["experts"]})
     low = split.low_precision and low_precision_gemm(op, graph)
+    expert = expert_gemm(op, graph)
     quantize, casts = 0.0, 1.0
     if low and reads_weight(op, graph):
         activations = sum(nbytes(t) for t in op.inputs if t and weight_of(graph, t) is None)
         quantize = QUANTIZE_BYTES_PER_OPERAND_BYTE * activations
-        casts = float(work.batch if expert_gemm(op, graph) else 1)
-    kernels = -(-work.batch // GEMM_STREAMS) if expert_gemm(op, graph) else 1
+        casts = float(work.batch if expert else 1)
+    kernels = -(-work.batch // GEMM_STREAMS) if expert else 1
     return OpWork(
         **{
             **work.__dict__,
@@ -284,11 +285,12 @@ gradient and the query), which context parallelism's ring passes on; the backwar
 gradients along too."""
 
 
-def op_table(graph: Graph, split: Split) -> OpTable:
+def op_table(graph: Graph, split: Split, gathered: frozenset[int] | None = None) -> OpTable:
     """The cost-model table of a graph's operators, in graph order (`op_work`); the all-reduces whose
-    all-gather half carries one-byte elements (`fp8_gathers`) move `FP8_GATHER_SHARE` of their bytes."""
+    all-gather half carries one-byte elements (`gathered`, else found: `fp8_gathers`) move
+    `FP8_GATHER_SHARE` of their bytes."""
     rows = [op_work(op, graph, split) for op in graph.ops]
-    for i in fp8_gathers(graph, split):
+    for i in fp8_gathers(graph, split) if gathered is None else gathered:
         rows[i] = OpWork(
             **{**rows[i].__dict__, "collective_bytes": rows[i].collective_bytes * FP8_GATHER_SHARE}
         )
@@ -413,13 +415,13 @@ def class_costs(
         context_parallel=context_parallel,
         deduplicated=deduplicated,
     )
-    forward = op_costs(op_table(cls.graph, split), designs, system, model)
-    forward = overlap_collectives(cls.graph, forward, fp8_gathers(cls.graph, split)) if overlap else forward
+
+    def priced(graph: Graph, how: Split) -> OpCosts:
+        gathered = fp8_gathers(graph, how)  # found once, for the bytes and the overlap
+        costs = op_costs(op_table(graph, how, gathered), designs, system, model)
+        return overlap_collectives(graph, costs, gathered) if overlap else costs
+
+    forward = priced(cls.graph, split)
     if cls.backward is None:
         return ClassCosts(forward, None)
-    back = replace(split, backward=True)
-    backward = op_costs(op_table(cls.backward, back), designs, system, model)
-    backward = (
-        overlap_collectives(cls.backward, backward, fp8_gathers(cls.backward, back)) if overlap else backward
-    )
-    return ClassCosts(forward, backward)
+    return ClassCosts(forward, priced(cls.backward, replace(split, backward=True)))
