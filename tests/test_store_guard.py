@@ -46,13 +46,14 @@ def test_tracks_into_the_checkout():
 """
 
 
-def session(checkout: Path, test: str, cache_dir: Path) -> subprocess.Popen[str]:
-    """A pytest session with the store guard in `checkout`, running `test` (its own module there)."""
+def session(checkout: Path, test: str, cache_dir: Path, *options: str) -> subprocess.Popen[str]:
+    """A pytest session with the store guard in `checkout`, running `test` (its own module there), with
+    pytest's `options`."""
     (checkout / "pytest.ini").write_text("[pytest]\n")
     (checkout / "test_inner.py").write_text(test)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PHAZEC_CACHE_DIR": str(cache_dir)}
     command = [sys.executable, "-m", "pytest", "-p", "tests.store_guard", "-p", "no:cacheprovider",
-               f"--basetemp={checkout / 'basetemp'}", "test_inner.py"]  # fmt: skip
+               f"--basetemp={checkout / 'basetemp'}", *options, "test_inner.py"]  # fmt: skip
     out = subprocess.PIPE
     return subprocess.Popen(command, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
@@ -78,10 +79,14 @@ def test_the_users_search_in_the_checkout_leaves_the_guard_quiet(tmp_path: Path,
     assert "MLflow store" not in output
 
 
-def test_a_test_tracking_into_the_checkout_fails_the_session(tmp_path: Path, cache_dir: Path) -> None:
+@pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one-process", "xdist"])
+def test_a_test_tracking_into_the_checkout_fails_the_session(
+    tmp_path: Path, cache_dir: Path, options: tuple[str, ...]
+) -> None:
     """A test whose search tracks into `./phazec.db` of the session's directory fails the session,
-    which names the test and the store."""
-    guarded = session(tmp_path, TRACKING_TEST.format(search=SEARCH), cache_dir)
+    which names the test and the store: in one process, and under pytest-xdist (as `make test` runs),
+    where a worker finds it and the controller reports it."""
+    guarded = session(tmp_path, TRACKING_TEST.format(search=SEARCH), cache_dir, *options)
     output, _ = guarded.communicate(timeout=300)
     assert guarded.returncode == pytest.ExitCode.TESTS_FAILED, output
     assert "1 passed" in output

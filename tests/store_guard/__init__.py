@@ -9,7 +9,9 @@ session ends, a file outside the session's temporary directory (`--basetemp`, wh
 `./phazec.db`, or any store but its own. What the guard checks is what the tests did, not the state
 of the user's files: the user's own `phazec` in the same checkout meanwhile does not concern it.
 For the session's subprocesses this `sitecustomize` stands in for any other on the path (a venv has
-none; Debian's system Python has one, for crash reports).
+none; Debian's system Python has one, for crash reports). Under pytest-xdist (`make test` runs two
+workers) each worker checks its own tests' stores and hands what it found to the controller, which
+reports it and fails the session.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,22 +52,48 @@ def stores_outside(basetemp: Path, record: Path) -> list[tuple[str, str]]:
     return sorted({(test, path) for test, path in noted if not Path(path).resolve().is_relative_to(basetemp)})
 
 
+WORKER_KEY = "phazec_stores_outside"
+"""The key of `workeroutput` under which a pytest-xdist worker hands its findings to the controller."""
+FOUND_KEY = pytest.StashKey[list[tuple[str, str, str]]]()
+"""In pytest-xdist's controller: (worker's temporary directory, test, path) its workers found."""
+
+
+def findings(session: pytest.Session) -> list[tuple[str, str, str]]:
+    """(temporary directory, test, path) of each store opened outside it: this process's, and under
+    pytest-xdist, in the controller, its workers' (`pytest_testnodedown`)."""
+    found = [*session.config.stash.get(FOUND_KEY, [])]
+    if GUARD_KEY in session.config.stash:  # a test ran here
+        basetemp, record = session.config.stash[GUARD_KEY]
+        found += [(str(basetemp), test, path) for test, path in stores_outside(basetemp, record)]
+    return found
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller, as each worker ends: keep what it found (its `pytest_sessionfinish`)."""
+    found = [(str(b), str(t), str(p)) for b, t, p in getattr(node, "workeroutput", {}).get(WORKER_KEY, [])]
+    node.config.stash[FOUND_KEY] = [*node.config.stash.get(FOUND_KEY, []), *found]
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Fail the session if a test opened a store outside the session's temporary directory."""
-    if GUARD_KEY not in session.config.stash:  # no test ran
+    """Fail the session if a test opened a store outside the session's temporary directory. A
+    pytest-xdist worker hands what it found to the controller, which reports it."""
+    found = findings(session)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_KEY] = found
         return
-    basetemp, record = session.config.stash[GUARD_KEY]
-    outside = stores_outside(basetemp, record)
-    if not outside:
+    if not found:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write("\n")
-        reporter.write_line(
-            f"ERROR: tests opened an MLflow store outside the session's temporary directory {basetemp}"
-            " (a test tracks into its own tmp_path, or not at all):",
-            red=True,
-        )
-        for test, path in outside:
-            reporter.write_line(f"  {test}: {path}", red=True)
+        for basetemp in sorted({b for b, _, _ in found}):
+            reporter.write("\n")
+            reporter.write_line(
+                f"ERROR: tests opened an MLflow store outside the session's temporary directory {basetemp}"
+                " (a test tracks into its own tmp_path, or not at all):",
+                red=True,
+            )
+            for _, test, path in sorted(f for f in found if f[0] == basetemp):
+                reporter.write_line(f"  {test}: {path}", red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
