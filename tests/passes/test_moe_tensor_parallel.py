@@ -117,7 +117,7 @@ PLAN = (
 )  # fmt: skip
 
 
-def test_phazec_plan_memory_per_device_by_hand(tmp_path: Path) -> None:
+def test_phazec_plan_memory_per_device_by_hand(cache_dir: Path) -> None:
     """tp 2 x dp 2 on 4 devices, ep 2, Adam with a distributed optimizer. A device holds half the
     vocabulary of the embedding and of the output layer (vocabulary-parallel: 128 x 64 bf16 each,
     16,384 B), the final norm (128 B) and the two blocks' 62,784 B (previous test): 158,464 B of
@@ -125,7 +125,7 @@ def test_phazec_plan_memory_per_device_by_hand(tmp_path: Path) -> None:
     the 60,160 dense bytes and over the expert-data-parallel group, t d / ep = 2 x 2 / 2 = 2 devices,
     for the 98,304 expert bytes: 6 x 60,160 / 2 + 6 x 98,304 / 2 = 180,480 + 294,912 = 475,392 B (at
     t = 1 that group would be d / ep = 1 device: 589,824 B of expert state)."""
-    settings = settings_from_config(compose_config(*PLAN, f"cache_dir={tmp_path}"))
+    settings = settings_from_config(compose_config(*PLAN, f"cache_dir={cache_dir}"))
     report = predict_plan(settings)
     memory = report.memory
     assert (report.plan.tp, report.plan.dp, report.plan.training.ep) == (2, 2, 2)

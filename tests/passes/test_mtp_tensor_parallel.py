@@ -139,10 +139,10 @@ PLAN = (
 """The tiny DeepSeek-V3 on 16 devices: tp 2 x pp 2 x dp 4 with sequence parallelism, ep 2."""
 
 
-def test_phazec_plan_puts_it_on_the_last_stage_at_tp_2(tmp_path: Path) -> None:
+def test_phazec_plan_puts_it_on_the_last_stage_at_tp_2(cache_dir: Path) -> None:
     """The last stage holds the MoE block, the module and the head; its weights grow by the module's
     `MODULE_PARAMETERS`, 2 bytes each, and its iteration takes longer."""
-    cache = f"cache_dir={tmp_path}"
+    cache = f"cache_dir={cache_dir}"
     plain, mtp = (
         predict_plan(settings_from_config(compose_config(*PLAN, f"model.mtp_layers={n}", cache)))
         for n in (0, 1)
