@@ -165,6 +165,8 @@ class ModernRun:
     attention_utilisation: float | None = None
     """The attention kernels' share of the peak where the row's framework calls other kernels than the
     preset's (`FLASH_ATTENTION_2_HOPPER`); None keeps the preset's."""
+    fp8_param_gather: bool = False
+    """FSDP gathers the FP8 weight copies (`FP8_WEIGHT_GATHER`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -195,6 +197,7 @@ class ModernRun:
             ("cp", self.cp),
             ("offload_layers", self.offload_layers),
             ("fused_cross_entropy", str(self.fused_cross_entropy).lower()),
+            ("fp8_param_gather", str(self.fp8_param_gather).lower()),
         )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
@@ -205,6 +208,12 @@ class ModernRun:
         if self.attention_utilisation is not None:
             extra.append(f"hw.device.attention_utilisation={self.attention_utilisation}")
         return tuple(extra)
+
+
+FP8_WEIGHT_GATHER = "FP8 FSDP all-gather"
+"""What a row's precision says where its FSDP gathers the FP8 weight copies (`plan.fp8_param_gather`:
+torchtitan's `enable_fsdp_float8_all_gather`, read in the launch commands of its 2025 H200 rows); a
+row that does not say so gathers bf16."""
 
 
 def training_knobs() -> frozenset[str]:
@@ -310,9 +319,12 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         name in row["source"] for name in FLASH_ATTENTION_2_SOURCES
     )
     attention = FLASH_ATTENTION_2_HOPPER if flash_2 else None
+    gathers_fp8 = FP8_WEIGHT_GATHER in row["precision"] and int(zero) == 3 and precision != "bf16"
+    kv_heads = int(row["kv_heads"])
     return ModernRun(
-        run, family, int(row["kv_heads"]), precision, int(zero), cp, domain, offload, fused, stated, attention
-    )
+        run, family, kv_heads, precision, int(zero), cp, domain, offload, fused, stated, attention,
+        fp8_param_gather=gathers_fp8,
+    )  # fmt: skip
 
 
 def least_recompute_that_fits(

@@ -74,6 +74,12 @@ def solve_placements(
     expert_param_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    gather_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    expert_gather_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     activation_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -134,6 +140,12 @@ class StageCost:
     def expert_param_bytes(self) -> int: ...
     @property
     def largest_layer_bytes(self) -> int: ...
+    @property
+    def gather_bytes(self) -> int: ...
+    @property
+    def expert_gather_bytes(self) -> int: ...
+    @property
+    def largest_gather_bytes(self) -> int: ...
     @property
     def stash_bytes(self) -> int: ...
     @property
@@ -278,6 +290,12 @@ def evaluate_plan(
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     expert_param_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    gather_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    expert_gather_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     activation_bytes: Annotated[

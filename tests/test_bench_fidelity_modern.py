@@ -75,3 +75,18 @@ def test_chip_families() -> None:
     assert run.overrides(TODAY) == ("system.hbm_gb=[96]",)
     assert run.run.zero_stage == 3
     assert modern.expressible(teton, TODAY - {"zero_stage"}) == "needs the plan knobs zero_stage (3)"
+
+
+def test_fsdp_gathers_fp8_weights_where_the_row_says_so() -> None:
+    """torchtitan's 2025 H200 rows state an FP8 FSDP all-gather: `plan.fp8_param_gather=true`; an FSDP
+    row in FP8 that does not say so gathers bf16."""
+    precision = "fp8 (torchao float8 tensorwise, FP8 FSDP all-gather)"
+    fsdp = {**ROW, "gpu": "H200 (WhiteFiber, Trainy)", "zero_stage": "3 (FSDP2)", "cp": "1",
+            "recompute": "selective", "precision": precision}  # fmt: skip
+    knobs = modern.training_knobs()
+    gathered = modern.expressible(fsdp, knobs)
+    assert isinstance(gathered, modern.ModernRun) and gathered.fp8_param_gather
+    assert "plan.fp8_param_gather=true" in gathered.overrides(knobs)
+    plain = modern.expressible({**fsdp, "precision": "fp8 (torchao float8, tensorwise)"}, knobs)
+    assert isinstance(plain, modern.ModernRun) and not plain.fp8_param_gather
+    assert "plan.fp8_param_gather=false" in plain.overrides(knobs)

@@ -117,6 +117,9 @@ StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_by
     c.param_bytes += f.param_bytes[v];
     c.expert_param_bytes += f.expert_param_bytes[v];
     c.largest_layer_bytes = std::max(c.largest_layer_bytes, f.param_bytes[v]);
+    c.gather_bytes += f.gather_bytes[v];
+    c.expert_gather_bytes += f.expert_gather_bytes[v];
+    c.largest_gather_bytes = std::max(c.largest_gather_bytes, f.gather_bytes[v]);
     c.stash_bytes += f.stash_bytes[v];
     c.selective_bytes += f.selective_bytes[v];
     c.input_bytes += f.input_bytes[v];
@@ -311,14 +314,15 @@ struct PlanModel {
     return expert == 0 ? dense_s : dense_s + allreduce_s(expert, expert_group(d), tiers.expert);
   }
 
-  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tiers`: its weights are
-  /// all-gathered before the forward pass and again before the backward pass, and its gradients
-  /// reduce-scattered after it (each half a ring all-reduce of its weights, `reduce_s`); each layer's
+  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
+  /// are all-gathered before the forward pass and again before the backward pass, and its gradients
+  /// reduce-scattered after it (each half a ring all-reduce of its bytes, `reduce_s`); each layer's
   /// gather is prefetched during the layer before it, so a pass hides as much as it lasts.
   double shard_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
     if (!shards_weights() || group(d) == 1) return 0.0;
-    const double half_s = reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0;
-    return std::max(0.0, half_s - c.forward_s) + std::max(0.0, 2.0 * half_s - c.backward_s);
+    const double gather_s = reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0;
+    const double scatter_s = reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0;
+    return std::max(0.0, gather_s - c.forward_s) + std::max(0.0, gather_s + scatter_s - c.backward_s);
   }
 
   /// Bytes each device of a stage sends across its cut: a tp-th of them under sequence parallelism, where
@@ -390,7 +394,7 @@ struct PlanModel {
       const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
       // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
       gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
-      if (shards_weights()) weights = shard + 2 * c.largest_layer_bytes;
+      if (shards_weights()) weights = shard + 2 * c.largest_gather_bytes;
     }
     return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), stash_bytes(kept, u), working,
             u};
@@ -1492,6 +1496,13 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
     for (std::size_t v = 0; v < n; ++v) {
       if (f.expert_param_bytes[v] < 0 || f.expert_param_bytes[v] > f.param_bytes[v]) {
         fail("expert parameter bytes must be between 0 and the layer's parameter bytes");
+      }
+    }
+    if (f.gather_bytes.size() != n || f.expert_gather_bytes.size() != n) fail("gather bytes must be n values");
+    for (std::size_t v = 0; v < n; ++v) {
+      if (f.gather_bytes[v] < 0 || f.gather_bytes[v] > f.param_bytes[v] || f.expert_gather_bytes[v] < 0 ||
+          f.expert_gather_bytes[v] > f.gather_bytes[v] || f.expert_gather_bytes[v] > f.expert_param_bytes[v]) {
+        fail("gather bytes must be between 0 and the layer's parameter bytes, the experts' at most theirs");
       }
     }
   }

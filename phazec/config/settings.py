@@ -83,6 +83,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
     check_all_to_all_knobs(plan.training, "plan")
+    check_fp8_param_gather(train.fixed, train.tried("precision"), train.tried("zero_stage"), "train")
+    check_fp8_param_gather(plan.training, (plan.training.precision,), (plan.training.zero_stage,), "plan")
     check_pipeline_schedule(train.fixed.pipeline_schedule, train.tried("interleave"), "train")
     check_pipeline_schedule(
         plan.training.pipeline_schedule, (plan.training.interleave,), "plan", trace=plan.trace
@@ -275,6 +277,32 @@ def check_all_to_all_knobs(training: Training, group: str) -> None:
     raise PhazecError(
         f"{group}.{setting} {what} the expert-parallel all-to-alls, but {group}.ep=1 sends none: set "
         f"{group}.ep above 1 on a Mixture-of-Experts model, or {group}.{name}{off}."
+    )
+
+
+def check_fp8_param_gather(
+    training: Training, precisions: Sequence[str], zero_stages: Sequence[int], group: str
+) -> None:
+    """`<group>.fp8_param_gather=true` gathers ZeRO-3's FP8 weight copies: it needs zero stage 3 and a
+    precision fp8 or mxfp8 among those tried (the plans tried without either gather as before).
+
+    Raises:
+        PhazecError: it is set and no plan tried has zero stage 3, or none an FP8 precision.
+    """
+    if not training.fp8_param_gather:
+        return
+    many = group == "train"
+    if 3 not in zero_stages:
+        given = f"{group}.zero_stage is {list(zero_stages) if many else zero_stages[0]!r}"
+    elif all(p == "bf16" for p in precisions):
+        given = f"{group}.precision is {list(precisions) if many else precisions[0]!r}"
+    else:
+        return
+    raise PhazecError(
+        f"{group}.fp8_param_gather=true gathers the FP8 copies of the weights ZeRO-3 shards, but {given}: "
+        f"set {group}.zero_stage={'[3]' if many else '3'} and {group}.precision="
+        f"{'[fp8]' if many else 'fp8'} (or mxfp8, on a chip with FP8 tensor cores), or "
+        f"{group}.fp8_param_gather=false."
     )
 
 

@@ -228,6 +228,12 @@ class LayerMemory:
     """Of the parameter bytes, those of a Mixture-of-Experts block's routed experts held by one device
     (`Routing.expert_parameters`, 1/ep of them after the expert-parallel pass): a distributed optimizer
     shards them over the expert-data-parallel group, not the data-parallel one."""
+    fp8_weight_bytes: int = 0
+    """Of the parameter bytes, the weights its linear layers' GEMMs read (`low_precision_gemm`): what a
+    layer running in FP8 gathers as one-byte copies under ZeRO-3 with `fp8_param_gather` (the norms',
+    biases' and a router's weights stay two-byte)."""
+    fp8_expert_weight_bytes: int = 0
+    """Of those, the routed experts' (all of `expert_parameter_bytes` but their biases)."""
     fp8_per_sample_bytes: int = 0
     """How the stash per sample changes when the layer's linear layers run in FP8 (signed: each linear
     layer's input kept as a one-byte copy for its weight gradient, `phazec.passes.memory.fp8_copy_bytes`)."""

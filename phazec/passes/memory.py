@@ -87,6 +87,7 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
     parameter_bytes = sum(forward.tensors[w].nbytes() for w in forward.weights)
     experts = model.routing.expert_parameters if model.routing is not None else ()
     expert_bytes = sum(forward.tensors[w].nbytes() for w in forward.weights if w in experts)
+    linear = linear_weights(forward)
     count = forward.parameter_count()
     stash = [n for n in cls.backward.inputs if n in forward.tensors]
     stash_fixed, stash_per_sample = split_bytes(cls.backward, stash)
@@ -127,6 +128,8 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         replicated_per_sample_bytes=split_bytes(cls.backward, replicated)[1],
         checkpoint_per_sample_bytes=split_bytes(forward, floats)[1],
         expert_parameter_bytes=expert_bytes,
+        fp8_weight_bytes=sum(forward.tensors[w].nbytes() for w in linear),
+        fp8_expert_weight_bytes=sum(forward.tensors[w].nbytes() for w in linear if w in experts),
         fp8_per_sample_bytes=sum(copies.values()),
         fp8_replicated_per_sample_bytes=sum(b for n, b in copies.items() if n in replicated),
         op_fixed_bytes=op_fixed,
@@ -498,6 +501,13 @@ def low_precision_gemm(op: Op, graph: Graph) -> bool:
     if any(ROUTER_WEIGHT.search(w) for w in weights) or ROUTER_WEIGHT.search(op.name):
         return False
     return op.attrs.get("grad") == "weight" or bool(weights)
+
+
+def linear_weights(forward: Graph) -> set[str]:
+    """The weights a forward graph's linear layers multiply (an operand of a `low_precision_gemm`, its
+    first two inputs): those that run in FP8 when the layer does; a bias a fused GEMM adds is not one."""
+    operands = (t for op in forward.ops if low_precision_gemm(op, forward) for t in op.inputs[:2] if t)
+    return {w for t in operands if (w := weight_of(forward, t)) is not None}
 
 
 ROUTER_WEIGHT = re.compile(r"(^|[./_])(gate|router)([./]|$)")

@@ -263,6 +263,7 @@ class Evaluator:
                 training.cp,
                 training.precision,
                 modules=training.selective_modules,
+                fp8_param_gather=training.fp8_param_gather,
             )
             for t in widths
         ]
@@ -274,6 +275,8 @@ class Evaluator:
             backward_latency_s=np.stack([latencies[t][j, 1] for t in widths]),
             param_bytes=np.stack([r.param_bytes for r in rows]),
             expert_param_bytes=np.stack([r.expert_param_bytes for r in rows]),
+            gather_bytes=np.stack([r.gather_bytes for r in rows]),
+            expert_gather_bytes=np.stack([r.expert_gather_bytes for r in rows]),
             activation_bytes=np.stack([r.stash_bytes for r in rows]),  # what full recompute rebuilds
             stash_bytes=np.stack([r.stash_bytes for r in rows]),
             input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
@@ -445,6 +448,11 @@ class LayerArrays:
     param_bytes: NDArray[np.int64]
     expert_param_bytes: NDArray[np.int64]
     """Of the parameter bytes, the routed experts' (`LayerMemory.expert_parameter_bytes`)."""
+    gather_bytes: NDArray[np.int64]
+    """The bytes ZeRO-3 gathers of the layer's weights: its parameter bytes, less half its linear layers'
+    (`LayerMemory.fp8_weight_bytes`) where they are gathered as one-byte FP8 copies."""
+    expert_gather_bytes: NDArray[np.int64]
+    """Of the gathered bytes, the routed experts'."""
     stash_bytes: NDArray[np.int64]
     selective_bytes: NDArray[np.int64]
     checkpoint_bytes: NDArray[np.int64]
@@ -460,31 +468,57 @@ def layer_arrays(
     precision: str = "bf16",
     *,
     modules: Collection[str] = (),
+    fp8_param_gather: bool = False,
 ) -> LayerArrays:
-    """Per layer: parameter bytes (and the routed experts' of them), activation bytes per recompute
+    """Per layer: parameter bytes (and the routed experts' of them), the bytes ZeRO-3 gathers of them
+    (a block's linear layers' weights at one byte under `fp8_param_gather` and `precision` fp8 or
+    mxfp8), activation bytes per recompute
     mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
     t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
     copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what the
     `modules` of `phazec.passes.memory.SELECTIVE_MODULES` it reruns write) and the TP flag."""
-    rows = []
+    rows: dict[str, list[int]] = {name: [] for name in INT_LAYER_ARRAYS}
+    tensor_parallel = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
         if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
+        memory = cls.memory
         split = sequence_split_width(cls, sequence_parallel)
         low = low_precision_class(model, layer.cls, precision)
-        figures = megatron_bytes(cls.memory, microbatch, split, context_parallel, low, modules=modules)
-        memory = cls.memory
-        rows.append((memory.parameter_bytes, figures, cls.tp_width > 1, memory.expert_parameter_bytes))
+        figures = megatron_bytes(memory, microbatch, split, context_parallel, low, modules=modules)
+        halved = fp8_param_gather and low  # its linear weights gathered at one byte, not two
+        values = {
+            "param_bytes": memory.parameter_bytes,
+            "expert_param_bytes": memory.expert_parameter_bytes,
+            "gather_bytes": memory.parameter_bytes - (memory.fp8_weight_bytes // 2 if halved else 0),
+            "expert_gather_bytes": memory.expert_parameter_bytes
+            - (memory.fp8_expert_weight_bytes // 2 if halved else 0),
+            "stash_bytes": figures.stash_bytes,
+            "selective_bytes": figures.selective_bytes,
+            "checkpoint_bytes": figures.checkpoint_bytes,
+            "op_bytes": figures.op_bytes,
+        }
+        for name, value in values.items():
+            rows[name].append(value)
+        tensor_parallel.append(cls.tp_width > 1)
     return LayerArrays(
-        param_bytes=np.array([r[0] for r in rows], dtype=np.int64),
-        expert_param_bytes=np.array([r[3] for r in rows], dtype=np.int64),
-        stash_bytes=np.array([r[1].stash_bytes for r in rows], dtype=np.int64),
-        selective_bytes=np.array([r[1].selective_bytes for r in rows], dtype=np.int64),
-        checkpoint_bytes=np.array([r[1].checkpoint_bytes for r in rows], dtype=np.int64),
-        op_bytes=np.array([r[1].op_bytes for r in rows], dtype=np.int64),
-        tensor_parallel=np.array([r[2] for r in rows], dtype=np.bool_),
+        **{name: np.array(column, dtype=np.int64) for name, column in rows.items()},
+        tensor_parallel=np.array(tensor_parallel, dtype=np.bool_),
     )
+
+
+INT_LAYER_ARRAYS = (
+    "param_bytes",
+    "expert_param_bytes",
+    "gather_bytes",
+    "expert_gather_bytes",
+    "stash_bytes",
+    "selective_bytes",
+    "checkpoint_bytes",
+    "op_bytes",
+)
+"""The byte counts of `LayerArrays`, one entry per layer."""
 
 
 def attention_core_s(

@@ -173,6 +173,12 @@ class Training:
     `mxfp8` (Blackwell's block-scaled FP8, priced as fp8); attention, the embedding, the output layer
     and the optimizer keep their precision. The chip must have FP8 tensor cores (`hw.device.fp8_rate`,
     and `hw.device.mxfp8` for mxfp8)."""
+    fp8_param_gather: bool = knob(False)
+    """Under ZeRO-3 (`zero_stage` 3) in `precision` fp8 or mxfp8, gather each block's linear layers'
+    weights as their one-byte FP8 copies (Megatron-Core's `fp8_param_gather`, torchtitan's
+    `enable_fsdp_float8_all_gather`): the all-gathers move, and a gathered layer holds, half those
+    weights' bytes; the norms', biases' and a router's weights, the embedding and the output layer stay
+    two-byte, and the gradients are reduce-scattered in bf16 as before."""
     cp: int = knob(1, search=[1], core=True, layers=True, minimum=1)
     """Context parallelism: each sample's sequence split over `cp` devices (ranks after the tensor-parallel
     ones), causal work balanced between them, keys and values passed round a ring while attention

@@ -244,6 +244,23 @@ def test_toy_zero_stages_2_and_3_by_hand() -> None:
     assert alone.times[0].load_s == 6.0
 
 
+def test_toy_zero_3_with_fp8_weight_gathers_by_hand() -> None:
+    # The ZeRO-3 toy above with each layer's 800 B of linear weights gathered as one-byte copies
+    # (`fp8_param_gather`): 1000 - 800 / 2 = 600 B gathered a layer, 1200 B for the stage. Each gather
+    # is half a 2 * (1/2) * 1200 / 100 = 12 s all-reduce: 6 s before the forward pass (2 s hidden: 4)
+    # and 6 s before the backward pass, then the gradients' reduce-scatter of the 2000 B as before
+    # (10 s): 16 s, 4 hidden, 12 exposed. 16 s exposed in all (24 s before), a load of 22 s; time
+    # 22 + 17 = 39. Memory: the shard (1000) and two gathered copies of the larger layer (2 x 600),
+    # the gradients as before (2000), state 6000, activations 200: 10400 B (11200 before).
+    gathered = np.array([[600, 600]])
+    problem = toy(optimizer_factor=8, hbm_bytes_per_s=1000.0, gather_bytes=gathered)
+    zero3 = explain_plan(problem, toy_variant(zero_stage=3), [[0, 1]], 2)
+    assert figures_of(zero3) == (39.0, 10400, 0.0, 17.0, 16.0)
+    assert (zero3.memories[0].weights_bytes, zero3.memories[0].gradients_bytes) == (2200, 2000)
+    zero2 = explain_plan(problem, toy_variant(zero_stage=2), [[0, 1]], 2)
+    assert figures_of(zero2) == (43.0, 9200, 20.0, 17.0, 0.0)  # below stage 3 nothing is gathered
+
+
 def test_toy_context_parallel_2_by_hand() -> None:
     # cp = 2 on the toy's two stages, d = 1: each stage runs on 2 devices (4 in all), with the latencies
     # and bytes the cost pass gives each device (its share of every sample's tokens), so the loads stay

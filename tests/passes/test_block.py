@@ -293,6 +293,9 @@ def test_memory_per_device(width: int) -> None:
         12 * params,
     )
     assert memory.state_bytes == 16 * params
+    # What FP8 runs (and `fp8_param_gather` gathers at one byte): the four matrices, not the biases a
+    # fused GEMM adds or the layer norms.
+    assert (memory.fp8_weight_bytes, memory.fp8_expert_weight_bytes) == (2 * TP_WEIGHTS // width, 0)
     # Korthikanti et al. 2022 per sample: s*h*(10 + 24/t + 5*a*s/(h*t)) bytes (fp16, 1-byte dropout
     # masks, a fused GELU), plus the toy's 1-byte attention mask [1, 1, s, s] read by Where's backward.
     formula = S * H * (10 + 24 / width + 5 * A * S / (H * width))

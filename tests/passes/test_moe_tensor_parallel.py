@@ -107,6 +107,10 @@ def test_expert_weights_are_whole_on_each_tensor_parallel_device(block: Any) -> 
     assert memory.parameter_count == dense + experts
     assert (memory.parameter_bytes, memory.expert_parameter_bytes) == (62_784, 49_152)
     assert memory.optimizer_state_bytes == 6 * 62_784
+    # In FP8 the linear layers' weights are the projections' and the experts': the norms and the
+    # router's 8 x 64 stay two-byte (what `fp8_param_gather` gathers at one byte).
+    linear = 64 * 32 + 2 * 64 * 16 + 32 * 64 + experts
+    assert (memory.fp8_weight_bytes, memory.fp8_expert_weight_bytes) == (2 * linear, 49_152)
 
 
 PLAN = (

@@ -132,3 +132,65 @@ def test_fp8_on_the_template_with_fp8_tensor_cores_is_accepted() -> None:
         compose_config("hw=tpu_area", "hw.device.fp8_rate=2", "train.precision=[fp8]")
     )
     assert settings.train.tried("precision") == ("fp8",)
+
+
+FSDP_PLAN = (
+    *TINY_LLAMA, "hw=h100", "system=dgx_h100", "system.devices=2", "system.global_batch=4", "plan.tp=1",
+    "plan.pp=1", "plan.dp=2", "plan.microbatch=2", "plan.zero_stage=3", "plan.precision=fp8", "tracking=none",
+)  # fmt: skip
+"""The tiny Llama on 2 H100s, FSDP (ZeRO-3) in FP8."""
+
+
+def test_fp8_weight_gathers_halve_the_gathered_linear_weights(cache_dir: Path) -> None:
+    # A block holds 4 x 256 x 256 + 3 x 256 x 512 = 655,360 linear weights and 2 x 256 norm weights:
+    # 1,311,744 B in bf16, the largest layer (the embedding and the output layer: 1024 x 256 x 2 =
+    # 524,288 B each). ZeRO-3 holds two gathered copies of it; with `fp8_param_gather` its linear
+    # weights are gathered at one byte: 1,311,744 - 655,360 = 656,384 B a copy, 1,310,720 B fewer in
+    # all. The gradients (reduce-scattered in bf16) and the optimizer state do not change. On an
+    # NVLink slowed to 100 MB/s (0.75 of it reached) the gathers outlast the passes: each of the two
+    # all-gathers of a microbatch moves (d - 1) / d = 1/2 of the 2 x 655,360 B fewer, 1,310,720 / 7.5e7
+    # = 17.48 ms less exposed in all; the reduce-scatter is the same.
+    from phazec.commands.plan import predict_plan
+
+    slow = "system.tiers.0.bandwidth_bytes_per_s=1.0e8"
+    bf16, fp8 = (
+        predict_plan(
+            settings_from_config(
+                compose_config(*FSDP_PLAN, slow, f"plan.fp8_param_gather={on}", f"cache_dir={cache_dir}")
+            )
+        )
+        for on in ("false", "true")
+    )
+    assert bf16.memory.weights_bytes - fp8.memory.weights_bytes == 2 * 655_360
+    assert bf16.memory.gradients_bytes == fp8.memory.gradients_bytes
+    assert bf16.memory.optimizer_state_bytes == fp8.memory.optimizer_state_bytes
+    assert fp8.breakdown.weight_gather_s > 0
+    gained_s = bf16.breakdown.weight_gather_s - fp8.breakdown.weight_gather_s
+    assert gained_s == pytest.approx(1_310_720 / 7.5e7, rel=1e-12)
+    assert bf16.time_per_batch_s - fp8.time_per_batch_s == pytest.approx(gained_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ("plan.zero_stage=1",),
+            r"^plan.fp8_param_gather=true gathers the FP8 copies of the weights ZeRO-3 shards, but "
+            r"plan.zero_stage is 1: set plan.zero_stage=3 and plan.precision=fp8",
+        ),
+        (("plan.precision=bf16",), r"but plan.precision is 'bf16': set plan.zero_stage=3"),
+        (
+            ("train.fp8_param_gather=true", "train.zero_stage=[1,2]", "train.precision=[fp8]"),
+            r"^train.fp8_param_gather=true .* but train.zero_stage is \[1, 2\]: set train.zero_stage=\[3\]",
+        ),
+    ],
+)
+def test_fp8_weight_gathers_without_zero_3_or_fp8_are_refused(
+    overrides: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(PhazecError, match=message) as err:
+        settings_from_config(
+            compose_config(*FSDP_PLAN, "plan.fp8_param_gather=true", *overrides, f"cache_dir={tmp_path}")
+        )
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "onnx").exists()

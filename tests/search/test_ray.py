@@ -263,15 +263,19 @@ def listeners(pids: list[int]) -> set[tuple[str, str, int]]:
     return found
 
 
-def test_a_local_ray_search_listens_on_loopback_only(tmp_path: Path) -> None:
+def test_a_local_ray_search_listens_on_loopback_only(tmp_path: Path, cache_dir: Path) -> None:
     """`search.executor=ray` with no address: every socket of every process of the local Ray (GCS,
     raylet, agents, workers) and of `phazec` listens on loopback, sampled while the search runs; the
-    GCS listened on every interface before."""
+    GCS listened on every interface before. A cache of its own, sharing the session's exported models."""
     pytest.importorskip("ray")
     root = Path(tempfile.mkdtemp(prefix="phazec-ray-"))  # short: Ray's socket paths must fit 107 bytes
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache_dir / "onnx").mkdir(exist_ok=True)
+    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
     env = {
         **os.environ,
-        "PHAZEC_CACHE_DIR": str(tmp_path / "cache"),
+        "PHAZEC_CACHE_DIR": str(cache),
         "RAY_AUTH_MODE": "disabled",
         "RAY_TMPDIR": str(root),
     }

@@ -43,6 +43,8 @@ struct LayerFigures {
   std::vector<double> weight_grad_s;  // of backward_s, the weight-gradient work (ZB-H1 defers it)
   std::vector<int64_t> param_bytes;
   std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (whole at every t)
+  std::vector<int64_t> gather_bytes;         // of param_bytes, what ZeRO-3 gathers (FP8 copies: fewer)
+  std::vector<int64_t> expert_gather_bytes;  // of gather_bytes, the routed experts'
   std::vector<int64_t> activation_bytes;
   std::vector<int64_t> stash_bytes;      // kept without recompute
   std::vector<int64_t> selective_bytes;  // kept under selective recompute
@@ -129,7 +131,10 @@ struct StageCost {
   double selective_s = 0.0;             // sum of the layers' attention-core forward latencies
   int64_t param_bytes = 0;              // 2-byte weights (= gradient bytes) on one device
   int64_t expert_param_bytes = 0;       // of them, the routed experts' (sharded over the expert DP group)
-  int64_t largest_layer_bytes = 0;      // the weights of its largest layer (ZeRO-3 gathers one at a time)
+  int64_t largest_layer_bytes = 0;      // the weights of its largest layer (its gradients under ZeRO-3)
+  int64_t gather_bytes = 0;             // of param_bytes, what ZeRO-3's all-gathers move
+  int64_t expert_gather_bytes = 0;      // of gather_bytes, the routed experts'
+  int64_t largest_gather_bytes = 0;     // the gathered copy of its largest layer (ZeRO-3 holds two)
   int64_t stash_bytes = 0;              // kept without recomputation
   int64_t selective_bytes = 0;          // kept under selective recompute
   int64_t input_bytes = 0;              // kept under full recompute: the layers' inputs

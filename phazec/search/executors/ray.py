@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import replace
@@ -162,7 +163,8 @@ def stop_started(ray: Any, before: set[int]) -> None:
     """Stop what a failed start left: Ray's own shutdown, then every process started since `before`
     (a node that timed out during start-up is not Ray's to shut down; its agents would run on). They
     are frozen first, looking again until no new one appears, then killed: on a busy machine a process
-    killed at once can still be starting another, which would outlive it."""
+    killed at once can still be starting another, which would outlive it. It returns once each has
+    ended (or after `STOP_WAIT_S`): a kill is delivered, not done, when `os.kill` returns."""
     with contextlib.suppress(Exception):
         ray.shutdown()
     frozen: set[int] = set()
@@ -174,6 +176,22 @@ def stop_started(ray: Any, before: set[int]) -> None:
     for pid in frozen:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while any(running(pid) for pid in frozen) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+STOP_WAIT_S = 10.0
+"""How long `stop_started` waits for the processes it killed to end."""
+
+
+def running(pid: int) -> bool:
+    """Whether a process exists and has not ended (a zombie, ended but not yet reaped, has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def _check_reachable(address: str) -> None:

@@ -98,6 +98,13 @@ class PlacementProblem:
     distributed optimizer shards over the expert-data-parallel group (t d cp / ep devices,
     Megatron-Core's with expert tensor parallelism 1: an expert's weights are whole at every t) instead
     of the data-parallel one."""
+    gather_bytes: NDArray[np.int64] | None = None
+    """Of `param_bytes`, the bytes ZeRO-3's all-gathers move and a gathered layer holds (None: all of
+    them): fewer where a layer's linear weights are gathered as one-byte FP8 copies
+    (`fp8_param_gather`); its gradients are reduce-scattered whole."""
+    expert_gather_bytes: NDArray[np.int64] | None = None
+    """Of `gather_bytes`, the routed experts' (None: `expert_param_bytes`), gathered over the
+    expert-data-parallel group."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
     bound_sync_windows: bool = False
@@ -116,6 +123,10 @@ class PlacementProblem:
             object.__setattr__(self, "op_recompute_s", np.zeros_like(self.forward_latency_s))
         if self.expert_param_bytes is None:
             object.__setattr__(self, "expert_param_bytes", np.zeros_like(self.param_bytes))
+        if self.gather_bytes is None:
+            object.__setattr__(self, "gather_bytes", self.param_bytes)
+        if self.expert_gather_bytes is None:
+            object.__setattr__(self, "expert_gather_bytes", self.expert_param_bytes)
         if self.weight_grad_latency_s is None:
             object.__setattr__(self, "weight_grad_latency_s", np.zeros_like(self.forward_latency_s))
         for name, value in _validated_arrays(self).items():
@@ -151,6 +162,12 @@ class PlacementProblem:
         """The routed experts' parameter bytes (set by construction)."""
         assert self.expert_param_bytes is not None
         return self.expert_param_bytes
+
+    @property
+    def gathered(self) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """(gather bytes, the routed experts' of them), set by construction."""
+        assert self.gather_bytes is not None and self.expert_gather_bytes is not None
+        return self.gather_bytes, self.expert_gather_bytes
 
     @property
     def weight_grad_s(self) -> NDArray[np.float64]:
@@ -291,6 +308,8 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "weight_grad_latency_s": (np.float64, 2),
     "param_bytes": (np.int64, 2),
     "expert_param_bytes": (np.int64, 2),
+    "gather_bytes": (np.int64, 2),
+    "expert_gather_bytes": (np.int64, 2),
     "activation_bytes": (np.int64, 2),
     "stash_bytes": (np.int64, 2),
     "input_bytes": (np.int64, 2),
@@ -349,6 +368,8 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "weight_grad_latency_s",
         "param_bytes",
         "expert_param_bytes",
+        "gather_bytes",
+        "expert_gather_bytes",
         "activation_bytes",
         "stash_bytes",
         "input_bytes",
@@ -367,6 +388,10 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
                 f"{name}[{where}] = {out[name][tuple(bad[0])]!r} is not valid: it must be {valid}."
             )
     _check_part(out, "expert_param_bytes", "param_bytes", "the routed experts' bytes are part of the layer's")
+    _check_part(out, "gather_bytes", "param_bytes", "ZeRO-3 gathers at most the layer's weight bytes")
+    experts_gathered = "the routed experts' gathered bytes are part of the gathered bytes"
+    _check_part(out, "expert_gather_bytes", "gather_bytes", experts_gathered)
+    _check_part(out, "expert_gather_bytes", "expert_param_bytes", "the routed experts' gather at most theirs")
     _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
     _check_part(out, "op_stash_bytes", "stash_bytes", "op recompute keeps part of the stash")
     _check_part(
@@ -463,6 +488,8 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "selective_s": problem.selective_s,
         "param_bytes": problem.param_bytes,
         "expert_param_bytes": problem.expert_bytes,
+        "gather_bytes": problem.gathered[0],
+        "expert_gather_bytes": problem.gathered[1],
         "activation_bytes": problem.activation_bytes,
         "stash_bytes": problem.stash_bytes,
         "selective_bytes": problem.selective_stash,

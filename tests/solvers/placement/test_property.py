@@ -101,6 +101,12 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     tensor_parallel = np.array(matrix(st.booleans()), dtype=bool)
     held = tensor_parallel | (np.array(t_values) == 1)[:, None]
     expert_share = np.array(matrix(st.sampled_from([0.0, 0.0, 0.5, 1.0]))) * held
+    experts = np.floor(params * expert_share).astype(np.int64)
+    # The share of a layer's weight bytes ZeRO-3 gathers: all, or fewer where FP8 copies are gathered
+    # (its dense and expert bytes alike).
+    gather_share = np.array(matrix(st.one_of(st.just(1.0), st.floats(0.5, 1.0))))
+    expert_gathered = np.floor(experts * gather_share).astype(np.int64)
+    gathered = np.floor((params - experts) * gather_share).astype(np.int64) + expert_gathered
     backward = np.array(matrix(latency))
     # The weight-gradient share of a backward pass: none, half, all, or any.
     grad_share = np.array(matrix(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))))
@@ -110,7 +116,9 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         backward_latency_s=backward,
         weight_grad_latency_s=backward * grad_share,
         param_bytes=params,
-        expert_param_bytes=np.floor(params * expert_share).astype(np.int64),
+        expert_param_bytes=experts,
+        gather_bytes=gathered,
+        expert_gather_bytes=expert_gathered,
         activation_bytes=np.array(matrix(size)),
         stash_bytes=stash,
         input_bytes=np.array(matrix(size)),
@@ -238,8 +246,9 @@ def block_chains(draw: st.DrawFn) -> Drawn:
 
     per_layer = (
         "forward_latency_s", "backward_latency_s", "weight_grad_latency_s", "param_bytes",
-        "expert_param_bytes", "activation_bytes", "stash_bytes", "input_bytes", "selective_stash_bytes",
-        "selective_recompute_s", "op_stash_bytes", "op_recompute_s", "tensor_parallel",
+        "expert_param_bytes", "gather_bytes", "expert_gather_bytes", "activation_bytes", "stash_bytes",
+        "input_bytes", "selective_stash_bytes", "selective_recompute_s", "op_stash_bytes", "op_recompute_s",
+        "tensor_parallel",
     )  # fmt: skip
     changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
     edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
