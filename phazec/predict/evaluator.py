@@ -477,7 +477,7 @@ def layer_arrays(
     t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
     copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what the
     `modules` of `phazec.passes.memory.SELECTIVE_MODULES` it reruns write) and the TP flag."""
-    rows: dict[str, list[int]] = {name: [] for name in INT_LAYER_ARRAYS}
+    rows: list[dict[str, int]] = []
     tensor_parallel = []
     for layer in model.layers:
         cls = model.classes[layer.cls]
@@ -488,37 +488,28 @@ def layer_arrays(
         low = low_precision_class(model, layer.cls, precision)
         figures = megatron_bytes(memory, microbatch, split, context_parallel, low, modules=modules)
         halved = fp8_param_gather and low  # its linear weights gathered at one byte, not two
-        values = {
-            "param_bytes": memory.parameter_bytes,
-            "expert_param_bytes": memory.expert_parameter_bytes,
-            "gather_bytes": memory.parameter_bytes - (memory.fp8_weight_bytes // 2 if halved else 0),
-            "expert_gather_bytes": memory.expert_parameter_bytes
-            - (memory.fp8_expert_weight_bytes // 2 if halved else 0),
-            "stash_bytes": figures.stash_bytes,
-            "selective_bytes": figures.selective_bytes,
-            "checkpoint_bytes": figures.checkpoint_bytes,
-            "op_bytes": figures.op_bytes,
-        }
-        for name, value in values.items():
-            rows[name].append(value)
+        rows.append(
+            {
+                "param_bytes": memory.parameter_bytes,
+                "expert_param_bytes": memory.expert_parameter_bytes,
+                "gather_bytes": memory.parameter_bytes - (memory.fp8_weight_bytes // 2 if halved else 0),
+                "expert_gather_bytes": memory.expert_parameter_bytes
+                - (memory.fp8_expert_weight_bytes // 2 if halved else 0),
+                "stash_bytes": figures.stash_bytes,
+                "selective_bytes": figures.selective_bytes,
+                "checkpoint_bytes": figures.checkpoint_bytes,
+                "op_bytes": figures.op_bytes,
+            }
+        )
         tensor_parallel.append(cls.tp_width > 1)
     return LayerArrays(
-        **{name: np.array(column, dtype=np.int64) for name, column in rows.items()},
+        **{
+            f.name: np.array([row[f.name] for row in rows], dtype=np.int64)
+            for f in fields(LayerArrays)
+            if f.name != "tensor_parallel"
+        },
         tensor_parallel=np.array(tensor_parallel, dtype=np.bool_),
     )
-
-
-INT_LAYER_ARRAYS = (
-    "param_bytes",
-    "expert_param_bytes",
-    "gather_bytes",
-    "expert_gather_bytes",
-    "stash_bytes",
-    "selective_bytes",
-    "checkpoint_bytes",
-    "op_bytes",
-)
-"""The byte counts of `LayerArrays`, one entry per layer."""
 
 
 def attention_core_s(
