@@ -117,7 +117,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
                 const Matrix<bool>& tensor_parallel, int64_t devices, int64_t microbatches,
                 const Vector<int64_t>& tier_group_sizes, const Vector<double>& tier_bandwidth_bytes_per_s,
                 const Vector<double>& tier_latency_s, int64_t optimizer_factor, double hbm_bytes_per_s,
-                bool bound_sync_windows, Extra... extra) {
+                double collective_share, bool bound_sync_windows, Extra... extra) {
     if (n < 0) throw std::invalid_argument("layer count must be >= 0");
     phazec::PlacementInput in;
     in.n = n;
@@ -127,6 +127,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
     in.microbatches = microbatches;
     in.optimizer_factor = optimizer_factor;
     in.hbm_bytes_per_s = hbm_bytes_per_s;
+    in.collective_share = collective_share;
     in.bound_sync_windows = bound_sync_windows;
     const std::size_t tiers = tier_group_sizes.shape(0);
     if (tier_bandwidth_bytes_per_s.shape(0) != tiers || tier_latency_s.shape(0) != tiers) {
@@ -173,7 +174,7 @@ void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc
         nb::arg("tensor_parallel"), nb::arg("devices"),
         nb::arg("microbatches"), nb::arg("tier_group_sizes"), nb::arg("tier_bandwidth_bytes_per_s"),
         nb::arg("tier_latency_s"), nb::arg("optimizer_factor"), nb::arg("hbm_bytes_per_s"),
-        nb::arg("bound_sync_windows"), extra..., doc);
+        nb::arg("collective_share"), nb::arg("bound_sync_windows"), extra..., doc);
 }
 
 /// Solves with the GIL released, taking it back every few milliseconds to run Python's signal

@@ -114,6 +114,7 @@ def solve_placements(
     ],
     optimizer_factor: int,
     hbm_bytes_per_s: float,
+    collective_share: float,
     bound_sync_windows: bool,
     variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
@@ -332,6 +333,7 @@ def evaluate_plan(
     ],
     optimizer_factor: int,
     hbm_bytes_per_s: float,
+    collective_share: float,
     bound_sync_windows: bool,
     variant: tuple[int, int, dict[str, int | bool]],
     stages: Sequence[Sequence[int]],

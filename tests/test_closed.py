@@ -267,7 +267,7 @@ def test_a_write_failing_after_result_json_names_what_was_saved(
 
 LISTS = ("hw.num_tc", "hw.num_vc", "system.hbm_gb")
 """Ranged values given as lists (a tier's are set in the first tier)."""
-COUNTS = ("hw.num_tc", "hw.num_vc", "system.devices", "system.global_batch")
+COUNTS = ("hw.num_tc", "hw.num_vc", "hw.device.collective_sms", "system.devices", "system.global_batch")
 """Ranged values that are integers."""
 
 

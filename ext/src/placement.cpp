@@ -215,18 +215,21 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
 }
 
 /// A stage's work after the pipeline's flush, as figures that each grow with its dense and its expert
-/// bytes: its DP sync S and optimizer step P, S/2 + P and S + P (`PlanModel::end_s` reads them).
+/// bytes: its DP sync S and optimizer step P, and, h the share of the cores an overlapped collective
+/// holds (`PlacementInput::collective_share`), h S + P, (S/2 + h S/2) + P and S + P (`PlanModel::end_s`
+/// reads the last three).
 struct SyncKeys {
   double sync_s = 0.0;
   double step_s = 0.0;
+  double held_s = 0.0;
   double half_s = 0.0;
   double whole_s = 0.0;
 };
 
 /// The figures of several stages' syncs that fix when the last of them ends: their maxima.
 SyncKeys latest(const SyncKeys& a, const SyncKeys& b) {
-  return {std::max(a.sync_s, b.sync_s), std::max(a.step_s, b.step_s), std::max(a.half_s, b.half_s),
-          std::max(a.whole_s, b.whole_s)};
+  return {std::max(a.sync_s, b.sync_s), std::max(a.step_s, b.step_s), std::max(a.held_s, b.held_s),
+          std::max(a.half_s, b.half_s), std::max(a.whole_s, b.whole_s)};
 }
 
 /// Whether a layer at width `f` holds routed experts.
@@ -314,15 +317,25 @@ struct PlanModel {
     return expert == 0 ? dense_s : dense_s + allreduce_s(expert, expert_group(d), tiers.expert);
   }
 
+  /// What a collective of `comm_s` seconds run beside `window_s` seconds of computation adds to them:
+  /// while its kernels hold a share h of the cores (`PlacementInput::collective_share`) the computation
+  /// runs on the rest, so the two take max(window + h comm, comm): max(h comm, comm - window) more
+  /// (max(0, comm - window) with every core left to the computation; the whole collective with no
+  /// window). It never falls as the collective grows, nor grows as the window does.
+  double exposed_beside(double comm_s, double window_s) const {
+    return std::max(in.collective_share * comm_s, comm_s - window_s);
+  }
+
   /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
   /// are all-gathered before the forward pass and again before the backward pass, and its gradients
   /// reduce-scattered after it (each half a ring all-reduce of its bytes, `reduce_s`); each layer's
-  /// gather is prefetched during the layer before it, so a pass hides as much as it lasts.
+  /// gather is prefetched during the layer before it, so a pass hides as much as it lasts, less what
+  /// the collectives' kernels take from it (`exposed_beside`).
   double shard_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
     if (!shards_weights() || group(d) == 1) return 0.0;
     const double gather_s = reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0;
     const double scatter_s = reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0;
-    return std::max(0.0, gather_s - c.forward_s) + std::max(0.0, gather_s + scatter_s - c.backward_s);
+    return exposed_beside(gather_s, c.forward_s) + exposed_beside(gather_s + scatter_s, c.backward_s);
   }
 
   /// Bytes each device of a stage sends across its cut: a tp-th of them under sequence parallelism, where
@@ -435,31 +448,35 @@ struct PlanModel {
     SyncKeys k;
     k.sync_s = shards_weights() ? 0.0 : reduce_s(weights, expert, d, tiers);
     if (in.hbm_bytes_per_s > 0.0) k.step_s = static_cast<double>(step_bytes(weights, expert, d)) / in.hbm_bytes_per_s;
-    k.half_s = k.sync_s / 2.0 + k.step_s;
+    const double h = in.collective_share;
+    k.held_s = h * k.sync_s + k.step_s;
+    k.half_s = (k.sync_s / 2.0 + h * (k.sync_s / 2.0)) + k.step_s;
     k.whole_s = k.sync_s + k.step_s;
     return k;
   }
 
-  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed: a plain all-reduce hides behind
-  /// the reduction's window, max(0, S - w1); a sharded optimizer's reduce-scatter, half of it, behind the
-  /// reduction's and its all-gather behind the other's, max(0, S/2 - w1) + max(0, S/2 - w2).
+  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed (`exposed_beside`, h its share of
+  /// the cores): a plain all-reduce hides behind the reduction's window, max(h S, S - w1); a sharded
+  /// optimizer's reduce-scatter, half of it, behind the reduction's and its all-gather behind the
+  /// other's, max(h S/2, S/2 - w1) + max(h S/2, S/2 - w2). A window that does not open (0) leaves its
+  /// part exposed whole.
   double exposed_s(double sync_s, std::pair<double, double> windows_s) const {
     const auto [w1, w2] = windows_s;
-    if (!shards_state()) return std::max(0.0, sync_s - w1);
-    return std::max(0.0, sync_s / 2.0 - w1) + std::max(0.0, sync_s / 2.0 - w2);
+    if (!shards_state()) return exposed_beside(sync_s, w1);
+    return exposed_beside(sync_s / 2.0, w1) + exposed_beside(sync_s / 2.0, w2);
   }
 
   /// When a stage's work after the flush ends: its exposed sync, then its step P. With experts it is
-  /// written as the same sum's maximum of terms, max(P, S + P - w1), or max(P, S/2 + P - w1,
-  /// S/2 + P - w2, S + P - w1 - w2), each growing with one figure of `SyncKeys`: the latest end of
-  /// several stages is then this of their figures' maxima, bit for bit (subtracting a window keeps the
-  /// order of doubles). Either never falls as a stage's bytes grow, and falls by at most the windows'
-  /// growth.
+  /// written as the same sum's maximum of terms, max(h S + P, S + P - w1), or max(h S + P,
+  /// (S/2 + h S/2) + P - w1, (S/2 + h S/2) + P - w2, S + P - w1 - w2), each growing with one figure of
+  /// `SyncKeys`: the latest end of several stages is then this of their figures' maxima, bit for bit
+  /// (subtracting a window keeps the order of doubles). Either never falls as a stage's bytes grow, and
+  /// falls by at most the windows' growth.
   double end_s(const SyncKeys& k, std::pair<double, double> windows_s) const {
     if (!experts) return exposed_s(k.sync_s, windows_s) + k.step_s;
     const auto [w1, w2] = windows_s;
-    if (!shards_state()) return std::max(k.step_s, k.whole_s - w1);
-    return std::max({k.step_s, k.half_s - w1, k.half_s - w2, k.whole_s - w1 - w2});
+    if (!shards_state()) return std::max(k.held_s, k.whole_s - w1);
+    return std::max({k.held_s, k.half_s - w1, k.half_s - w2, k.whole_s - w1 - w2});
   }
 
   /// What a stage adds after the flush: its sync's exposed part, its step and their end (`end_s`).
@@ -695,7 +712,7 @@ struct Point {
 
 /// Whether sync figures `a` end no later than `b` under any windows (`PlanModel::end_s`).
 bool ends_by(const SyncKeys& a, const SyncKeys& b) {
-  return a.step_s <= b.step_s && a.half_s <= b.half_s && a.whole_s <= b.whole_s;
+  return a.held_s <= b.held_s && a.half_s <= b.half_s && a.whole_s <= b.whole_s;
 }
 
 /// The kept points of one entry of a frontier table, a view into the table's store.
@@ -805,8 +822,8 @@ struct FrontierTable : TableShape {
 /// load ascending.
 void keep_sync_frontier(std::vector<Point>& points) {
   std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return std::tie(a.load_s, a.keys.step_s, a.keys.half_s, a.keys.whole_s, a.pair, a.rest) <
-           std::tie(b.load_s, b.keys.step_s, b.keys.half_s, b.keys.whole_s, b.pair, b.rest);
+    return std::tie(a.load_s, a.keys.held_s, a.keys.half_s, a.keys.whole_s, a.pair, a.rest) <
+           std::tie(b.load_s, b.keys.held_s, b.keys.half_s, b.keys.whole_s, b.pair, b.rest);
   });
   std::size_t kept = 0;
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -890,8 +907,8 @@ void extend_grad_frontier(const Frontier& before, double load_s, int64_t weights
 /// ascending.
 void keep_grad_frontier(std::vector<Point>& points) {
   std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return std::make_tuple(a.load_s, a.weights, a.keys.step_s, a.keys.half_s, a.keys.whole_s, -a.grad_s, a.pair,
-                           a.rest) < std::make_tuple(b.load_s, b.weights, b.keys.step_s, b.keys.half_s,
+    return std::make_tuple(a.load_s, a.weights, a.keys.held_s, a.keys.half_s, a.keys.whole_s, -a.grad_s, a.pair,
+                           a.rest) < std::make_tuple(b.load_s, b.weights, b.keys.held_s, b.keys.half_s,
                                                      b.keys.whole_s, -b.grad_s, b.pair, b.rest);
   });
   std::size_t kept = 0;
@@ -1218,12 +1235,14 @@ struct LoadBound {
 /// A variant's width index and settings: what the least memory of its plans, at d = 1, depends on (not its
 /// HBM). The switches that time the DP syncs alone count as off, and a ZeRO stage that shards nothing at
 /// d = 1 as 0: below 3 on one context-parallel device (a shard over one device is the whole; ZeRO-3 still
-/// holds gathered layers), every stage's memory is ZeRO-0's, bit for bit.
-std::vector<int64_t> memory_key(const Variant& variant) {
+/// holds gathered layers), every stage's memory is ZeRO-0's, bit for bit, unless routed experts
+/// (`experts`) shard over an expert-data-parallel group wider than one device (t above ep at width t).
+std::vector<int64_t> memory_key(const Variant& variant, int64_t t, bool experts) {
   PlanSettings settings = variant.settings;
   settings.overlap_grad_reduce = settings.overlap_param_gather = settings.overlap_p2p_comm = false;
   settings.pipeline_schedule = 0;  // ZB-H1 keeps 1F1B's microbatches in flight
-  if (settings.cp == 1 && settings.zero_stage < 3) settings.zero_stage = 0;
+  const bool experts_shard = experts && t > settings.ep;
+  if (settings.cp == 1 && settings.zero_stage < 3 && !experts_shard) settings.zero_stage = 0;
   std::vector<int64_t> key{variant.width_index};
 #define PHAZEC_SETTING_KEY(type, name, value) key.push_back(static_cast<int64_t>(settings.name));
   PHAZEC_PLAN_SETTINGS(PHAZEC_SETTING_KEY)
@@ -1423,7 +1442,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
   out.t = t;
   if (best.d == 0) {  // no plan met
     if (incumbent_s < kNone<double>) return solve_variant(model, least_memory, known, plan);
-    const auto [it, made] = least_memory.try_emplace(memory_key(model.variant));
+    const auto [it, made] = least_memory.try_emplace(memory_key(model.variant, model.tab.t, model.plan.experts));
     if (made) {
       it->second.t = t;
       fill_infeasible(model, it->second, known, plan);
@@ -1509,6 +1528,7 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
   if (std::any_of(in.edge_bytes.begin(), in.edge_bytes.end(), [](int64_t x) { return x < 0; })) {
     fail("edge bytes must be >= 0");
   }
+  if (!(in.collective_share >= 0.0 && in.collective_share <= 1.0)) fail("collective share must be in [0, 1]");
   for (const auto& v : variants) {
     if (v.width_index < 0 || static_cast<std::size_t>(v.width_index) >= in.widths.size()) {
       fail("variant width index out of range");

@@ -32,6 +32,10 @@ says where it comes from, and `phazec.cost.tiled` applies it:
 - `collectives_hold_cores`: a collective inside a layer holds every core while it runs, so no
   independent compute runs beside it (a GPU's NCCL kernels run on its SMs, and Megatron-LM calls them
   on the compute stream); false leaves them on the network beside compute (the template's).
+- `collective_sms`: the cores (SMs) a collective's kernels hold while it runs beside computation that
+  is not its own layer's (a ZeRO-3 gather prefetched during the layer before, an overlapped DP sync or
+  all-to-all): NCCL's channels, one thread block each. The computation beside it runs on the rest
+  (`phazec.solvers.placement`, `phazec.predict.evaluator.overlapped`); 0 leaves every core to it.
 - `hbm_shared`: operators a layer's schedule runs side by side share the HBM bandwidth
   (`phazec.solvers.schedule.problem`); false prices each as if it had the bandwidth to itself, as
   PHAZE's template does, which lets many cores each stream at the full bandwidth at once.
@@ -96,6 +100,8 @@ class DeviceModel:
     """Share of the cores' peak a fused attention kernel reaches, in (0, 1]."""
     collectives_hold_cores: bool = False
     """A collective inside a layer holds every core while it runs."""
+    collective_sms: int = 0
+    """Cores an overlapped collective's kernels hold while it runs, >= 0."""
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel."""
     fuse_norm_rope: bool = False
@@ -134,6 +140,12 @@ def _share(name: str, value: Any) -> float:
             f"hw.device.{name} = {value!r} is not valid: it must be a share of the peak in (0, 1]."
         )
     return float(value)
+
+
+def _non_negative_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PhazecError(f"hw.device.{name} = {value!r} is not valid: it must be an integer >= 0.")
+    return value
 
 
 def _non_negative(name: str, value: Any) -> float:
@@ -184,6 +196,9 @@ def device_from_config(config: DeviceConfig) -> DeviceModel:
         attention=check_kernel(config.attention),
         tp_comm_overlap=config.tp_comm_overlap,
         collectives_hold_cores=config.collectives_hold_cores,
+        collective_sms=int(
+            physical("hw.device.collective_sms", _non_negative_int("collective_sms", config.collective_sms))
+        ),
         fuse_elementwise=config.fuse_elementwise,
         fuse_norm_rope=config.fuse_norm_rope,
         hbm_shared=config.hbm_shared,

@@ -71,6 +71,9 @@ RANGES: dict[str, Range] = {
     "hw.device.kernel_latency_s": Range(
         0.0, 1e-2, 0.0, 1e-4, "s", "the GPU presets fit 18 us per kernel (bench_fidelity.py --fit)"
     ),
+    "hw.device.collective_sms": Range(
+        0, 1e6, 0, 256, "SMs", "NCCL's 16 ring channels on DGX H100 nodes, one SM each (NVIDIA/nccl#1453)"
+    ),
     "hw.device.gemm_tile_overhead_cycles": Range(
         0.0, 1e7, 0.0, 1e5, "cycles", "a GPU thread block's prologue and epilogue: hundreds of cycles"
     ),

@@ -36,6 +36,10 @@ class DeviceConfig:
     collectives_hold_cores: bool = False
     """A collective inside a layer holds every core while it runs (a GPU's NCCL kernels on its SMs,
     called on the compute stream); false: it runs on the network beside independent compute."""
+    collective_sms: int = 0
+    """Tensor cores (SMs on a GPU preset) a collective's kernels hold while it runs beside computation
+    (a ZeRO-3 gather or reduce-scatter, an overlapped DP sync, an overlapped all-to-all): NCCL's
+    channels, one thread block each; 0: the collectives take no cores (the template's network)."""
     fuse_elementwise: bool = False
     """Each group of elementwise ops runs as one kernel (Megatron-LM's fused bias-GELU and
     bias-dropout-add; `phazec.passes.fuse`); false: op by op, as the template prices them."""

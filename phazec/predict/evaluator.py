@@ -300,6 +300,7 @@ class Evaluator:
             op_recompute_s=np.stack([latencies[t][j, 3] for t in widths]),
             weight_grad_latency_s=np.stack([latencies[t][j, 4] for t in widths]),
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
+            collective_share=float(sm_share(designs, designs.device.collective_sms)[j]),
             bound_sync_windows=bound_sync_windows,
         )
         blocks = [i for i, layer in enumerate(reference.layers) if layer.kind is LayerKind.BLOCK]
@@ -371,6 +372,7 @@ class Evaluator:
                 key = b"".join(
                     [
                         designs.hbm_bytes_per_s[j].tobytes(),
+                        designs.num_tc[j].tobytes(),  # the collectives' share of the cores
                         *(latencies[t][j].tobytes() for t in sorted(latencies)),
                     ]
                 )
@@ -565,15 +567,19 @@ def overlapped(
     return forward, backward, exposed_s
 
 
+def sm_share(designs: Designs, sms: int) -> NDArray[np.float64]:
+    """Per design, the share of its tensor cores (one per SM on a GPU preset) that `sms` of them are, at
+    most all."""
+    share: NDArray[np.float64] = np.minimum(1.0, sms / designs.num_tc.astype(np.float64))
+    return share
+
+
 def held_share(designs: Designs, training: Training) -> NDArray[np.float64]:
     """Per design, the share of its cores an overlapped all-to-all's kernels hold (`overlapped`): the flex
-    dispatcher's `Training.moe_flex_sms` streaming multiprocessors of its tensor cores (one per SM on a
-    GPU preset), at most all; 0 for the all-to-all dispatcher, whose NCCL kernels the model leaves off
-    the cores as it does every overlapped collective's."""
-    if not training.deduplicates_tokens:
-        return np.zeros(len(designs))
-    share: NDArray[np.float64] = np.minimum(1.0, training.moe_flex_sms / designs.num_tc.astype(np.float64))
-    return share
+    dispatcher's `Training.moe_flex_sms` SMs (DeepEP's kernels), the all-to-all dispatcher's
+    `DeviceModel.collective_sms` (NCCL's channels), as every overlapped collective's (`sm_share`)."""
+    sms = training.moe_flex_sms if training.deduplicates_tokens else designs.device.collective_sms
+    return sm_share(designs, sms)
 
 
 def op_recompute_s(forward: Graph, backward: Graph, costs: OpCosts) -> NDArray[np.float64]:

@@ -261,6 +261,48 @@ def test_toy_zero_3_with_fp8_weight_gathers_by_hand() -> None:
     assert figures_of(zero2) == (43.0, 9200, 20.0, 17.0, 0.0)  # below stage 3 nothing is gathered
 
 
+def test_toy_collectives_holding_a_share_of_the_cores_by_hand() -> None:
+    # The toy on a 1000 B/s tier, its collectives' kernels holding a quarter of the cores while they run
+    # beside computation: the computation beside C seconds of them takes 0.25 C longer, so a pass of W
+    # seconds and a collective of C take max(W + 0.25 C, C) together (max(W, C) with every core free).
+    # ZeRO-3, both layers in one stage, d = 2: each gather is half of a 2 * (1/2) * 2000 / 1000 = 2 s
+    # all-reduce, 1 s, the reduce-scatter 1 s too. The 2 s forward pass hides its gather, 0.25 s
+    # longer; the 4 s backward pass its gather and reduce-scatter, 0.5 s longer: 0.75 s exposed (0
+    # with every core free), a load of 6.75 s, time 6.75 + the 17 s step = 23.75.
+    # ZeRO-1 with both overlaps, one layer a stage (no pipeline bytes): a stage's sync is a 1 s
+    # all-reduce's worth, a 0.5 s reduce-scatter beside the 2 s backward pass and a 0.5 s all-gather
+    # beside the 1 s forward pass: 0.125 + 0.125 = 0.25 s exposed. Time 3 * (1 + 1) + 0.25 + 8.5 =
+    # 14.75. Without a distributed optimizer the 1 s all-reduce beside the backward pass: 0.25 s, and
+    # the 16 s step: 22.25. A collective no window hides is exposed whole, whatever the share.
+    fast = (NetworkTier(4, 1000.0, 0.0),)
+    held = toy(
+        optimizer_factor=8,
+        hbm_bytes_per_s=1000.0,
+        tiers=fast,
+        edge_bytes=np.array([0]),
+        collective_share=0.25,
+    )
+    zero3 = explain_plan(held, toy_variant(zero_stage=3), [[0, 1]], 2)
+    assert figures_of(zero3) == (23.75, 11200, 0.0, 17.0, 0.75)
+    free = replace(held, collective_share=0.0)
+    assert figures_of(explain_plan(free, toy_variant(zero_stage=3), [[0, 1]], 2)) == (
+        23.0,
+        11200,
+        0.0,
+        17.0,
+        0.0,
+    )
+    both = toy_variant(zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True)
+    zero1 = explain_plan(held, both, [[0], [1]], 2)
+    assert figures_of(zero1) == (14.75, 5100, 0.25, 8.5, 0.0)
+    plain = explain_plan(held, toy_variant(overlap_grad_reduce=True), [[0], [1]], 2)
+    assert figures_of(plain)[::2] == (22.25, 0.25, 0.0)
+    exposed = explain_plan(held, toy_variant(zero_stage=1), [[0], [1]], 2)
+    assert exposed.iteration.dp_sync_s == 1.0
+    with pytest.raises(PhazecError, match=r"collective_share = 1.5 is not valid: .* between 0 and 1"):
+        replace(held, collective_share=1.5)
+
+
 def test_toy_context_parallel_2_by_hand() -> None:
     # cp = 2 on the toy's two stages, d = 1: each stage runs on 2 devices (4 in all), with the latencies
     # and bytes the cost pass gives each device (its share of every sample's tokens), so the loads stay

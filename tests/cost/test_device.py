@@ -281,6 +281,8 @@ def test_cost_phaze_on_a_gpu_preset_is_refused_before_the_lowering(tmp_path: Pat
         ("gemm_tiles", [[128]], r"hw.device.gemm_tiles = \[\[128\]\] is not valid: give a non-empty list"),
         ("kernel_latency_s", -1.0, r"hw.device.kernel_latency_s = -1.0 is not valid: .* >= 0"),
         ("attention_utilisation", 0.0, r"hw.device.attention_utilisation = 0.0 is not valid: .*\(0, 1\]"),
+        ("collective_sms", -1, r"hw.device.collective_sms = -1 is not valid: it must be an integer >= 0"),
+        ("collective_sms", 1.5, r"Value '1.5' of type 'float' could not be converted to Integer .*_sms"),
     ],
 )
 def test_bad_device_values_are_named(key: str, value: object, message: str) -> None:

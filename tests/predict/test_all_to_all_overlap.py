@@ -41,13 +41,16 @@ def test_a_layer_overlapped_by_hand() -> None:
 
 def test_the_flex_dispatcher_holds_its_sms_of_the_chip() -> None:
     """Megatron-Core's DeepEP default, 20 SMs, of an H100's 132 (one tensor core each in the preset);
-    nothing for the all-to-all dispatcher; at most every core."""
+    the all-to-all dispatcher's NCCL kernels the preset's 16 (`hw.device.collective_sms`); at most every
+    core; none on the template, whose network runs beside its cores."""
     h100 = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=h100").hw, "hw")))
     flex = Training(ep=8, moe_token_dispatcher="flex")
     assert held_share(h100, flex).tolist() == [20 / 132]
     assert held_share(h100, replace(flex, moe_flex_sms=32)).tolist() == [32 / 132]
     assert held_share(h100, replace(flex, moe_flex_sms=500)).tolist() == [1.0]
-    assert held_share(h100, replace(flex, moe_token_dispatcher="alltoall")).tolist() == [0.0]
+    assert held_share(h100, replace(flex, moe_token_dispatcher="alltoall")).tolist() == [16 / 132]
+    tpuv4 = enumerate_designs(hw_space_from_config(typed(HwConfig, compose_config("hw=tpuv4").hw, "hw")))
+    assert held_share(tpuv4, replace(flex, moe_token_dispatcher="alltoall")).tolist() == [0.0]
 
 
 def test_overlapped_lies_between_every_all_to_all_hidden_and_none_and_grows_with_each_pass() -> None:

@@ -266,13 +266,16 @@ def listeners(pids: list[int]) -> set[tuple[str, str, int]]:
 def test_a_local_ray_search_listens_on_loopback_only(tmp_path: Path, cache_dir: Path) -> None:
     """`search.executor=ray` with no address: every socket of every process of the local Ray (GCS,
     raylet, agents, workers) and of `phazec` listens on loopback, sampled while the search runs; the
-    GCS listened on every interface before. A cache of its own, sharing the session's exported models."""
+    GCS listened on every interface before. A cache of its own, sharing the session's exported models and
+    the schedules the first test of this file solved (a cold cache spends a minute on ILP solves that
+    show nothing more about sockets)."""
     pytest.importorskip("ray")
     root = Path(tempfile.mkdtemp(prefix="phazec-ray-"))  # short: Ray's socket paths must fit 107 bytes
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    for shared in ("onnx", "schedules"):
+        (cache_dir / shared).mkdir(exist_ok=True)
+        (cache / shared).symlink_to(cache_dir / shared, target_is_directory=True)
     env = {
         **os.environ,
         "PHAZEC_CACHE_DIR": str(cache),

@@ -64,13 +64,17 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   the tier's per device, at most the tier below's. Each sync starts after the flush (conservative
   for a later stage, whose own flush ends earlier, by the drain behind it) and is exposed whole,
   as PHAZE's formula has it, except that with `overlap_grad_reduce` the first stage's reduction
-  hides behind its last backward pass B (exposed = max(0, sync - W), W = B) and a later stage's
+  hides behind its last backward pass B (exposed = max(h sync, sync - W), W = B) and a later stage's
   behind W = B / v, the first stage's last backward pass of one model chunk, which it runs after
   the later stage's flush ends (the later stage's own last backward pass, which Megatron also hides
   it behind, is not counted: conservative). A distributed optimizer's reduce-scatter plus
   all-gather moves the same bytes as the all-reduce, half each: the reduce-scatter hides as the
-  reduction above (max(0, sync/2 - W)), the all-gather behind the first stage's forward pass F with
-  `overlap_param_gather` (max(0, sync/2 - F)), else it is exposed. Without these switches the time
+  reduction above (max(h sync/2, sync/2 - W)), the all-gather behind the first stage's forward pass F
+  with `overlap_param_gather` (max(h sync/2, sync/2 - F)), else it is exposed. Here h is
+  `collective_share`, the share of the cores a collective's kernels hold while it runs beside
+  computation, which runs on the rest: a window of W seconds and a collective of C take
+  max(W + h C, C), so the collective adds max(h C, C - W) (max(0, C - W) at h = 0). ZeRO-3's
+  gathers and reduce-scatters hide behind the passes the same way. Without these switches the time
   only grows with every layer latency (the `bounded` search's dominance rests on it). With them a
   longer pass hides more, so the time can fall as a latency grows; `bound_sync_windows` (the
   `bounded` search's lower bound) instead opens each window that can open as long as the bottleneck
@@ -89,9 +93,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   t d cp / ep replicas k ep / (t cp) ids apart; otherwise the dense group's tier. With experts a
   stage's exposed sync + step depends on its dense and its expert bytes apart, not on its weights
   alone. Its end after the flush, sync S and step P, is then written as the same sum's maximum of
-  terms: max(P, S + P - W), or max(P, S/2 + P - W, S/2 + P - F, S + P - W - F) with a distributed
-  optimizer. Each term grows with one of P, S/2 + P and S + P, so the latest end of several stages is
-  that of their maxima, bit for bit. The DP then keeps, per set of stages, per d and per tiers of a
+  terms: max(h S + P, S + P - W), or max(h S + P, (S/2 + h S/2) + P - W, (S/2 + h S/2) + P - F,
+  S + P - W - F) with a distributed optimizer. Each term grows with one of h S + P,
+  (S/2 + h S/2) + P and S + P, so the latest end of several stages is that of their maxima, bit for
+  bit. The DP then keeps, per set of stages, per d and per tiers of a
   later stage's syncs, the plans no other beats on the largest load and the three maxima. (Without
   experts the end stays the sum, to the bit as before.)
   A stage's optimizer step zeroes every gradient for the next iteration, reads its shard

@@ -107,6 +107,11 @@ class PlacementProblem:
     expert-data-parallel group."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
+    collective_share: float = 0.0
+    """Of a device's cores, the share an overlapped collective's kernels hold while it runs (0 to 1):
+    the computation beside a ZeRO-3 gather or reduce-scatter or an overlapped DP sync of C seconds runs
+    on the rest, so a window of W seconds and the collective take max(W + share C, C)
+    (`DeviceModel.collective_sms` over the design's tensor cores; 0: the collective takes no cores)."""
     bound_sync_windows: bool = False
     """Time each stage's DP sync as hidden behind windows as long as the bottleneck load allows, not
     behind the first stage's passes: a time never above the real one that never falls as a layer's
@@ -424,6 +429,11 @@ def _check_part(out: dict[str, NDArray[Any]], part: str, whole: str, why: str) -
 def _validate_scalars(problem: PlacementProblem) -> None:
     for name in ("device_count", "microbatch_count", "samples_per_microbatch", "optimizer_factor"):
         check_positive_int(name, getattr(problem, name))
+    if not 0.0 <= problem.collective_share <= 1.0:
+        raise PhazecError(
+            f"collective_share = {problem.collective_share!r} is not valid: give the share of a device's "
+            f"cores an overlapped collective holds, between 0 and 1."
+        )
     if not (problem.hbm_bytes_per_s >= 0 and np.isfinite(problem.hbm_bytes_per_s)):
         raise PhazecError(
             f"hbm_bytes_per_s = {problem.hbm_bytes_per_s!r} is not valid: give a finite bandwidth >= 0 "
@@ -504,6 +514,7 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "tier_latency_s": np.array([tier.latency_s for tier in problem.tiers]),
         "optimizer_factor": problem.optimizer_factor,
         "hbm_bytes_per_s": problem.hbm_bytes_per_s,
+        "collective_share": problem.collective_share,
         "bound_sync_windows": problem.bound_sync_windows,
     }
 

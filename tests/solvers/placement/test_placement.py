@@ -218,6 +218,29 @@ def test_expert_parallelism_keeps_the_data_parallel_widths_it_tiles() -> None:
     assert four.time_per_batch_s == pytest.approx(237.0, rel=1e-15)
 
 
+def test_a_least_memory_report_tells_zero_stages_apart_where_experts_shard_at_d_1() -> None:
+    # Four layers on 2 devices at t = 2, the second tensor-parallel with 4 B of routed experts, ep 1:
+    # their expert-data-parallel group is t d / ep = 2 devices even at d = 1, so ZeRO-2 shards their
+    # gradients (2 B a device) where ZeRO-1 does not, and no plan fits 1000 B. The variants' least
+    # memory differs by those 2 B, and one call solving both reports each as it is alone (a search
+    # shares one report between variants whose least memory is the same: here it is not).
+    problem = PlacementProblem(
+        t_values=np.array([2]), forward_latency_s=np.ones((1, 4)), backward_latency_s=np.zeros((1, 4)),
+        param_bytes=np.array([[5, 8, 8, 471]]), expert_param_bytes=np.array([[0, 4, 0, 0]]),
+        activation_bytes=np.zeros((1, 4), dtype=np.int64), stash_bytes=np.array([[0, 0, 0, 198]]),
+        input_bytes=np.zeros((1, 4), dtype=np.int64), tensor_parallel=np.array([[False, True, False, False]]),
+        edges=np.array([[0, 1], [1, 2], [2, 3]]), edge_bytes=np.zeros(3, dtype=np.int64), device_count=2,
+        microbatch_count=1, samples_per_microbatch=1, tiers=(NetworkTier(16, 1.0, 0.0),),
+    )  # fmt: skip
+    variants = [Variant(2, 1000, plan_settings("none", interleave=2, zero_stage=z)) for z in (1, 2)]
+    together = solve_placements(problem, variants)
+    alone = [solve_placements(problem, [v])[0] for v in variants]
+    assert list(together) == alone
+    assert all(isinstance(r, NoFeasiblePlacement) for r in together)
+    least = [cast(NoFeasiblePlacement, r).min_memory_bytes for r in together]
+    assert least[0] - least[1] == 2
+
+
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     # HBM 4000 B: [012] needs 2*3000 + 30 = 6030; [0][12] 4020; [01][2] 2*2000 + 20 + 1*20 = 4040;
     # [0][1][2] needs 2030, 2020, 2010: only it fits -> 96 s.

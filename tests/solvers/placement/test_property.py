@@ -139,6 +139,7 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         ),
         optimizer_factor=draw(st.sampled_from([2, 8])),
         hbm_bytes_per_s=draw(st.sampled_from([0.0, 1000.0])),
+        collective_share=draw(st.sampled_from([0.0, 0.0, 0.125, 1.0])),
         bound_sync_windows=draw(st.booleans()),
     )
 
