@@ -332,10 +332,16 @@ struct PlanModel {
   /// gather is prefetched during the layer before it, so a pass hides as much as it lasts, less what
   /// the collectives' kernels take from it (`exposed_beside`).
   double shard_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
-    if (!shards_weights() || group(d) == 1) return 0.0;
-    const double gather_s = reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0;
-    const double scatter_s = reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0;
+    const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
     return exposed_beside(gather_s, c.forward_s) + exposed_beside(gather_s + scatter_s, c.backward_s);
+  }
+
+  /// ZeRO-3's collectives per microbatch of a stage at width d (`shard_s`): one all-gather's time and
+  /// the reduce-scatter's (0 and 0 when nothing is gathered).
+  std::pair<double, double> shard_collectives_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
+    if (!shards_weights() || group(d) == 1) return {0.0, 0.0};
+    return {reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0,
+            reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0};
   }
 
   /// Bytes each device of a stage sends across its cut: a tp-th of them under sequence parallelism, where
@@ -354,6 +360,11 @@ struct PlanModel {
   /// and its ZeRO-3 gathers on `shard_tiers`. Each of the 2 v model-chunk passes of a microbatch sends
   /// and receives once; with `hides_sends` a chunk's transfer runs beside the next chunk's pass, so
   /// only what outlasts the microbatch's computation is exposed: max(0, sends - (F + B + R)).
+  /// That load, max(F + B + R, sends) + gathers, falls as a pass grows while the sends outlast the
+  /// computation (a longer pass hides more of the gathers). With bound_sync_windows it is instead
+  /// max(F + B + R + gathers, sends + h G), G the gathers' and reduce-scatter's collectives (their
+  /// least cost, `exposed_beside`): never above the real load at any longer latencies, and never
+  /// falling as a latency grows (F + gathers and B + gathers each grow with their pass).
   StageTime time(const StageCost& c, Recompute mode, const NetworkTier& tier, int64_t d,
                  const SyncTiers& shard_tiers) const {
     double recompute_s = 0.0;
@@ -361,8 +372,15 @@ struct PlanModel {
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     if (mode == Recompute::kOp) recompute_s = c.op_s;
     double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
-    if (hides_sends()) p2p_s = std::max(0.0, p2p_s - (c.forward_s + c.backward_s + recompute_s));
-    return {c.forward_s, c.backward_s, recompute_s, p2p_s, shard_s(c, d, shard_tiers)};
+    const double gathers_s = shard_s(c, d, shard_tiers);
+    const double compute_s = c.forward_s + c.backward_s + recompute_s;
+    if (hides_sends() && !in.bound_sync_windows) p2p_s = std::max(0.0, p2p_s - compute_s);
+    if (hides_sends() && in.bound_sync_windows) {
+      const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
+      const double least_s = in.collective_share * (2.0 * gather_s + scatter_s);
+      p2p_s = std::max(0.0, (p2p_s + least_s) - (compute_s + gathers_s));
+    }
+    return {c.forward_s, c.backward_s, recompute_s, p2p_s, gathers_s};
   }
 
   /// The m v model-chunk microbatches a replica's m microbatches make at width d.

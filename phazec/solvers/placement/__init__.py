@@ -35,7 +35,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   tokens long), else 1. With `overlap_p2p_comm` under interleaving (v > 1) each model chunk's
   transfers run beside the next chunk's pass, so load = compute + max(0, 2 v transfer(...) - compute)
   + gathers = max(compute, sends) + gathers (Megatron-Core's interleaved schedule; its 1F1B, v = 1,
-  blocks on each send); the lower bound then counts no sends. Every pipeline
+  blocks on each send); the lower bound then counts no sends. That load falls as a pass grows while
+  the sends outlast the computation (a longer pass hides more of ZeRO-3's gathers), so with
+  `bound_sync_windows` it is max(compute + gathers, sends + h G) instead, G ZeRO-3's collectives and
+  h `collective_share`: never above the real load at longer latencies, never falling. Every pipeline
   transfer uses the tier of a whole replica's devices, the slowest over the d replicas (1F1B runs
   them in lockstep). This is conservative for two neighbouring stages inside one node of a larger
   pipeline: a downset DP knows where a stage sits but not which layers the next stage holds.

@@ -241,6 +241,33 @@ def test_a_least_memory_report_tells_zero_stages_apart_where_experts_shard_at_d_
     assert least[0] - least[1] == 2
 
 
+def test_the_bound_under_zero_3_and_overlapped_sends_never_exceeds_the_real_time() -> None:
+    # Four layers (forward 1 s, backward 2 s, 100 B each), two stages of two, d = 2, interleave 2 with the
+    # sends beside the next chunk's pass, ZeRO-3, one tier at 10 B/s. Stage 0 sends 4 x 10 s = 40 s, more
+    # than its 6 s of computation; its gathers are half a 2 x (1/2) x 200 / 10 = 20 s all-reduce, 10 s
+    # before each pass, and a 10 s reduce-scatter: max(0, 10 - 2) + max(0, 20 - 4) = 24 s. Its load is
+    # max(6, 40) + 24 = 64 s, stage 1's (no sends) 6 + 24 = 30; time 64 x (1 + 1/2) = 96 s. With 1 ms
+    # forward passes the real time grows (less of each gather is hidden: 40 + 25.998, 98.997 s), so the
+    # search's bound on those shorter latencies may not take this form: it takes
+    # max(F + B + R + gathers, sends + h G) = max(4.002 + 25.998, 40) = 40 s for stage 0, 60 s in all.
+    z = np.zeros((1, 4), dtype=np.int64)
+    real = PlacementProblem(
+        t_values=np.array([1]), forward_latency_s=np.ones((1, 4)), backward_latency_s=np.full((1, 4), 2.0),
+        param_bytes=np.full((1, 4), 100), activation_bytes=z, stash_bytes=z, input_bytes=z,
+        tensor_parallel=np.zeros((1, 4), dtype=bool), edges=np.array([[0, 1], [1, 2], [2, 3]]),
+        edge_bytes=np.array([0, 100, 0]), device_count=4, microbatch_count=2, samples_per_microbatch=1,
+        tiers=(NetworkTier(4, 10.0, 0.0),),
+    )  # fmt: skip
+    variant = Variant(1, 10**6, plan_settings("none", interleave=2, zero_stage=3, overlap_p2p_comm=True))
+    stages = [[0, 1], [2, 3]]
+    assert explain_plan(real, variant, stages, 2).placement.time_per_batch_s == 96.0
+    short = replace(real, forward_latency_s=np.full((1, 4), 0.001))
+    assert explain_plan(short, variant, stages, 2).placement.time_per_batch_s == pytest.approx(98.997)
+    bound = explain_plan(replace(short, bound_sync_windows=True), variant, stages, 2).placement
+    assert [s.load_s for s in bound.stages] == pytest.approx([40.0, 30.0])
+    assert bound.time_per_batch_s == pytest.approx(60.0) and bound.time_per_batch_s <= 96.0
+
+
 def test_three_layer_chain_under_memory_limits_and_recompute() -> None:
     # HBM 4000 B: [012] needs 2*3000 + 30 = 6030; [0][12] 4020; [01][2] 2*2000 + 20 + 1*20 = 4040;
     # [0][1][2] needs 2030, 2020, 2010: only it fits -> 96 s.
