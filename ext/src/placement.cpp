@@ -326,22 +326,21 @@ struct PlanModel {
     return std::max(in.collective_share * comm_s, comm_s - window_s);
   }
 
-  /// ZeRO-3's exposed time per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
+  /// ZeRO-3's collectives per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
   /// are all-gathered before the forward pass and again before the backward pass, and its gradients
-  /// reduce-scattered after it (each half a ring all-reduce of its bytes, `reduce_s`); each layer's
-  /// gather is prefetched during the layer before it, so a pass hides as much as it lasts, less what
-  /// the collectives' kernels take from it (`exposed_beside`).
-  double shard_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
-    const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
-    return exposed_beside(gather_s, c.forward_s) + exposed_beside(gather_s + scatter_s, c.backward_s);
-  }
-
-  /// ZeRO-3's collectives per microbatch of a stage at width d (`shard_s`): one all-gather's time and
-  /// the reduce-scatter's (0 and 0 when nothing is gathered).
+  /// reduce-scattered after it, each half a ring all-reduce of its bytes (`reduce_s`). One gather's
+  /// time and the reduce-scatter's (0 and 0 when nothing is gathered).
   std::pair<double, double> shard_collectives_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
     if (!shards_weights() || group(d) == 1) return {0.0, 0.0};
     return {reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0,
             reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0};
+  }
+
+  /// ZeRO-3's exposed time per microbatch of a stage whose collectives take `gather_s` and `scatter_s`
+  /// (`shard_collectives_s`): each layer's gather is prefetched during the layer before it, so a pass
+  /// hides as much as it lasts, less what the collectives' kernels take from it (`exposed_beside`).
+  double shard_s(const StageCost& c, double gather_s, double scatter_s) const {
+    return exposed_beside(gather_s, c.forward_s) + exposed_beside(gather_s + scatter_s, c.backward_s);
   }
 
   /// Bytes each device of a stage sends across its cut: a tp-th of them under sequence parallelism, where
@@ -372,11 +371,11 @@ struct PlanModel {
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     if (mode == Recompute::kOp) recompute_s = c.op_s;
     double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
-    const double gathers_s = shard_s(c, d, shard_tiers);
+    const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
+    const double gathers_s = shard_s(c, gather_s, scatter_s);
     const double compute_s = c.forward_s + c.backward_s + recompute_s;
     if (hides_sends() && !in.bound_sync_windows) p2p_s = std::max(0.0, p2p_s - compute_s);
     if (hides_sends() && in.bound_sync_windows) {
-      const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
       const double least_s = in.collective_share * (2.0 * gather_s + scatter_s);
       p2p_s = std::max(0.0, (p2p_s + least_s) - (compute_s + gathers_s));
     }
