@@ -8,7 +8,7 @@ STAMP := $(VENV)/.phazec-installed
 SOURCES := pyproject.toml CMakeLists.txt $(wildcard ext/*.cpp ext/src/*.cpp ext/include/phazec/*.hpp)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-quick fuzz lint bench ui docs docs-serve clean
+.PHONY: help setup run test test-quick stress fuzz lint bench ui docs docs-serve clean
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -47,6 +47,9 @@ test: setup  ## Install, then run the test suite (make test TEST_WORKERS=4: four
 
 test-quick: setup  ## The suite without the `slow` tests (full-depth exports, the wheel install)
 	$(PYTEST) -m "not slow"
+
+stress: setup  ## Install, then run the property tests on 8 times CI's examples, drawn afresh (make stress SEED=7: replay one draw)
+	PHAZEC_PROPERTY_SCALE=$${PHAZEC_PROPERTY_SCALE:-8} $(PYTEST) -q -m property $(if $(SEED),--hypothesis-seed=$(SEED),)
 
 fuzz: setup  ## Install, then run the fuzz tests with many more examples than CI draws
 	PHAZEC_FUZZ_EXAMPLES=$${PHAZEC_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest tests/test_fuzz.py -q

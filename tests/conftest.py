@@ -16,6 +16,7 @@ from phazec.errors import PhazecError
 from phazec.frontend import load_model
 from phazec.frontend.schema import ModelConfig
 from phazec.ir.core import Model
+from tests.examples import scale
 
 pytest_plugins = ("pytester", "tests.store_guard")
 """pytester runs a session inside a test; the store guard (tests/store_guard) checks that every MLflow
@@ -24,9 +25,16 @@ store a test opens lies in the session's temporary directory."""
 REPO = Path(__file__).resolve().parents[1]
 """The repository's root (tests live in packages that mirror phazec's)."""
 
-settings.register_profile("repeatable", derandomize=True)
-settings.load_profile("repeatable")
-"""Property tests draw the same examples on every run, so CI passes or fails the same way each time."""
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Property tests draw the same examples on every run, so CI passes or fails the same way each
+    time (the `repeatable` profile); under `make stress` (`tests/examples.py`) they draw `scale()`
+    times as many, afresh (from `--hypothesis-seed` where given)."""
+    factor = scale()
+    settings.register_profile("repeatable", derandomize=True)
+    settings.register_profile("stress", max_examples=100 * factor)
+    settings.load_profile("stress" if factor > 1 else "repeatable")
+
 
 PRESETS = (
     "bert_large",
@@ -45,13 +53,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests lowering full-depth presets (the `lowered` fixture) are `slow`: `pytest -m "not slow"`
     (`make test-quick`) leaves them out. Tests that solve with Gurobi (named so, or given the backend
     `gurobi` as a parameter) are `gurobi`: `pytest -m "not gurobi"` runs the suite without its licence.
-    `ext` (the compiled core's own tests) and `ray` (a Ray cluster on 127.0.0.1) are marked in their
+    Hypothesis's tests are `property` (`make stress` runs them alone). `ext` (the compiled core's own
+    tests) and `ray` (a Ray cluster on 127.0.0.1) are marked in their
     modules."""
     for item in items:
         if "lowered" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
         if "gurobi" in item.name:
             item.add_marker(pytest.mark.gurobi)
+        if getattr(getattr(item, "function", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
 
 
 def compose_config(*overrides: str) -> DictConfig:
@@ -108,10 +119,23 @@ def model_config(name: str) -> ModelConfig:
     return cfg
 
 
+SHARED_CACHES = ("onnx", "schedules")
+"""The cache directories a session's xdist workers share: each entry is keyed by its content's inputs
+and written atomically and sealed, as a user's cache is, so one worker's export or schedule is the
+other's cache hit. Search states and everything else stay each worker's own."""
+
+
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ONNX cache for the session, so each preset is exported once."""
-    return tmp_path_factory.mktemp("phazec-cache")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """One cache for the session, so each preset is exported and each schedule solved once: its
+    `SHARED_CACHES` are the same directories in every xdist worker."""
+    cache = tmp_path_factory.mktemp("phazec-cache")
+    if worker_id != "master":
+        shared = tmp_path_factory.getbasetemp().parent / "phazec-shared-cache"
+        for name in SHARED_CACHES:
+            (shared / name).mkdir(parents=True, exist_ok=True)
+            (cache / name).symlink_to(shared / name, target_is_directory=True)
+    return cache
 
 
 @pytest.fixture(scope="session")

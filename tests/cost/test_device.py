@@ -31,6 +31,7 @@ from phazec.solvers.schedule.solve import ScheduleCache, schedule
 from phazec.solvers.schema import SolverConfig
 from tests.conftest import compose_config
 from tests.cost.test_tiled import design_strategy, growth, op_strategy
+from tests.examples import examples
 
 SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
 TILED = MODELS["tiled"]
@@ -214,7 +215,7 @@ low_precision_strategy = st.tuples(op_strategy, st.booleans(), st.integers(0, 1 
 """Operators of `op_strategy`, a GEMM sometimes in FP8 with casts before it."""
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(low_precision_strategy, design_strategy, growth, device_strategy)
 def test_more_resources_never_make_an_operator_slower(
     op: OpWork, design: dict[str, float], grow: tuple[str, float], device: DeviceModel
@@ -230,7 +231,7 @@ def test_more_resources_never_make_an_operator_slower(
     assert costs.all_cores_s[0, 0] <= costs.single_core_s[0, 0]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(low_precision_strategy, design_strategy, device_strategy)
 def test_never_above_the_peak(op: OpWork, design: dict[str, float], device: DeviceModel) -> None:
     # No operator beats its compute bound at 100 % of the peak (an FP8 GEMM: of the FP8 peak), nor its

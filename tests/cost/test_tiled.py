@@ -11,6 +11,7 @@ from phazec.cost.ops import OpKind, OpTable, OpWork, VectorClass
 from phazec.cost.tiled import gemm_compute_cycles, hbm_traffic_s
 from phazec.hw.designs import Designs
 from phazec.hw.system import NetworkTier, System
+from tests.examples import examples
 
 MIB = 1 << 20
 SYSTEM = System("one", 1, 1, (32e9,), (NetworkTier(1, 1e9, 0.0),))
@@ -156,7 +157,7 @@ growth = st.one_of(
 
 
 @pytest.mark.parametrize("model", [m for m in MODELS.values() if m.monotone], ids=lambda m: m.name)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(op=op_strategy, design=design_strategy, grow=growth)
 def test_more_resources_never_make_an_operator_slower(
     model: LatencyModel, op: OpWork, design: dict[str, float], grow: tuple[str, float]
@@ -175,7 +176,7 @@ def test_more_resources_never_make_an_operator_slower(
     assert traffic_s[0, 1] <= traffic_s[0, 0]  # nor keep HBM busier
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(op_strategy, design_strategy)
 def test_latency_is_never_below_the_compute_or_hbm_bound(op: OpWork, design: dict[str, float]) -> None:
     costs = _costs(op, design)
@@ -202,7 +203,7 @@ def test_latency_is_never_below_the_compute_or_hbm_bound(op: OpWork, design: dic
         )
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(op_strategy, design_strategy)
 def test_same_input_same_result(op: OpWork, design: dict[str, float]) -> None:
     first, second = _costs(op, design), _costs(op, design)

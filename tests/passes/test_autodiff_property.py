@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from phazec.ir.core import Graph, Layer, LayerClass, LayerKind, Model, Op, OpKind, Tensor
 from phazec.ir.ops import gemm_dims
 from phazec.passes.autodiff import Autodiff
+from tests.examples import examples
 
 Array = NDArray[np.float64]
 
@@ -60,7 +61,7 @@ def backward_of(model: Model, rng: np.random.Generator) -> tuple[Graph, dict[str
 dims = st.integers(1, 4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(m=dims, k=dims, n=dims, trans_a=st.booleans(), trans_b=st.booleans(), bias=st.booleans())
 def test_gemm_gradients(*, m: int, k: int, n: int, trans_a: bool, trans_b: bool, bias: bool) -> None:
     rng = np.random.default_rng(0)
@@ -82,7 +83,7 @@ def test_gemm_gradients(*, m: int, k: int, n: int, trans_a: bool, trans_b: bool,
     assert [gemm_dims(g, backward).flops for g in backward.ops if g.kind is OpKind.GEMM] == [forward, forward]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(batch=st.lists(dims, min_size=1, max_size=2), m=dims, k=dims, n=dims, weight_free=st.booleans())
 def test_matmul_gradients(batch: list[int], m: int, k: int, n: int, weight_free: bool) -> None:
     rng = np.random.default_rng(1)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phazec.solvers import core
+from tests.examples import examples
 
 pytestmark = pytest.mark.ext
 
@@ -62,7 +63,7 @@ def kahn_smallest_first(n: int, edges: list[tuple[int, int]]) -> list[int]:
     return order
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(digraphs())
 def test_find_cycle_returns_a_cycle_exactly_when_there_is_one(graph: Graph) -> None:
     n, edges = graph
@@ -74,7 +75,7 @@ def test_find_cycle_returns_a_cycle_exactly_when_there_is_one(graph: Graph) -> N
     assert all((a, b) in edges for a, b in zip(cycle, [*cycle[1:], cycle[0]], strict=True))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dags())
 def test_topological_order_is_kahn_smallest_first(graph: Graph) -> None:
     n, edges = graph
@@ -85,7 +86,7 @@ def test_topological_order_is_kahn_smallest_first(graph: Graph) -> None:
     assert all(position[u] < position[v] for u, v in edges)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dags())
 def test_downsets_are_every_successor_closed_set_in_order(graph: Graph) -> None:
     n, edges = graph

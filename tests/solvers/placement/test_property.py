@@ -25,6 +25,7 @@ from phazec.solvers.placement.problem import (
     PlacementProblem,
     Variant,
 )
+from tests.examples import examples
 from tests.solvers.placement.placement_reference import (
     all_plans,
     best_time_s,
@@ -224,7 +225,7 @@ def table_shared_across_d() -> PlacementProblem:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(problems_and_settings(branching=False))
 @example(drawn=(table_shared_across_d(), 51, {}))
 def test_chains_match_brute_force(drawn: Drawn) -> None:
@@ -256,7 +257,7 @@ def block_chains(draw: st.DrawFn) -> Drawn:
     return replace(problem, **changed, edge_bytes=edge_bytes), hbm_bytes, others
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(block_chains())
 def test_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
@@ -278,7 +279,7 @@ def zero_bubble_block_chains(draw: st.DrawFn) -> Drawn:
     return uniform, hbm_bytes, {**others, "interleave": 1, "pipeline_schedule": 1}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(zero_bubble_block_chains())
 def test_zero_bubble_chains_of_identical_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
@@ -296,7 +297,7 @@ def offloaded_block_chains(draw: st.DrawFn) -> Drawn:
     return offloaded_problem(problem, blocks, offload_layers, host_bytes_per_s), hbm_bytes, others
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(offloaded_block_chains())
 def test_chains_with_offloaded_blocks_match_brute_force(drawn: Drawn) -> None:
     check_against_brute_force(drawn)
@@ -326,7 +327,7 @@ def narrow_pipeline_at_t8() -> PlacementProblem:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(problems_and_settings(branching=True))
 @example(drawn=(narrow_pipeline_at_t8(), 1000, {}))
 def test_branching_dags_match_brute_force(drawn: Drawn) -> None:
@@ -367,7 +368,7 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
     return problem, variants
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(variant_batches())
 def test_plans_found_for_other_variants_leave_each_optimum_as_alone(
     batch: tuple[PlacementProblem, list[Variant]],
@@ -385,7 +386,7 @@ def test_plans_found_for_other_variants_leave_each_optimum_as_alone(
             assert result.min_memory_bytes == min_memory_bytes(problem, variant)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(problems_and_settings(branching=True), st.data())
 def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, data: st.DataObject) -> None:
     # What the `bounded` search relies on: the DP's optimum with bound_sync_windows on latencies no
@@ -416,7 +417,7 @@ def test_the_bound_on_shorter_latencies_never_exceeds_the_optimum(drawn: Drawn, 
             assert lower.time_per_batch_s <= optimum.time_per_batch_s * (1.0 + 1e-12)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(layer_graphs(branching=True))
 def test_all_plans_enumerates_each_plan_once(graph: tuple[int, list[tuple[int, int]]]) -> None:
     n, edges = graph

@@ -9,6 +9,7 @@ from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schedule.problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule.solve import schedule
 from phazec.solvers.schema import SolverConfig
+from tests.examples import examples
 from tests.solvers.schedule.test_property import brute_force_makespan
 
 
@@ -100,7 +101,7 @@ def spread_problems(draw: st.DrawFn) -> ScheduleProblem:
     return ScheduleProblem(tuple(ops), deps, num_tc=draw(st.integers(1, 3)), num_vc=draw(st.integers(2, 4)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(spread_problems(), st.sampled_from([0.0, 1.0, 5.0]), st.sampled_from([1e-4, 0.5]))
 def test_never_above_the_optimum(problem: ScheduleProblem, slack_s: float, rel_gap: float) -> None:
     # For every horizon at or above the optimum, with and without tiny ops dropped from the search

@@ -10,6 +10,7 @@ from phazec.solvers.schedule.model import Incumbent, bounds
 from phazec.solvers.schedule.phases import phase_schedule
 from phazec.solvers.schedule.problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule.replay import replay
+from tests.examples import examples
 from tests.solvers.schedule.test_exclusive import all_modes, vector
 from tests.solvers.schedule.test_property import brute_force_makespan
 
@@ -97,7 +98,7 @@ def vector_problems(draw: st.DrawFn) -> ScheduleProblem:
     return ScheduleProblem(ops, deps, num_tc=1, num_vc=draw(st.integers(1, 4)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(vector_problems(), st.sampled_from([1e-4, 0.5]), st.booleans())
 def test_never_above_the_optimum_and_always_feasible(
     problem: ScheduleProblem, rel_gap: float, bounded: bool

@@ -16,6 +16,7 @@ from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schedule.problem import OpKind, ScheduleOp, ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, optimize, schedule
 from phazec.solvers.schema import SolverConfig
+from tests.examples import examples
 from tests.solvers.schedule.list_schedule_reference import greedy
 
 KIND_RESOURCES = {"tc": ("tc",), "vc": ("vc",), "fused": ("tc", "vc"), "collective": ("net",)}
@@ -177,7 +178,7 @@ def problems(draw: st.DrawFn, max_ops: int = 7, hbm: bool = False) -> SchedulePr
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(problems())
 def test_ilp_matches_brute_force(problem: ScheduleProblem) -> None:
     found = optimize(problem, SolverConfig(backend="highs", search_node_limit=0, node_limit=10**5))
@@ -187,7 +188,7 @@ def test_ilp_matches_brute_force(problem: ScheduleProblem) -> None:
     assert found.makespan_s == brute_force_makespan(problem)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(problems())
 def test_schedule_matches_brute_force(problem: ScheduleProblem) -> None:
     # The same through schedule(), which skips the ILP when the list schedule meets the lower bound.
@@ -220,13 +221,13 @@ def searched(problem: ScheduleProblem) -> Schedule:
     return found
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(problems())
 def test_exact_search_matches_brute_force(problem: ScheduleProblem) -> None:
     assert searched(problem).makespan_s == brute_force_makespan(problem)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(problems(hbm=True))
 def test_with_shared_hbm_the_search_and_schedule_match_brute_force(problem: ScheduleProblem) -> None:
     # The ILP does not model the bandwidth: schedule() repairs its schedules and the exact search,
@@ -245,7 +246,7 @@ def test_with_shared_hbm_the_search_and_schedule_match_brute_force(problem: Sche
     assert not repaired.optimal or repaired.makespan_s == optimum
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(problems(max_ops=12))
 def test_exact_search_matches_the_ilp_on_larger_graphs(problem: ScheduleProblem) -> None:
     # Beyond brute force's reach: the search against the ILP alone, where Gurobi proves the optimum
@@ -255,7 +256,7 @@ def test_exact_search_matches_the_ilp_on_larger_graphs(problem: ScheduleProblem)
     assert searched(problem).makespan_s == pytest.approx(ilp.makespan_s, rel=2e-6)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(problems())
 def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
     # The same with core-assignment variables instead of capacity rows for every resource.
@@ -266,7 +267,7 @@ def test_core_variables_match_brute_force(problem: ScheduleProblem) -> None:
     assert found.makespan_s == brute_force_makespan(problem)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(problems())
 def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     # Random DAGs of up to 7 ops fit gurobipy's size-limited licence.
@@ -276,7 +277,7 @@ def test_gurobi_and_highs_agree(problem: ScheduleProblem) -> None:
     assert gurobi.makespan_s == highs.makespan_s
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(problems(max_ops=12), st.data())
 def test_list_schedule_run_matches_its_python_statement(
     problem: ScheduleProblem, data: st.DataObject
