@@ -54,8 +54,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (`make test-quick`) leaves them out. Tests that solve with Gurobi (named so, or given the backend
     `gurobi` as a parameter) are `gurobi`: `pytest -m "not gurobi"` runs the suite without its licence.
     Hypothesis's tests are `property` (`make stress` runs them alone). `ext` (the compiled core's own
-    tests) and `ray` (a Ray cluster on 127.0.0.1) are marked in their
-    modules."""
+    tests) and `ray` (a Ray cluster on 127.0.0.1) are marked in their modules."""
     for item in items:
         if "lowered" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
