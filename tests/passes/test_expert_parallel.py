@@ -362,7 +362,7 @@ def test_a_plans_ep_must_divide_its_stage_devices(tmp_path: Path) -> None:
 
 MOE_PLAN = (
     "model=qwen3_30b_a3b", "model.hf_config.num_hidden_layers=2", "model.seq_len=512",
-    "model.baseline={pp: 2, dp: 8, tp: 1}", "hw=tpuv4", "system=dgx_a100", "system.devices=16",
+    "model.baseline={pp: 2, dp: 8, tp: 1}", "hw=a100", "system=dgx_a100", "system.devices=16",
     "system.global_batch=32", "train.optimizer=adam", "tracking=none", "plan.pp=2", "plan.dp=8",
     "plan.ep=8", "plan.microbatch=2", "plan.recompute=full",
 )  # fmt: skip
@@ -375,7 +375,7 @@ TENSOR_PARALLEL = (
 """The same plan at tp 2 x dp 4 with sequence parallelism (each ep group a node's 4 replicas' 2 ranks)."""
 
 
-@pytest.mark.slow  # a search on the TPUv4 design: about two minutes each
+@pytest.mark.slow  # a search on the A100 design
 @pytest.mark.parametrize("tp", [1, 2])
 def test_phazec_plan_and_phazec_give_a_moe_plan_the_same_time(
     tp: int, cache_dir: Path, tmp_path: Path
