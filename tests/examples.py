@@ -3,7 +3,8 @@
 CI draws the same examples on every run (the `repeatable` profile, `tests/conftest.py`). `make stress`
 sets the scale to 8 and draws afresh, from `--hypothesis-seed` where one is given (`make stress
 SEED=7`), so a rare failing case can turn up and be replayed; brute-force checks at a few hundred
-examples found two bugs of the placement DP that 60 examples had missed (CHANGELOG, 2026-11-28).
+examples found two bugs of the placement DP that 60 examples had missed (CHANGELOG, Unreleased,
+Fixed).
 """
 
 from __future__ import annotations
