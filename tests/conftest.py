@@ -137,6 +137,16 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     return cache
 
 
+def sharing(cache: Path, cache_dir: Path, names: tuple[str, ...] = ("onnx",)) -> Path:
+    """`cache` (made if missing) with the session cache's `names` directories linked into it: a cache
+    of its own that shares only those (by default the exported models, so every schedule is solved)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (cache_dir / name).mkdir(exist_ok=True)
+        (cache / name).symlink_to(cache_dir / name, target_is_directory=True)
+    return cache
+
+
 @pytest.fixture(scope="session")
 def lowered(cache_dir: Path) -> Callable[[str], Model]:
     """Lower a preset (at full depth, except `SHALLOW`), once per session."""

@@ -21,6 +21,7 @@ from phazec.cli import config_dir_searchpath
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.frontend.lower import lower_onnx
+from tests.conftest import sharing
 from tests.test_robust import answer, run, write_onnx
 
 EXAMPLES = int(os.environ.get("PHAZEC_FUZZ_EXAMPLES", "6"))
@@ -117,9 +118,7 @@ def test_random_onnx_metadata(
 @pytest.fixture(scope="module")
 def truth(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, dict[str, Any]]:
     """A finished search's cache and its answer."""
-    cache = tmp_path_factory.mktemp("truth-cache")
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    cache = sharing(tmp_path_factory.mktemp("truth-cache"), cache_dir)
     return cache, answer(run(tmp_path_factory.mktemp("truth"), cache))
 
 

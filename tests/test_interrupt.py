@@ -47,7 +47,7 @@ from phazec.util.interrupt import (
     interruptible,
     outside_jobs,
 )
-from tests.conftest import compose_config
+from tests.conftest import compose_config, sharing
 from tests.search.test_search import QUICK, SMALL, answer, search
 
 OVERRIDES = (
@@ -108,11 +108,7 @@ def gone(pids: set[int], within_s: float) -> bool:
 
 def cold_cache(tmp_path: Path, cache_dir: Path) -> Path:
     """A cache of its own sharing only the exported ONNX files, so every schedule is solved."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
-    return cache
+    return sharing(tmp_path / "cache", cache_dir)
 
 
 def start_and_stop(

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import sharing
+
 ROOT = Path(__file__).resolve().parents[1]
 UMASK = 0o027
 """An unusual umask, so a directory created with a fixed mode (0700, 0777) cannot pass for one
@@ -79,10 +81,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path: Path, cache_di
     assert helped.stdout.startswith("phazec-ir: lower a model")
 
     # A search of one design, with the session's ONNX exports and a fresh cache for everything else.
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    cache = sharing(tmp_path / "cache", cache_dir)
     command = ["model=bert_large", "hw=tpuv4", "tracking=none"]  # the README's promise, as written
     searched = run(venv / "bin" / "phazec", *command, f"cache_dir={cache}", "hydra.run.dir=run",
                    cwd=tmp_path, umask=UMASK)  # fmt: skip

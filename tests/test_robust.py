@@ -33,7 +33,7 @@ from phazec.search.schema import SearchConfig
 from phazec.search.state import SearchState
 from phazec.solvers.schedule.solve import ScheduleCache
 from phazec.util import atomic, sealed
-from tests.conftest import compose_config
+from tests.conftest import compose_config, sharing
 
 QUICK = ("train.microbatch=[8]", "train.recompute=[false]", "system.hbm_gb=[32]", "tracking=none")
 BERT2 = ("model=bert_large",)
@@ -124,10 +124,7 @@ def cache_files(cache: Path, pattern: str) -> list[Path]:
 def test_edited_schedule_and_state_files_are_recomputed(tmp_path: Path, cache_dir: Path) -> None:
     """The audit's cases: an edited schedule-cache file changed the answer, an edited search-state
     file made TPUv4 100x faster; now both are recomputed and the answer is the true one."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    cache = sharing(tmp_path / "cache", cache_dir)
     truth = run(tmp_path / "first", cache)
     schedules = cache_files(cache, "schedules/*.json")
     batches = cache_files(cache, "search/*/batch_*.json")
@@ -608,9 +605,6 @@ def test_bytes_are_fsynced_before_the_rename(tmp_path: Path, monkeypatch: pytest
 
 
 def test_write_lp_writes_under_the_cache(tmp_path: Path, cache_dir: Path) -> None:
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    cache = sharing(tmp_path / "cache", cache_dir)
     run(tmp_path / "out", cache, "solver.write_lp=true", "solver.search_node_limit=0")
     assert list((cache / "lp").glob("*.lp"))

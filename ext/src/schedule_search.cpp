@@ -66,6 +66,8 @@ class Search {
     end_.assign(n_, 0.0);
     mode_.assign(n_, -1);
     est_.assign(n_, 0.0);
+    placed_mask_.assign((n_ + 62) / 63, 0);
+    options_.resize(n_ + 1);
     best_ = in_.upper_s;
   }
 
@@ -108,27 +110,28 @@ class Search {
     return true;
   }
 
-  /// The busy profile from `t_s` on, from the placed ops still running after it.
-  std::vector<Segment> profile(double t_s) const {
-    std::vector<double> times{t_s};
+  /// The busy profile from `t_s` on, from the placed ops still running after it, into `segs_`.
+  void profile(double t_s) {
+    live_.clear();
+    times_.assign(1, t_s);
     for (const Placed& p : placed_) {
       if (p.end_s <= t_s) continue;
-      if (p.start_s > t_s) times.push_back(p.start_s);
-      times.push_back(p.end_s);
+      live_.push_back(&p);
+      if (p.start_s > t_s) times_.push_back(p.start_s);
+      times_.push_back(p.end_s);
     }
-    std::sort(times.begin(), times.end());
-    times.erase(std::unique(times.begin(), times.end()), times.end());
-    std::vector<Segment> segs;
-    for (std::size_t k = 0; k < times.size(); ++k) {
-      Segment s{times[k], k + 1 < times.size() ? times[k + 1] : kInf, {}};
-      for (const Placed& p : placed_) {
-        if (p.start_s <= s.from_s && p.end_s > s.from_s) {
-          for (int r = 0; r < kResources; ++r) s.use[r] += p.use[r];
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    segs_.clear();
+    for (std::size_t k = 0; k < times_.size(); ++k) {
+      Segment s{times_[k], k + 1 < times_.size() ? times_[k + 1] : kInf, {}};
+      for (const Placed* p : live_) {
+        if (p->start_s <= s.from_s && p->end_s > s.from_s) {
+          for (int r = 0; r < kResources; ++r) s.use[r] += p->use[r];
         }
       }
-      segs.push_back(s);
+      segs_.push_back(s);
     }
-    return segs;
   }
 
   /// The earliest start >= `ready_s` at which `m` fits in the profile for its whole duration.
@@ -137,20 +140,27 @@ class Search {
     for (int r = 0; r < kResources; ++r) holds = holds || (m.use[r] > 0);
     if (!holds) return ready_s;
     if (m.duration_s == 0.0) return instant(m, ready_s);
-    std::vector<double> candidates{ready_s};
+    // The candidates: `ready_s`, then each segment's start after it, in order; past the last one
+    // nothing is busy.
+    if (fits(segs, m, ready_s)) return ready_s;
+    double last_s = ready_s;
     for (const Segment& s : segs) {
-      if (s.from_s > ready_s) candidates.push_back(s.from_s);
+      if (s.from_s <= ready_s) continue;
+      last_s = s.from_s;
+      if (fits(segs, m, last_s)) return last_s;
     }
-    for (double t : candidates) {
-      bool fits = true;
-      for (const Segment& s : segs) {
-        if (s.to_s <= t || s.from_s >= t + m.duration_s) continue;
-        for (int r = 0; r < kResources && fits; ++r) fits = s.use[r] + m.use[r] <= in_.capacity[r];
-        if (!fits) break;
+    return last_s;
+  }
+
+  /// Whether `m` started at `t_s` fits in the profile `segs` for its whole duration.
+  bool fits(const std::vector<Segment>& segs, const OpMode& m, double t_s) const {
+    for (const Segment& s : segs) {
+      if (s.to_s <= t_s || s.from_s >= t_s + m.duration_s) continue;
+      for (int r = 0; r < kResources; ++r) {
+        if (s.use[r] + m.use[r] > in_.capacity[r]) return false;
       }
-      if (fits) return t;
     }
-    return candidates.back();  // past every segment nothing is busy
+    return true;
   }
 
   /// The earliest instant >= `ready_s` that no placed op holding units `m` needs spans (starts before
@@ -175,24 +185,37 @@ class Search {
     return candidates.back();
   }
 
-  /// Time after `from_s` at which the free capacity of resource r has absorbed `work` core-seconds.
-  double absorb(const std::vector<Segment>& segs, int r, double from_s, double work) const {
-    double done = 0.0;
-    for (const Segment& s : segs) {
-      if (s.to_s <= from_s) continue;
-      const double a = std::max(s.from_s, from_s);
-      const double free = in_.capacity[r] - s.use[r];
-      if (free <= 0) continue;
-      if (s.to_s == kInf || done + free * (s.to_s - a) >= work) return a + (work - done) / free;
-      done += free * (s.to_s - a);
+  /// Where the free capacity of one resource after `from_s` absorbs core-time: asked for ever more
+  /// core-time from the same `from_s`, it goes on from the segment where the last answer lay, with the
+  /// core-time absorbed before it, summed in the same order as from the start.
+  struct Absorber {
+    const std::vector<Segment>& segs;
+    int32_t capacity;
+    int r;
+    double from_s;
+    std::size_t k = 0;  // segments before k end by from_s or absorb less than asked so far
+    double done = 0.0;  // core-time the segments before k absorb after from_s
+
+    /// Time after `from_s` at which the free capacity has absorbed `work` core-seconds: `work` no less
+    /// than at the last call.
+    double at(double work) {
+      for (; k < segs.size(); ++k) {
+        const Segment& s = segs[k];
+        if (s.to_s <= from_s) continue;
+        const double a = std::max(s.from_s, from_s);
+        const double free = capacity - s.use[r];
+        if (free <= 0) continue;
+        if (s.to_s == kInf || done + free * (s.to_s - a) >= work) return a + (work - done) / free;
+        done += free * (s.to_s - a);
+      }
+      return kInf;
     }
-    return kInf;
-  }
+  };
 
   /// A lower bound on every completion of the current partial schedule (last start `t_s`).
   double lower_bound(double t_s, const std::vector<Segment>& segs, double stop_s) {
     double lb = 0.0;
-    std::vector<int32_t> open;
+    open_.clear();
     for (int32_t i : topo_) {
       if (start_[i] >= 0) {
         lb = std::max(lb, end_[i]);
@@ -202,33 +225,38 @@ class Search {
       for (int32_t p : in_.preds[i]) e = std::max(e, start_[p] >= 0 ? end_[p] : est_[p] + fastest_[p]);
       est_[i] = e;
       lb = std::max(lb, e + fastest_[i] + in_.tail_s[i]);
-      open.push_back(i);
+      open_.push_back(i);
     }
     if (lb >= stop_s) return lb;
     for (int r = 0; r < kResources; ++r) {
-      std::vector<int32_t> ops;
-      for (int32_t i : open) {
-        if (work_[i][r] > 0) ops.push_back(i);
+      ops_.clear();
+      for (int32_t i : open_) {
+        if (work_[i][r] > 0) ops_.push_back(i);
       }
-      std::sort(ops.begin(), ops.end(), [&](int32_t a, int32_t b) { return in_.tail_s[a] > in_.tail_s[b]; });
-      std::vector<double> heads;
-      for (int32_t i : ops) heads.push_back(est_[i]);
-      std::sort(heads.begin(), heads.end());
-      heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-      if (r == kHbm && !heads.empty()) heads.resize(1);  // every op: cheap, as every on-chip op is on it
-      for (double h : heads) {
-        // The ops starting at h or later, by descending tail: each prefix ending where the tail
-        // drops needs its core-time after h, and then its least tail.
-        std::vector<int32_t> late;
-        for (int32_t i : ops) {
-          if (est_[i] >= h) late.push_back(i);
-        }
+      std::sort(ops_.begin(), ops_.end(), [&](int32_t a, int32_t b) { return in_.tail_s[a] > in_.tail_s[b]; });
+      // The sorted ops' earliest starts, core-times and tails side by side, and their distinct starts.
+      late_.clear();
+      heads_.clear();
+      for (int32_t i : ops_) {
+        late_.push_back({est_[i], work_[i][r], in_.tail_s[i]});
+        heads_.push_back(est_[i]);
+      }
+      std::sort(heads_.begin(), heads_.end());
+      heads_.erase(std::unique(heads_.begin(), heads_.end()), heads_.end());
+      if (r == kHbm && !heads_.empty()) heads_.resize(1);  // every op: cheap, as every on-chip op is on it
+      // The heads ascend, so the ops starting at each head or later are those of the last head's
+      // that start at it or later: `late_` keeps them, by descending tail, from head to head.
+      for (double h : heads_) {
+        late_.erase(std::remove_if(late_.begin(), late_.end(), [h](const Late& o) { return o.est_s < h; }),
+                    late_.end());
+        // Each prefix ending where the tail drops needs its core-time after h, and then its least tail.
+        Absorber absorber{segs, in_.capacity[r], r, h};
         double work = 0.0;
-        for (std::size_t k = 0; k < late.size(); ++k) {
-          work += work_[late[k]][r];
-          const double tail = in_.tail_s[late[k]];
-          if (k + 1 < late.size() && in_.tail_s[late[k + 1]] == tail) continue;
-          lb = std::max(lb, absorb(segs, r, h, work) + tail);
+        for (std::size_t k = 0; k < late_.size(); ++k) {
+          work += late_[k].work;
+          const double tail = late_[k].tail_s;
+          if (k + 1 < late_.size() && late_[k + 1].tail_s == tail) continue;
+          lb = std::max(lb, absorber.at(work) + tail);
           if (lb >= stop_s) return lb;
         }
       }
@@ -242,14 +270,6 @@ class Search {
     std::vector<Segment> segs;  // busy profile from t_s on
     std::vector<std::pair<int32_t, double>> releases;  // (op, end) of placed ops with unplaced successors
   };
-
-  std::vector<int64_t> placed_mask() const {
-    std::vector<int64_t> k((n_ + 62) / 63, 0);
-    for (int32_t i = 0; i < n_; ++i) {
-      if (start_[i] >= 0) k[i / 63] |= int64_t{1} << (i % 63);
-    }
-    return k;
-  }
 
   Front front(double t_s, const std::vector<Segment>& segs) const {
     Front f{t_s, segs, {}};
@@ -303,7 +323,7 @@ class Search {
 
   /// Whether a recent state with the same placed ops dominates this one; records this one.
   bool dominated(Front current) {
-    std::deque<Front>& recent = fronts_[placed_mask()];
+    std::deque<Front>& recent = fronts_[placed_mask_];
     for (const Front& f : recent) {
       if (dominates(f, current)) return true;
     }
@@ -318,10 +338,12 @@ class Search {
     end_[i] = t_s + mode.duration_s;
     mode_[i] = m;
     placed_.push_back({t_s, end_[i], mode.use, i});
+    placed_mask_[i / 63] |= int64_t{1} << (i % 63);
   }
 
   void unplace(int32_t i) {
     placed_.pop_back();
+    placed_mask_[i / 63] &= ~(int64_t{1} << (i % 63));
     start_[i] = -1.0;
     mode_[i] = -1;
   }
@@ -363,10 +385,12 @@ class Search {
       }
       return;
     }
-    const std::vector<Segment> segs = profile(t_s);
+    profile(t_s);
+    const std::vector<Segment>& segs = segs_;  // this node's until its options are listed
     if (pruned(lower_bound(t_s, segs, cutoff()))) return;
     if (dominated(front(t_s, segs))) return;
-    std::vector<Option> options;
+    std::vector<Option>& options = options_[count];
+    options.clear();
     for (int32_t i = 0; i < n_; ++i) {
       if (start_[i] >= 0) continue;
       double ready = t_s;
@@ -404,7 +428,21 @@ class Search {
   std::vector<double> start_, end_, est_;
   std::vector<int32_t> mode_;
   std::vector<Placed> placed_;
+  std::vector<int64_t> placed_mask_;  // bit i: op i is placed
   std::unordered_map<std::vector<int64_t>, std::deque<Front>, KeyHash> fronts_;  // placed ops -> recent
+  // Scratch space, reused from node to node: the profile, lower_bound's lists, each depth's options.
+  std::vector<double> times_;
+  std::vector<const Placed*> live_;
+  std::vector<Segment> segs_;
+  std::vector<int32_t> open_, ops_;
+  struct Late {
+    double est_s;
+    double work;
+    double tail_s;
+  };
+  std::vector<Late> late_;
+  std::vector<double> heads_;
+  std::vector<std::vector<Option>> options_;
   double best_ = kInf;
   std::vector<double> best_start_;
   std::vector<int32_t> best_mode_;

@@ -54,13 +54,13 @@ bound, and no value makes an operator slower on a design with more or larger cor
 a faster clock.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.hw.ranges import physical
 from phazec.hw.schema import DeviceConfig
+from phazec.util.checks import integer_at_least, non_negative
 
 ATTENTION_KERNELS = ("unfused", "fused_softmax", "flash")
 """Values of `hw.device.attention`."""
@@ -142,18 +142,6 @@ def _share(name: str, value: Any) -> float:
     return float(value)
 
 
-def _non_negative_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise PhazecError(f"hw.device.{name} = {value!r} is not valid: it must be an integer >= 0.")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise PhazecError(f"hw.device.{name} = {value!r} is not valid: it must be a finite number >= 0.")
-    return float(value)
-
-
 def _is_tile(value: Any) -> bool:
     return (
         isinstance(value, list | tuple)
@@ -180,29 +168,28 @@ def device_from_config(config: DeviceConfig) -> DeviceModel:
     Raises:
         PhazecError: a value is out of range.
     """
+    sms = integer_at_least("hw.device.collective_sms", config.collective_sms, 0)
     return DeviceModel(
         shared_cores=config.shared_cores,
         gemm_tiles=_tiles(config.gemm_tiles),
         gemm_utilisation=_share("gemm_utilisation", config.gemm_utilisation),
         gemm_tile_overhead_cycles=physical(
             "hw.device.gemm_tile_overhead_cycles",
-            _non_negative("gemm_tile_overhead_cycles", config.gemm_tile_overhead_cycles),
+            non_negative("hw.device.gemm_tile_overhead_cycles", config.gemm_tile_overhead_cycles),
         ),
         attention_utilisation=_share("attention_utilisation", config.attention_utilisation),
         memory_utilisation=_share("memory_utilisation", config.memory_utilisation),
         kernel_latency_s=physical(
-            "hw.device.kernel_latency_s", _non_negative("kernel_latency_s", config.kernel_latency_s)
+            "hw.device.kernel_latency_s", non_negative("hw.device.kernel_latency_s", config.kernel_latency_s)
         ),
         attention=check_kernel(config.attention),
         tp_comm_overlap=config.tp_comm_overlap,
         collectives_hold_cores=config.collectives_hold_cores,
-        collective_sms=int(
-            physical("hw.device.collective_sms", _non_negative_int("collective_sms", config.collective_sms))
-        ),
+        collective_sms=int(physical("hw.device.collective_sms", sms)),
         fuse_elementwise=config.fuse_elementwise,
         fuse_norm_rope=config.fuse_norm_rope,
         hbm_shared=config.hbm_shared,
-        fp8_rate=_non_negative("fp8_rate", config.fp8_rate),
+        fp8_rate=non_negative("hw.device.fp8_rate", config.fp8_rate),
         mxfp8=config.mxfp8,
         fp8_relative_utilisation=_share("fp8_relative_utilisation", config.fp8_relative_utilisation),
     )

@@ -1,15 +1,14 @@
 """The training system: device count, global batch, HBM capacities and network tiers."""
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from phazec.errors import PhazecError
 from phazec.hw.ranges import physical
 from phazec.hw.schema import SystemConfig, TierConfig
 from phazec.hw.space import validate_positive
+from phazec.util.checks import integer_at_least, non_negative
 
 BYTES_PER_GB = 1e9
 
@@ -61,18 +60,6 @@ class System:
         )
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise PhazecError(f"{name} = {value!r} is not valid: it must be a positive integer.")
-    return value
-
-
-def _non_negative(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number >= 0.")
-    return float(value)
-
-
 def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier, ...]:
     """The network tiers: group sizes strictly ascending, the last covering `devices`, bandwidths > 0,
     efficiencies in (0, 1] and latencies >= 0. A tier's bandwidth is the nominal one times its efficiency.
@@ -94,19 +81,19 @@ def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier
         nominal = validate_positive(f"{where}.bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
         tiers.append(
             NetworkTier(
-                group_size=_positive_int(f"{where}.group_size", tier.group_size),
+                group_size=integer_at_least(f"{where}.group_size", tier.group_size, 1),
                 bandwidth_bytes_per_s=physical(
                     "system.tiers.bandwidth_bytes_per_s", nominal, f"{where}.bandwidth_bytes_per_s"
                 )
                 * float(efficiency),
                 latency_s=physical(
                     "system.tiers.latency_s",
-                    _non_negative(f"{where}.latency_s", tier.latency_s),
+                    non_negative(f"{where}.latency_s", tier.latency_s),
                     f"{where}.latency_s",
                 ),
                 call_latency_s=physical(
                     "system.tiers.call_latency_s",
-                    _non_negative(f"{where}.call_latency_s", tier.call_latency_s),
+                    non_negative(f"{where}.call_latency_s", tier.call_latency_s),
                     f"{where}.call_latency_s",
                 ),
             )
@@ -126,7 +113,7 @@ def system_from_config(config: SystemConfig) -> System:
     Raises:
         PhazecError: a value is out of range.
     """
-    devices = int(physical("system.devices", _positive_int("system.devices", config.devices)))
+    devices = int(physical("system.devices", integer_at_least("system.devices", config.devices, 1)))
     hbm_gb = config.hbm_gb
     if not hbm_gb:
         raise PhazecError("system.hbm_gb is empty: give at least one HBM capacity in GB, e.g. [32, 64, 80].")
@@ -138,12 +125,12 @@ def system_from_config(config: SystemConfig) -> System:
         name=config.name,
         devices=devices,
         global_batch=int(
-            physical("system.global_batch", _positive_int("system.global_batch", config.global_batch))
+            physical("system.global_batch", integer_at_least("system.global_batch", config.global_batch, 1))
         ),
         hbm_bytes=tuple(sorted(gb * BYTES_PER_GB for gb in gbs)),
         tiers=validate_tiers(config.tiers, devices),
         host_link_bytes_per_s=physical(
             "system.host_link_bytes_per_s",
-            _non_negative("system.host_link_bytes_per_s", config.host_link_bytes_per_s),
+            non_negative("system.host_link_bytes_per_s", config.host_link_bytes_per_s),
         ),
     )

@@ -27,7 +27,7 @@ from phazec.predict.training import Training
 from phazec.predict.usage import USAGE_KEYS
 from phazec.report.sweep import SweepJob, best_job, comparison_row
 from phazec.solvers.placement.problem import Placement
-from tests.conftest import compose_config
+from tests.conftest import compose_config, sharing
 from tests.search.test_search import QUICK, RESULT_KEYS, answer
 
 MODELS = ["bert_large", "opt_350m"]
@@ -148,8 +148,7 @@ def test_common_chip_is_the_best_mean_with_zero_for_no_plan_and_ties_to_the_firs
 
 def test_evaluate_more_gives_the_evaluators_candidates(cache_dir: Path, tmp_path: Path) -> None:
     cfg = compose_config(*QUICK, f"cache_dir={tmp_path}", "model=bert_large", *SPACE, "search.workers=1")
-    (cache_dir / "onnx").mkdir(exist_ok=True)  # a cache of its own, sharing the exported models
-    (tmp_path / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    sharing(tmp_path, cache_dir)  # a cache of its own, sharing the exported models
     job = setup(settings_from_config(cfg))
     indices = np.array([3, 5, 11], dtype=np.int64)
     more = evaluate_more(job, indices, "bert_large")

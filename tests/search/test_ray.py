@@ -31,7 +31,7 @@ from phazec.commands.search import search_state
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.search.schema import RayConfig, SearchConfig
-from tests.conftest import compose_config
+from tests.conftest import compose_config, sharing
 from tests.search.test_search import QUICK, answer, search
 from tests.track.test_mlflow import free_port
 
@@ -271,11 +271,7 @@ def test_a_local_ray_search_listens_on_loopback_only(tmp_path: Path, cache_dir: 
     show nothing more about sockets)."""
     pytest.importorskip("ray")
     root = Path(tempfile.mkdtemp(prefix="phazec-ray-"))  # short: Ray's socket paths must fit 107 bytes
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    for shared in ("onnx", "schedules"):
-        (cache_dir / shared).mkdir(exist_ok=True)
-        (cache / shared).symlink_to(cache_dir / shared, target_is_directory=True)
+    cache = sharing(tmp_path / "cache", cache_dir, ("onnx", "schedules"))
     env = {
         **os.environ,
         "PHAZEC_CACHE_DIR": str(cache),

@@ -34,7 +34,7 @@ from phazec.search.driver import STRATEGIES
 from phazec.search.state import candidate_from_json, candidate_json, state_key
 from phazec.solvers.placement.problem import NoFeasiblePlacement, Placement, Stage
 from phazec.solvers.schema import SolverConfig
-from tests.conftest import compose_config
+from tests.conftest import compose_config, sharing
 
 RESULT_KEYS = {
     "model",
@@ -257,10 +257,7 @@ def test_two_workers_give_the_same_files_as_one(tmp_path: Path, cache_dir: Path,
 def test_a_killed_search_resumes(tmp_path: Path, cache_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     # A cache of its own (sharing the exported ONNX files) so the first run solves every schedule
     # and is slow enough to be killed midway.
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache_dir / "onnx").mkdir(exist_ok=True)
-    (cache / "onnx").symlink_to(cache_dir / "onnx", target_is_directory=True)
+    cache = sharing(tmp_path / "cache", cache_dir)
     overrides = (
         *SMALL,
         "hw.glb_bytes=[33554432]",

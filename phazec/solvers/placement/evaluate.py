@@ -17,11 +17,11 @@ from phazec.solvers.placement.problem import (
     Stage,
     Stages,
     Variant,
-    check_positive_int,
     core_arguments,
     core_variant,
     validated_plan,
 )
+from phazec.util.checks import integer_at_least
 
 R = TypeVar("R")
 
@@ -215,7 +215,7 @@ def explain_plan(
 ) -> PlanFigures:
     """`evaluate_plan` with every part of its time and memory."""
     plan = validated_plan(problem, stages)
-    check_positive_int("d", d)
+    integer_at_least("d", d, 1)
     # Timed at most at the device count: a larger d needs more devices than there are, refused below.
     figures = plan_figures(problem, variant, plan, min(d, problem.device_count))
     k = sum(stage.devices for stage in figures.placement.stages)

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 from phazec.errors import PhazecError
 from phazec.hw.system import NetworkTier
 from phazec.solvers import core
+from phazec.util.checks import integer_at_least
 
 MAX_BYTES = 2**40
 """The largest byte count of one layer the model takes: memory sums of such counts stay far inside
@@ -281,11 +282,6 @@ def t_index(problem: PlacementProblem, t: int) -> int:
     return int(matches[0])
 
 
-def check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise PhazecError(f"{name} = {value!r} is not valid: it must be a positive integer.")
-
-
 def validated_plan(problem: PlacementProblem, stages: Sequence[Sequence[int]]) -> Stages:
     n = problem.layer_count
     plan = tuple(tuple(int(v) for v in stage) for stage in stages)
@@ -428,7 +424,7 @@ def _check_part(out: dict[str, NDArray[Any]], part: str, whole: str, why: str) -
 
 def _validate_scalars(problem: PlacementProblem) -> None:
     for name in ("device_count", "microbatch_count", "samples_per_microbatch", "optimizer_factor"):
-        check_positive_int(name, getattr(problem, name))
+        integer_at_least(name, getattr(problem, name), 1)
     if not 0.0 <= problem.collective_share <= 1.0:
         raise PhazecError(
             f"collective_share = {problem.collective_share!r} is not valid: give the share of a device's "
@@ -525,5 +521,5 @@ def core_variant(problem: PlacementProblem, variant: Variant) -> tuple[int, int,
     Raises:
         PhazecError: the variant's t has no figures in the problem, or its HBM size is not positive.
     """
-    check_positive_int("hbm_bytes", variant.hbm_bytes)
+    integer_at_least("hbm_bytes", variant.hbm_bytes, 1)
     return t_index(problem, variant.t), int(variant.hbm_bytes), dict(variant.settings)
