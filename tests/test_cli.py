@@ -206,6 +206,12 @@ def test_phazec_plan_ends_naming_its_results(tmp_path: Path, cache_dir: Path) ->
         in lines
     )
     assert lines[-1] == "results in run/ (cli.log, plan.json)"
+    # The stage that solves the layers' schedules says how many it solved and how many the cache held.
+    (timing,) = [line for line in lines if line[11:].startswith("timing: ")]
+    counts = re.fullmatch(
+        r"\[..:..:..\] timing: \d+\.\d s, (\d+) layer schedules solved, (\d+) from the cache", timing
+    )
+    assert counts is not None and int(counts[1]) + int(counts[2]) > 0
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert (plan["config"]["hw"]["name"], plan["config"]["system"]["name"]) == ("a100", "dgx_a100")
     sweep = command("plan_main", "-m", *model, "plan.tp=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path)

@@ -26,6 +26,7 @@ from phazec.predict.training import Knobs
 from phazec.report.plan import plan_summary
 from phazec.report.trace import write_plan_trace
 from phazec.util import atomic
+from phazec.util.progress import stage
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,11 @@ def timed_plan(settings: Settings) -> tuple[PlanReport, Job, Candidate]:
     job = setup(settings, knobs, widths=[plan.tp])
     stages = plan_stages(job.evaluator.graphs[plan.tp], plan)
     widths = (plan.tp, plan.dp, job.evaluator.knobs.hbm_bytes[0])
-    figures = explain(job.evaluator, job.designs, plan.training, widths, stages)
-    report = plan_report(plan, job.evaluator, job.designs, stages, figures)
+    with stage("timing") as timing:  # the layers' schedules (the first time, the most of a plan's time)
+        figures = explain(job.evaluator, job.designs, plan.training, widths, stages)
+        report = plan_report(plan, job.evaluator, job.designs, stages, figures)
+        counts = job.evaluator.timings
+        timing.note = f"{counts.ilp_solves} layer schedules solved, {counts.ilp_cache_hits} from the cache"
     report = replace(report, band=band(report.time_per_batch_s, validation(settings.config["hw"])))
     if report.warning is not None:
         if plan.require_fit:
