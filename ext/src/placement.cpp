@@ -130,6 +130,12 @@ StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_by
     c.op_working_bytes = std::max(c.op_working_bytes, f.stash_bytes[v] - f.op_bytes[v]);
     any_tensor_parallel = any_tensor_parallel || f.tensor_parallel[v] != 0;
   }
+  // ZB-H1's bubble slot is at least the slot's forward work and its input-gradient work (the first
+  // microbatch's forward chain and the last one's backward chain have no weight gradients beside them),
+  // so each slot is L - 2 W' with W' = min(W, (min(F, B_in) + W) / 2): L - 2 W' = max(L - 2 W, F, B_in)
+  // for L = F + B_in + W (docs/model/placement.md, Zero bubble).
+  const double input_grad_s = c.backward_s - c.weight_grad_s;
+  c.weight_grad_s = std::min(c.weight_grad_s, (std::min(c.forward_s, input_grad_s) + c.weight_grad_s) / 2.0);
   c.cut_bytes = cut_bytes;
   c.devices = any_tensor_parallel ? f.t : 1;
   return c;

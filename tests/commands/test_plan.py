@@ -4,8 +4,10 @@ GPT block; `phazec-plan` against `phazec` on the same fixed plan; bad plans."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -190,6 +192,63 @@ def test_toy_zero_bubble_h1_by_hand() -> None:
     assert [s.memory_bytes for s in figures.placement.stages] == MEMORY["none", False, 1]
     it = figures.iteration
     assert it.forward_s + it.backward_s + it.p2p_s + it.bubble_s + it.dp_sync_s == 10.0
+
+
+def fastest_zero_bubble_s(stages: int, microbatches: int, f: float, b: float, w: float) -> float:
+    """The least makespan of `stages` equal stages running `microbatches` microbatches by brute force:
+    every order of each stage's passes (a microbatch's forward f, then its input gradients b, then its
+    weight gradients w; forward passes, and input-gradient passes, in microbatch order; at most 1F1B's
+    stages - j microbatches in flight on stage j), each pass starting when its stage is free and the
+    pass it waits for has ended (a forward pass the stage before's, an input-gradient pass the stage
+    after's, or the same stage's forward pass on the last stage)."""
+    passes = [(kind, i) for i in range(microbatches) for kind in "FBW"]
+    took = {"F": f, "B": b, "W": w}
+
+    def allowed(order: tuple[tuple[str, int], ...], j: int) -> bool:
+        at = {p: k for k, p in enumerate(order)}
+        if any(not at["F", i] < at["B", i] < at["W", i] for i in range(microbatches)):
+            return False
+        if any(at[k, i] > at[k, i + 1] for k in "FB" for i in range(microbatches - 1)):
+            return False
+        in_flight = itertools.accumulate((kind == "F") - (kind == "B") for kind, _ in order)
+        return max(in_flight) <= stages - j
+
+    orders = [[o for o in itertools.permutations(passes) if allowed(o, j)] for j in range(stages)]
+    best = math.inf
+    for chosen in itertools.product(*orders):
+        end: dict[tuple[int, str, int], float] = {}
+        free, done = [0.0] * stages, [0] * stages
+        moved = True
+        while moved:
+            moved = False
+            for j in range(stages):
+                while done[j] < len(chosen[j]):
+                    kind, i = chosen[j][done[j]]
+                    waits = {"F": (j - 1, "F", i) if j else None, "W": None}.get(
+                        kind, (j + 1, "B", i) if j + 1 < stages else (j, "F", i)
+                    )
+                    if waits is not None and waits not in end:
+                        break
+                    start = max(free[j], end[waits] if waits is not None else 0.0)
+                    end[j, kind, i] = free[j] = start + took[kind]
+                    done[j], moved = done[j] + 1, True
+        if done == [len(o) for o in chosen]:
+            best = min(best, max(free))
+    return best
+
+
+@pytest.mark.parametrize("weight_grad_s", [0.25, 0.5, 1.0, 1.5, 1.75])
+def test_zero_bubble_h1_is_the_fastest_order_of_equal_stages(weight_grad_s: float) -> None:
+    # The toy without its transfers (equal stages: F = 1 s, backward 2 s, W of it), 2 microbatches on 2
+    # stages: ZB-H1's time is the least makespan over every order of the passes that keeps 1F1B's
+    # microbatches in flight. A bubble slot is never shorter than its forward or its input-gradient
+    # work (no weight gradients run beside the first forward chain or the last backward chain): with W
+    # above the input gradients (1.5, 1.75) it is 1 s, where crediting the whole W twice gave
+    # max(0, 3 - 2 W) = 0 s, 6 s in all against the 7 s no order reaches below.
+    problem = toy(2, edge_bytes=np.array([0]), weight_grad_latency_s=np.full((1, 2), weight_grad_s))
+    figures = plan_figures(problem, toy_variant(2, pipeline_schedule=1), ((0,), (1,)), 1)
+    fastest = fastest_zero_bubble_s(2, 2, 1.0, 2.0 - weight_grad_s, weight_grad_s)
+    assert figures.placement.time_per_batch_s == pytest.approx(fastest, abs=1e-12)
 
 
 def test_interleaving_needs_a_layer_per_model_chunk() -> None:

@@ -12,7 +12,7 @@
 // experts' over the expert-data-parallel group, t d cp / ep devices) and the activations kept for the
 // model-chunk microbatches in flight plus the working set a recomputation rebuilds; time per batch =
 // max load * (m + (s - 1) / v) (under ZB-H1: max load * m + (s - 1) max(0, max load - 2 W), W the least
-// weight-gradient time of a stage) + the latest exposed DP sync (a MoE block's routed experts' gradients
+// weight-gradient time of a stage, each capped at (min(F, B_in) + W) / 2) + the latest exposed DP sync (a MoE block's routed experts' gradients
 // reduced over the expert-data-parallel group) + optimizer step of a stage. `solve_placements`
 // searches it; `evaluate_plan` times one given plan with the same functions, so the DP's optimum and
 // the evaluation of its plan agree bit for bit.

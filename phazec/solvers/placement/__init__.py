@@ -48,12 +48,14 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   a stage's work is interleaved 1F1B's (1F1B's for v = 1). Under ZB-H1 (`pipeline_schedule`, v = 1)
   the pipeline's part is instead L m + (s - 1) max(0, L - 2 W), L the max stage load and W the least
   over stages of a stage's weight-gradient time (the critical path of its layers' weight-gradient
-  latencies, part of B): each of 1F1B's s - 1 bubble slots is shortened by W deferred twice, in the
-  warm-up and in the cool-down, credited at the least W of any stage (Qi et al.'s (p - 1)(F + B - W)
-  for uniform stages, never below any stage's own). The time then also falls as the least W grows:
-  the DP also keeps, per set of stages, the plans no other beats on it; its bounds multiply a load by
-  m + (s - 1) max(0, 1 - 2 w), w the largest weight-gradient share W / (F + B) of a layer (a stage's W
-  is at most w times its load); `bound_sync_windows` takes ZB-H1's bubble as 0.
+  latencies, part of B; capped at (min(F, B - W) + W) / 2, so that a slot is never shorter than its
+  forward or input-gradient work): each of 1F1B's s - 1 bubble slots is shortened by W deferred
+  twice, in the warm-up and in the cool-down, credited at the least W of any stage (Qi et al.'s
+  (p - 1)(F + B - W) for uniform stages, never below any stage's own). The time then also falls as
+  the least W grows: the DP also keeps, per set of stages, the plans no other beats on it; its bounds
+  multiply a load by m + (s - 1) max(0, 1 - 2 w), w the largest weight-gradient share W / (F + B) of
+  a layer (a stage's W, capped or not, is at most w times its load); `bound_sync_windows` takes ZB-H1's
+  bubble as 0.
   A stage's DP sync is the ring all-reduce
   of its gradients over its d replicas: 2 (d-1)/d * param bytes / bandwidth + 2 (d-1) latency. Every
   stage's DP group is taken to sit as the first stage's does: on the tier holding ids 0 .. (d-1) k +

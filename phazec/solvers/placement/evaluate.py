@@ -132,7 +132,7 @@ class IterationTime:
     """ZeRO-3's exposed weight gathers and gradient reduce-scatters of the bottleneck stage, times m."""
     bubble_s: float
     """1F1B's bubble, L (s - 1) / v, or ZB-H1's, (s - 1) max(0, L - 2 W): L the bottleneck load, W the
-    stages' least weight-gradient time."""
+    stages' least weight-gradient time, each capped at (min(F, B_in) + W) / 2."""
     dp_sync_stage: int
     """The stage whose DP sync and optimizer step end last (the first on a tie): they end the iteration."""
     dp_sync_s: float

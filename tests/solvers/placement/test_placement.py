@@ -188,14 +188,16 @@ def test_zero_bubble_h1_chain_on_four_devices_by_hand() -> None:
 
 
 def test_zero_bubble_h1_pipelines_where_1f1b_runs_one_stage() -> None:
-    # Two layers, F = 1 s and B = 6 s (W = 2.25 s of it), on 2 devices, one microbatch, op recompute
-    # with Megatron's rule: layer 1 reruns 4 s of ops. One stage: load 18 s, 18 s. Two: loads 7 and
-    # 11 s; 1F1B 11 x 2 = 22 s, ZB-H1 11 + (11 - 2 x 2.25) = 17.5 s, the optimum. The DP's bound on a
-    # plan with an 11 s bottleneck, 11 (m + (s - 1)(1 - 2 x 2.25 / 7)) = 14.9 s, must stay below it
-    # (a bound crediting W once, 11 (2 - 2.25 / 7) = 18.5 s, would drop it for the 18 s plan).
+    # Two layers, F = 2 s and B = 5 s (W = 2.5 s of it, so 2.5 s of input gradients), on 2 devices, one
+    # microbatch, op recompute with Megatron's rule: layer 1 reruns 4 s of ops. One stage: load 18 s,
+    # 18 s. Two: loads 7 and 11 s; 1F1B 11 x 2 = 22 s. ZB-H1 credits each stage's W only down to a
+    # slot of its forward or input-gradient work, W' = min(2.5, (min(2, 2.5) + 2.5) / 2) = 2.25 s:
+    # 11 + (11 - 2 x 2.25) = 17.5 s, the optimum. The DP's bound on a plan with an 11 s bottleneck,
+    # 11 (m + (s - 1)(1 - 2 x 2.5 / 7)) = 14.1 s, must stay below it (a bound crediting W once,
+    # 11 (2 - 2.5 / 7) = 18.1 s, would drop it for the 18 s plan).
     problem = problem_of(
-        [1.0, 1.0], [6.0, 6.0], [(0, 1, 0)],
-        weight_grad_latency_s=np.array([[2.25, 2.25]]), op_recompute_s=np.array([[0.0, 4.0]]),
+        [2.0, 2.0], [5.0, 5.0], [(0, 1, 0)],
+        weight_grad_latency_s=np.array([[2.5, 2.5]]), op_recompute_s=np.array([[0.0, 4.0]]),
         param_bytes=np.zeros((1, 2), dtype=np.int64), device_count=2, microbatch_count=1,
     )  # fmt: skip
     for schedule, stages, time_s in [(0, [(0, 1)], 18.0), (1, [(0,), (1,)], 17.5)]:
