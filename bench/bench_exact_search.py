@@ -24,10 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
-
-from phazec.cli import conf_dir
+from phazec.api import composed
 from phazec.commands.plan import predict_plan
 from phazec.config.settings import settings_from_config
 from phazec.frontend import default_cache_dir
@@ -49,7 +46,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as warm:
         # the export alone, into the user's ONNX cache; the schedules go to a throwaway cache
         _link_onnx(onnx_cache, Path(warm))
-        no_search = compose_config(*PLAN, "solver.search_node_limit=0", f"cache_dir={warm}")
+        no_search = composed("plan", [*PLAN, "solver.search_node_limit=0", f"cache_dir={warm}"])
         predict_plan(settings_from_config(no_search))
     print(f"export and a plan without the exact search: {time.perf_counter() - start:.1f} s wall")
 
@@ -66,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cold:
         _link_onnx(onnx_cache, Path(cold))
         start = time.perf_counter()
-        report = predict_plan(settings_from_config(compose_config(*PLAN, f"cache_dir={cold}")))
+        report = predict_plan(settings_from_config(composed("plan", [*PLAN, f"cache_dir={cold}"])))
         wall_s = time.perf_counter() - start
     core.search_schedule = search
     cpu_s = sum(c for c, _, _ in calls)
@@ -76,12 +73,6 @@ def main() -> None:
     for c, n, ops in sorted(calls, reverse=True)[:5]:
         print(f"  {ops:4d} ops  {n:9,d} nodes  {c:6.2f} s CPU  {1e6 * c / n:6.2f} µs a node")
     print(f"plan on an empty schedule cache: {wall_s:.1f} s wall; iteration {report.time_per_batch_s!r} s")
-
-
-def compose_config(*overrides: str) -> DictConfig:
-    """The composed config of command-line style overrides."""
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):
-        return compose("config", overrides=list(overrides))
 
 
 def _link_onnx(onnx_cache: Path, cache_dir: Path) -> None:

@@ -24,6 +24,7 @@ from phazec.hw.device import DeviceModel, device_from_config
 from phazec.hw.energy import peak_power_w
 from phazec.hw.ranges import physical
 from phazec.hw.schema import HwConfig
+from phazec.util.checks import positive
 
 logger = logging.getLogger(__name__)
 
@@ -101,17 +102,6 @@ def validate_knob(name: str, raw: Any) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def validate_positive(name: str, value: Any) -> float:
-    """`value` as a float if it is a finite number > 0; `name` is the config key for the message.
-
-    Raises:
-        PhazecError: the value is zero, negative, not finite or not a number.
-    """
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number greater than 0.")
-    return float(value)
-
-
 def validate_area_budget(raw: Any) -> float | None:
     """The area budget in mm^2: a positive number, `tpuv4` (278.8267 mm^2) or None (no budget).
 
@@ -127,7 +117,7 @@ def validate_area_budget(raw: Any) -> float | None:
             f"hw.area_budget_mm2 = {raw!r} is not valid: give an area in mm^2 (a number > 0), "
             f"'tpuv4' for the TPUv4-like design's area, or null for no budget."
         )
-    return validate_positive("hw.area_budget_mm2", raw)
+    return positive("hw.area_budget_mm2", raw)
 
 
 def validate_fraction(name: str, value: Any) -> float:
@@ -181,11 +171,11 @@ def hw_space_from_config(config: HwConfig) -> HwSpace:
         floor_exempt_single_core=config.floor_exempt_single_core,
         power_budget_w=None
         if power is None
-        else physical("hw.power_budget_w", validate_positive("hw.power_budget_w", power)),
+        else physical("hw.power_budget_w", positive("hw.power_budget_w", power)),
         hbm_bytes_per_s=physical(
-            "hw.hbm_bytes_per_s", validate_positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s)
+            "hw.hbm_bytes_per_s", positive("hw.hbm_bytes_per_s", config.hbm_bytes_per_s)
         ),
-        clock_hz=physical("hw.clock_hz", validate_positive("hw.clock_hz", config.clock_hz)),
+        clock_hz=physical("hw.clock_hz", positive("hw.clock_hz", config.clock_hz)),
         sram_interpolation=config.sram_interpolation,
         device=device_from_config(config.device),
     )

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from phazec.errors import PhazecError
 from phazec.hw.ranges import physical
 from phazec.hw.schema import SystemConfig, TierConfig
-from phazec.hw.space import validate_positive
-from phazec.util.checks import integer_at_least, non_negative
+from phazec.util.checks import integer_at_least, non_negative, positive
 
 BYTES_PER_GB = 1e9
 
@@ -78,7 +77,7 @@ def validate_tiers(raw: Sequence[TierConfig], devices: int) -> tuple[NetworkTier
                 f"nominal bandwidth in (0, 1]."
             )
         where = f"system.tiers[{i}]"
-        nominal = validate_positive(f"{where}.bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
+        nominal = positive(f"{where}.bandwidth_bytes_per_s", tier.bandwidth_bytes_per_s)
         tiers.append(
             NetworkTier(
                 group_size=integer_at_least(f"{where}.group_size", tier.group_size, 1),
@@ -118,7 +117,7 @@ def system_from_config(config: SystemConfig) -> System:
     if not hbm_gb:
         raise PhazecError("system.hbm_gb is empty: give at least one HBM capacity in GB, e.g. [32, 64, 80].")
     gbs = [
-        physical("system.hbm_gb", validate_positive(f"system.hbm_gb[{i}]", gb), f"system.hbm_gb[{i}]")
+        physical("system.hbm_gb", positive(f"system.hbm_gb[{i}]", gb), f"system.hbm_gb[{i}]")
         for i, gb in enumerate(hbm_gb)
     ]
     return System(

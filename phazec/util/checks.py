@@ -21,6 +21,17 @@ def integer_at_least(name: str, value: Any, minimum: int) -> int:
 
 def non_negative(name: str, value: Any) -> float:
     """`value` as a float if it is a finite number (not a bool) >= 0; `name` is the key for the message."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    if not _finite(value) or value < 0:
         raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number >= 0.")
     return float(value)
+
+
+def positive(name: str, value: Any) -> float:
+    """`value` as a float if it is a finite number (not a bool) > 0; `name` is the key for the message."""
+    if not _finite(value) or value <= 0:
+        raise PhazecError(f"{name} = {value!r} is not valid: it must be a finite number greater than 0.")
+    return float(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
