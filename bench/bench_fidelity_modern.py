@@ -20,7 +20,8 @@ stage 2-3 or cp > 1 waits for that knob to be a field of `phazec.predict.trainin
 become expressible as the knobs land, with no change here; a row whose plan phazec then refuses (e.g. FP8
 on a chip without an FP8 rate) is listed with phazec's own message. MoE rows are listed as not
 expressible (issue 39), as are rows whose source leaves the microbatch, the interleave or the zero stage
-unstated, or recomputes some layers only.
+unstated, or recomputes some layers without saying how many. A row that recomputes "full, block, N
+layers" runs Megatron-Core's block method (`plan.recompute=block plan.recompute_layers=N`).
 
 How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs flash attention
 (Transformer Engine's, cuDNN's or FlashAttention's; torchtitan's and NeMo Automodel's FlashAttention-2 on
@@ -49,6 +50,7 @@ H100's silicon), GB300 has no dense row to fit on.
 
 import csv
 import dataclasses
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -167,6 +169,8 @@ class ModernRun:
     preset's (`FLASH_ATTENTION_2_HOPPER`); None keeps the preset's."""
     fp8_param_gather: bool = False
     """FSDP gathers the FP8 weight copies (`FP8_WEIGHT_GATHER`)."""
+    recompute_layers: int = 1
+    """Under block recompute, the blocks of each model chunk recomputed (`recompute_mode`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -198,6 +202,7 @@ class ModernRun:
             ("offload_layers", self.offload_layers),
             ("fused_cross_entropy", str(self.fused_cross_entropy).lower()),
             ("fp8_param_gather", str(self.fp8_param_gather).lower()),
+            ("recompute_layers", self.recompute_layers),
         )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
@@ -225,18 +230,20 @@ def _first_word(value: str) -> str:
     return value.strip().split(" ")[0].lower()
 
 
-def recompute_mode(text: str, torchtitan: bool = False) -> str | None:
-    """phazec's recompute for the row's words; None: some layers only (not expressible). A torchtitan
-    row's "selective" is its llama3 configs' op-level selective activation checkpointing
-    (`selective_ac_option = "op"`, phazec's `op`); any other framework's is Megatron's."""
+def recompute_mode(text: str, torchtitan: bool = False) -> tuple[str, int] | None:
+    """phazec's recompute for the row's words and the blocks a model chunk reruns under its block method
+    ("full, block, 5 layers": block, 5; 1 in every other mode); None: some blocks, how many unsaid (not
+    expressible). A torchtitan row's "selective" is its llama3 configs' op-level selective activation
+    checkpointing (`selective_ac_option = "op"`, phazec's `op`); any other framework's is Megatron's."""
     words = text.lower()
     if "block" in words:
-        return None
+        count = re.search(r"(\d+) layers", words)
+        return ("block", int(count.group(1))) if count else None
     if words.startswith("full"):
-        return "full"
+        return "full", 1
     if words.startswith("selective") or "(selective" in words:
-        return "op" if torchtitan else "selective"
-    return "none"  # "none", or not stated: Megatron-Core's default (see the module docstring)
+        return ("op" if torchtitan else "selective"), 1
+    return "none", 1  # "none", or not stated: Megatron-Core's default (see the module docstring)
 
 
 def measured_s(row: dict[str, str]) -> float:
@@ -254,14 +261,14 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     zero = _first_word(row["zero_stage"])
     cp = int(row["cp"] or 1)
     recompute_text = RECOMPUTE_READ.get(row["source_id"], row["recompute"])
-    recompute = recompute_mode(recompute_text, torchtitan=row["source_id"].startswith("TT"))
+    read = recompute_mode(recompute_text, torchtitan=row["source_id"].startswith("TT"))
     reasons = (
         (bool(row["experts"]), "MoE (issue 39)"),
         (chip is None, f"GPU {row['gpu']!r} has no preset"),
         (not row["microbatch"], "microbatch not stated"),
         (not row["interleave"].strip().isdigit() and bool(row["interleave"]), "interleave not stated"),
         (not zero.isdigit(), "zero stage not stated"),
-        (recompute is None, f"recompute of some layers only ({row['recompute']})"),
+        (read is None, f"recompute of some blocks, how many not stated ({row['recompute']})"),
         (
             not bench_fidelity.splittable(int(row["layers"]), int(row["pp"])),
             "layers split over pp neither evenly nor with the embedding and loss as a layer each",
@@ -281,7 +288,8 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     if missing:
         asked = {"precision": precision, "zero_stage": zero, "cp": cp, "offload_layers": offload}
         return "needs the plan knobs " + ", ".join(f"{name} ({asked[name]})" for name in missing)
-    assert chip is not None and recompute is not None
+    assert chip is not None and read is not None
+    recompute, recompute_layers = read
     hw, system, family = chip
     tp, pp, gpus, layers = int(row["tp"]), int(row["pp"]), int(row["gpus"]), int(row["layers"])
     simumax = row["source_id"].startswith("SIMUMAX")
@@ -323,7 +331,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     kv_heads = int(row["kv_heads"])
     return ModernRun(
         run, family, kv_heads, precision, int(zero), cp, domain, offload, fused, stated, attention,
-        fp8_param_gather=gathers_fp8,
+        fp8_param_gather=gathers_fp8, recompute_layers=recompute_layers,
     )  # fmt: skip
 
 

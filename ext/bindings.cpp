@@ -114,7 +114,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
                 const Matrix<int64_t>& expert_gather_bytes, const Matrix<int64_t>& activation_bytes,
                 const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& selective_bytes,
                 const Matrix<int64_t>& input_bytes, const Matrix<double>& op_s, const Matrix<int64_t>& op_bytes,
-                const Matrix<bool>& tensor_parallel, int64_t devices, int64_t microbatches,
+                const Matrix<bool>& tensor_parallel, const Matrix<bool>& block, int64_t devices, int64_t microbatches,
                 const Vector<int64_t>& tier_group_sizes, const Vector<double>& tier_bandwidth_bytes_per_s,
                 const Vector<double>& tier_latency_s, int64_t optimizer_factor, double hbm_bytes_per_s,
                 double collective_share, bool bound_sync_windows, Extra... extra) {
@@ -157,6 +157,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
       f.op_s = matrix_row(op_s, w, widths, cols, "op_s");
       f.op_bytes = matrix_row(op_bytes, w, widths, cols, "op_bytes");
       f.tensor_parallel = matrix_row<bool, uint8_t>(tensor_parallel, w, widths, cols, "tensor_parallel");
+      f.block = matrix_row<bool, uint8_t>(block, w, widths, cols, "block");
       in.widths.push_back(std::move(f));
     }
     return body(in, std::forward<Extra>(extra)...);
@@ -171,7 +172,7 @@ void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc
         nb::arg("expert_param_bytes"), nb::arg("gather_bytes"), nb::arg("expert_gather_bytes"),
         nb::arg("activation_bytes"), nb::arg("stash_bytes"),
         nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("op_s"), nb::arg("op_bytes"),
-        nb::arg("tensor_parallel"), nb::arg("devices"),
+        nb::arg("tensor_parallel"), nb::arg("block"), nb::arg("devices"),
         nb::arg("microbatches"), nb::arg("tier_group_sizes"), nb::arg("tier_bandwidth_bytes_per_s"),
         nb::arg("tier_latency_s"), nb::arg("optimizer_factor"), nb::arg("hbm_bytes_per_s"),
         nb::arg("collective_share"), nb::arg("bound_sync_windows"), extra..., doc);
@@ -282,7 +283,7 @@ NB_MODULE(_core, m) {
       .def_ro("stash_bytes", &PlanResult::stash_bytes);
   def_taking_problem(m, "solve_placements", &solve_placements,
                      "Solves each (width index, HBM bytes, settings) variant with the GIL released; settings "
-                     "holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError "
+                     "holds every plan setting by name (recompute: 0/1/2/3/4 for none/selective/full/op/block; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError "
                      "on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.",
                      nb::arg("variants"));
 
@@ -306,6 +307,10 @@ NB_MODULE(_core, m) {
       .def_ro("op_s", &StageCost::op_s)
       .def_ro("op_bytes", &StageCost::op_bytes)
       .def_ro("op_working_bytes", &StageCost::op_working_bytes)
+      .def_ro("block_layers", &StageCost::block_layers)
+      .def_ro("block_s", &StageCost::block_s)
+      .def_ro("block_bytes", &StageCost::block_bytes)
+      .def_ro("block_working_bytes", &StageCost::block_working_bytes)
       .def_ro("cut_bytes", &StageCost::cut_bytes)
       .def_ro("devices", &StageCost::devices);
   using phazec::StageTime;

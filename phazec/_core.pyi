@@ -101,6 +101,7 @@ def solve_placements(
     tensor_parallel: Annotated[
         NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    block: Annotated[NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)],
     devices: int,
     microbatches: int,
     tier_group_sizes: Annotated[
@@ -119,7 +120,7 @@ def solve_placements(
     variants: Sequence[tuple[int, int, dict[str, int | bool]]],
 ) -> list[PlanResult]:
     """
-    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2/3 for none/selective/full/op; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
+    Solves each (width index, HBM bytes, settings) variant with the GIL released; settings holds every plan setting by name (recompute: 0/1/2/3/4 for none/selective/full/op/block; pipeline_schedule: 0/1 for 1f1b/zb_h1). ValueError on bad input; a signal handler's exception (run every 20 ms) stops the solve and is raised.
     """
 
 class StageCost:
@@ -163,6 +164,14 @@ class StageCost:
     def op_bytes(self) -> int: ...
     @property
     def op_working_bytes(self) -> int: ...
+    @property
+    def block_layers(self) -> int: ...
+    @property
+    def block_s(self) -> float: ...
+    @property
+    def block_bytes(self) -> int: ...
+    @property
+    def block_working_bytes(self) -> int: ...
     @property
     def cut_bytes(self) -> int: ...
     @property
@@ -320,6 +329,7 @@ def evaluate_plan(
     tensor_parallel: Annotated[
         NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    block: Annotated[NDArray[numpy.bool_], dict(shape=(None, None), order="C", device="cpu", writable=False)],
     devices: int,
     microbatches: int,
     tier_group_sizes: Annotated[

@@ -53,12 +53,21 @@ def test_a_row_waits_for_the_knobs_it_needs_then_plans_with_them() -> None:
         ({"microbatch": ""}, "microbatch not stated"),
         ({"interleave": "yes (value not stated)"}, "interleave not stated"),
         ({"zero_stage": "not stated"}, "zero stage not stated"),
-        ({"recompute": "full, block, 5 layers"}, "recompute of some layers only (full, block, 5 layers)"),
+        ({"recompute": "full, block"}, "recompute of some blocks, how many not stated (full, block)"),
         ({"gpu": "MI300X"}, "GPU 'MI300X' has no preset"),
     ],
 )
 def test_rows_phazec_cannot_express_say_why(change: dict[str, str], reason: str) -> None:
     assert modern.expressible({**ROW, **change}, LATER) == reason
+
+
+def test_a_block_recompute_row_runs_megatron_cores_block_method() -> None:
+    run = modern.expressible(
+        {**ROW, "recompute": "full, block, 5 layers (per HEAD H100 fp8cs recipe)"}, LATER
+    )
+    assert isinstance(run, modern.ModernRun)
+    assert (run.run.recompute, run.recompute_layers) == ("block", 5)
+    assert "plan.recompute_layers=5" in run.overrides(LATER | {"recompute_layers"})
 
 
 def test_chip_families() -> None:

@@ -104,12 +104,22 @@ void backward_finish(const LayerGraph& graph, const std::vector<double>& latency
 
 /// The cost of a stage at width f.t, `cut_bytes` crossing the cut after it, from its layers' forward,
 /// backward and weight-gradient finishes (`forward_finish`, `backward_finish` on the backward and on the
-/// weight-gradient latencies).
+/// weight-gradient latencies). Block recompute reruns the stage's first `blocks` transformer blocks in
+/// layer order (`recomputed_blocks`): each keeps its inputs and is rebuilt alone, as Megatron-Core
+/// checkpoints each of them on its own; the stage's other layers keep their stash.
 StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_bytes, const double* forward,
-                     const double* backward, const double* weight_grad) {
+                     const double* backward, const double* weight_grad, int64_t blocks) {
   StageCost c;
   bool any_tensor_parallel = false;
   for (int32_t v : members(stage)) {
+    if (f.block[v] != 0 && c.block_layers < blocks) {
+      ++c.block_layers;
+      c.block_s += f.forward_s[v];
+      c.block_bytes += f.input_bytes[v];
+      c.block_working_bytes = std::max(c.block_working_bytes, f.activation_bytes[v]);
+    } else {
+      c.block_bytes += f.stash_bytes[v];
+    }
     c.forward_s = std::max(c.forward_s, forward[v]);
     c.backward_s = std::max(c.backward_s, backward[v]);
     c.weight_grad_s = std::max(c.weight_grad_s, weight_grad[v]);
@@ -183,7 +193,7 @@ struct StageTable {
   int64_t max_narrow = 0;       // most narrow stages a plan can have
 };
 
-StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
+StageTable make_stage_table(const Lattice& lat, const LayerFigures& f, int64_t blocks) {
   StageTable tab;
   tab.t = f.t;
   const auto n = static_cast<std::size_t>(lat.graph.g.n);
@@ -200,7 +210,7 @@ StageTable make_stage_table(const Lattice& lat, const LayerFigures& f) {
     for (std::size_t p = lat.first_pair[set]; p < lat.first_pair[set + 1]; ++p) {
       const auto inner = static_cast<std::size_t>(lat.inner[p]);
       tab.cost.push_back(stage_cost(f, lat.stage[p], lat.cut_bytes[inner], forward.data(), &backward[inner * n],
-                                    &weight_grad[inner * n]));
+                                    &weight_grad[inner * n], blocks));
       tab.narrow.push_back(f.t > 1 && tab.cost.back().devices == 1 ? 1 : 0);
     }
   }
@@ -268,6 +278,13 @@ struct PlanModel {
   /// A stage's recompute mode: the plan's, or none for the last stage under PHAZE's rule.
   Recompute mode(bool last) const {
     return last && !settings.last_stage_recomputes ? Recompute::kNone : static_cast<Recompute>(settings.recompute);
+  }
+
+  /// The transformer blocks a stage reruns under block recompute: `recompute_layers` in each of its v
+  /// model chunks, the first of its blocks in layer order (`stage_cost`); 0 in every other mode.
+  int64_t recomputed_blocks() const { return recomputed_blocks_of(settings); }
+  static int64_t recomputed_blocks_of(const PlanSettings& s) {
+    return s.recompute == static_cast<int64_t>(Recompute::kBlock) ? s.recompute_layers * s.interleave : 0;
   }
 
   /// m: the microbatches each of d data-parallel replicas runs.
@@ -376,6 +393,7 @@ struct PlanModel {
     if (mode == Recompute::kSelective) recompute_s = c.selective_s;
     if (mode == Recompute::kFull) recompute_s = c.forward_s;
     if (mode == Recompute::kOp) recompute_s = c.op_s;
+    if (mode == Recompute::kBlock) recompute_s = c.block_s;
     double p2p_s = 2.0 * static_cast<double>(settings.interleave) * transfer_s(sent_bytes(c), tier);
     const auto [gather_s, scatter_s] = shard_collectives_s(c, d, shard_tiers);
     const double gathers_s = shard_s(c, gather_s, scatter_s);
@@ -412,6 +430,7 @@ struct PlanModel {
     if (mode == Recompute::kSelective) return {c.selective_bytes, c.selective_working_bytes};
     if (mode == Recompute::kFull) return {c.input_bytes, c.full_working_bytes};
     if (mode == Recompute::kOp) return {c.op_bytes, c.op_working_bytes};
+    if (mode == Recompute::kBlock) return {c.block_bytes, c.block_working_bytes};
     return {c.stash_bytes, 0};
   }
 
@@ -1088,6 +1107,8 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kSelective)) own = f.selective_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kFull)) own = f.input_bytes[v];
     if (plan.settings.recompute == static_cast<int64_t>(Recompute::kOp)) own = f.op_bytes[v];
+    // Block recompute keeps a block's inputs or its stash, whichever stage it lands in.
+    if (plan.settings.recompute == static_cast<int64_t>(Recompute::kBlock) && f.block[v] != 0) own = f.input_bytes[v];
     kept += static_cast<double>(std::min(own, f.stash_bytes[v]));
   }
   const double dense = params - experts;
@@ -1534,6 +1555,7 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       }
     }
     if (f.tensor_parallel.size() != n) fail("tensor-parallel flags must be n values");
+    if (f.block.size() != n) fail("block flags must be n values");
     if (f.expert_param_bytes.size() != n) fail("expert parameter bytes must be n values");
     for (std::size_t v = 0; v < n; ++v) {
       if (f.expert_param_bytes[v] < 0 || f.expert_param_bytes[v] > f.param_bytes[v]) {
@@ -1558,9 +1580,10 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
     }
     if (v.settings.interleave < 1 || v.hbm_bytes < 1) fail("interleave and HBM bytes must be positive");
     if (v.settings.ep < 1) fail("the expert-parallel width must be positive");
-    if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kOp)) {
+    if (v.settings.recompute < 0 || v.settings.recompute > static_cast<int64_t>(Recompute::kBlock)) {
       fail("unknown recompute mode");
     }
+    if (v.settings.recompute_layers < 1) fail("block recompute's blocks per model chunk must be positive");
     if (v.settings.zero_stage < 0 || v.settings.zero_stage > 3) fail("zero stage outside 0..3");
     if (v.settings.pipeline_schedule < 0 || v.settings.pipeline_schedule > static_cast<int64_t>(PipelineSchedule::kZbH1)) {
       fail("unknown pipeline schedule");
@@ -1667,7 +1690,7 @@ PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, cons
     backward_finish(graph, f.backward_s, later, backward.data());
     backward_finish(graph, f.weight_grad_s, later, weight_grad.data());
     out.stages[i].cost = stage_cost(f, sets[i], incoming_bytes(graph, later, later), forward.data(), backward.data(),
-                                    weight_grad.data());
+                                    weight_grad.data(), plan.recomputed_blocks());
     later = std::move(upto);
     k += plan.stage_devices(out.stages[i].cost);
   }
@@ -1759,7 +1782,8 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
   check_input(in, variants);
   CancelPoll poll(std::move(cancelled));
   const Lattice lat = make_lattice(in);
-  std::map<int32_t, StageTable> stage_tables;  // the stage costs do not depend on HBM or the settings
+  // The stage costs depend on neither HBM nor the settings but for the blocks block recompute reruns.
+  std::map<std::pair<int32_t, int64_t>, StageTable> stage_tables;
   LeastMemory least_memory;
   // Per width: the last `kKeptPlans` distinct plans found, latest last, each timed under a later variant
   // for its incumbent (`incumbent_s`) and, with the plans that least-memory reports split, the start of
@@ -1770,9 +1794,10 @@ std::vector<PlanResult> solve_placements(const PlacementInput& in, const std::ve
   std::vector<PlanResult> out;
   out.reserve(variants.size());
   for (const auto& v : variants) {
-    auto it = stage_tables.find(v.width_index);
+    const std::pair<int32_t, int64_t> key{v.width_index, PlanModel::recomputed_blocks_of(v.settings)};
+    auto it = stage_tables.find(key);
     if (it == stage_tables.end()) {
-      it = stage_tables.emplace(v.width_index, make_stage_table(lat, in.widths[v.width_index])).first;
+      it = stage_tables.emplace(key, make_stage_table(lat, in.widths[v.width_index], key.second)).first;
     }
     poll();
     const LayerFigures& f = in.widths[v.width_index];

@@ -81,6 +81,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
+    check_recompute_layers(train.fixed, train.tried("recompute"), "train")
+    check_recompute_layers(plan.training, (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
     check_all_to_all_knobs(plan.training, "plan")
     check_fp8_param_gather(train.fixed, train.tried("precision"), train.tried("zero_stage"), "train")
@@ -216,6 +218,17 @@ def check_context_parallel(model: ModelConfig, hw: HwSpace, cps: Sequence[int], 
             )
 
 
+def as_given(values: Sequence[Any], group: str) -> Any:
+    """The values a knob takes as `<group>.<knob>` spells them: the list a search tries (`train`), or
+    the one setting of a plan."""
+    return list(values) if group == "train" else values[0]
+
+
+def spelled(value: str, group: str) -> str:
+    """`value` as `<group>.<knob>=` takes it: a one-element list for a search (`train`), else itself."""
+    return f"[{value}]" if group == "train" else value
+
+
 def check_selective_modules(
     model: ModelConfig, training: Training, recompute: Sequence[str], group: str
 ) -> None:
@@ -250,12 +263,27 @@ def check_selective_modules(
                 f"{list(EXPERT_KEYS)}): set {group}.{knob}=false."
             )
         if "selective" not in recompute:
-            modes = list(recompute) if group == "train" else recompute[0]
             raise PhazecError(
-                f"{name} extends selective recompute, but {group}.recompute is {modes!r}: set "
-                f"{group}.recompute={'[selective]' if group == 'train' else 'selective'}, or "
+                f"{name} extends selective recompute, but {group}.recompute is "
+                f"{as_given(recompute, group)!r}: set {group}.recompute={spelled('selective', group)}, or "
                 f"{group}.{knob}=false."
             )
+
+
+def check_recompute_layers(training: Training, recompute: Sequence[str], group: str) -> None:
+    """`<group>.recompute_layers` (block recompute's blocks per model chunk), with the recompute modes
+    `recompute` tried: anything but its default needs block among them.
+
+    Raises:
+        PhazecError: it is set without block recompute.
+    """
+    if training.recompute_layers != 1 and "block" not in recompute:
+        raise PhazecError(
+            f"{group}.recompute_layers={training.recompute_layers} sets how many blocks of each model chunk "
+            f"block recompute reruns, but {group}.recompute is {as_given(recompute, group)!r}: set "
+            f"{group}.recompute={spelled('block', group)} (Megatron-Core's "
+            f"recompute_method=block), or leave {group}.recompute_layers at 1."
+        )
 
 
 def check_all_to_all_knobs(training: Training, group: str) -> None:
@@ -319,11 +347,10 @@ def check_pipeline_schedule(
         return
     chunked = [v for v in interleave if v > 1]
     if chunked:
-        given = list(interleave) if group == "train" else interleave[0]
         raise PhazecError(
             f"{group}.pipeline_schedule=zb_h1 is not an interleaved schedule, but {group}.interleave is "
-            f"{given!r}: ZB-H1 runs one model chunk per stage (1F1B's order with the weight gradients "
-            f"deferred); set {group}.interleave={'[1]' if group == 'train' else '1'}, or "
+            f"{as_given(interleave, group)!r}: ZB-H1 runs one model chunk per stage (1F1B's order with the "
+            f"weight gradients deferred); set {group}.interleave={spelled('1', group)}, or "
             f"{group}.pipeline_schedule=1f1b for interleaved 1F1B."
         )
     if trace:

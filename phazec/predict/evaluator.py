@@ -301,6 +301,7 @@ class Evaluator:
             weight_grad_latency_s=np.stack([latencies[t][j, 4] for t in widths]),
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             collective_share=float(sm_share(designs, designs.device.collective_sms)[j]),
+            block_layers=np.array([layer.kind is LayerKind.BLOCK for layer in reference.layers]),
             bound_sync_windows=bound_sync_windows,
         )
         blocks = [i for i, layer in enumerate(reference.layers) if layer.kind is LayerKind.BLOCK]

@@ -267,15 +267,19 @@ def plan_report(
     layers = layer_figures(evaluator, designs, model, plan.training)
     model_flops = 0.0
     recompute_flops = 0.0
-    for stage, mode in zip(stages, figures.modes, strict=True):
+    for stage, mode, cost in zip(stages, figures.modes, figures.costs, strict=True):
+        rerun = cost.block_layers  # block recompute reruns the stage's first blocks
         for v in stage:
             width = tp if model.classes[model.layers[v].cls].tp_width > 1 else 1
             model_flops += width * (layers[v].forward_flops + layers[v].backward_flops)
+            block = rerun > 0 and model.layers[v].kind is LayerKind.BLOCK
+            rerun -= block
             again = {
                 "none": 0,
                 "selective": layers[v].core_flops,
                 "full": layers[v].forward_flops,
                 "op": layers[v].op_flops,
+                "block": layers[v].forward_flops if block else 0,
             }[mode]
             recompute_flops += width * again
     microbatches = samples // microbatch
@@ -431,7 +435,7 @@ def not_fit_warning(memory: DeviceMemory, plan: Plan) -> str:
     remedies = [
         remedy
         for remedy, unused in (
-            ("full recompute (plan.recompute=full)", training.recompute in ("selective", "op")),
+            ("full recompute (plan.recompute=full)", training.recompute in ("selective", "op", "block")),
             ("recompute (plan.recompute=op or full)", training.recompute == "none" and not offload),
             (f"more blocks' activations on the host (plan.offload_layers above {offload})", offload > 0),
             (f"a distributed optimizer (plan.zero_stage=1){sharded}", training.zero_stage == 0),

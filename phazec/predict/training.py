@@ -115,9 +115,17 @@ class Training:
         legacy={False: "none", True: "full"},
     )
     """Activation recomputation: `none`, `selective` (Megatron's: the attention core), `full` (every
-    layer) or `op` (torchtitan's op-level selective activation checkpointing, `selective_ac_option =
+    layer), `op` (torchtitan's op-level selective activation checkpointing, `selective_ac_option =
     "op"`: every second linear layer's product and the elementwise and normalisation ops recomputed,
-    `phazec.passes.memory.op_checkpoint`); in a search's list, false and true mean none and full."""
+    `phazec.passes.memory.op_checkpoint`) or `block` (Megatron-Core's `recompute_granularity=full` with
+    `recompute_method=block`: the first `recompute_layers` transformer blocks of each model chunk
+    recomputed in full, the others keeping their activations); in a search's list, false and true mean
+    none and full."""
+    recompute_layers: int = knob(1, core=True, minimum=1)
+    """Under `recompute` block, the transformer blocks of each model chunk (each pipeline stage's, each
+    virtual stage's under `interleave`) recomputed: its first ones (Megatron-Core's
+    `recompute_num_layers`); more than a chunk holds recomputes all of them. Set only with block among
+    the recompute modes."""
     sequence_parallel: bool = knob(False, search=[False], core=True, layers=True)
     """Megatron's sequence parallelism: activations outside the attention and MLP GEMMs split over the
     tensor-parallel group, and so are a stage's pipeline sends (Megatron-Core's pipeline tensor is s /

@@ -9,7 +9,8 @@ buffers (per-core and global), HBM and network (collectives inside the layer).
 
 A plan then runs, per training iteration, `microbatches_per_pipeline` microbatches through each
 stage: forward, backward, and where the stage recomputes (the placement model's mode of the stage,
-`PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute,
+`PlanFigures.modes`: not the last stage under PHAZE's rule) the forward again under full recompute
+(under block recompute, the share of the stage's layers it reruns),
 its attention cores' ops under selective recompute, or the ops op recompute runs again, each spread
 over every core of its kind, one after another, as the placement model times them
 (`phazec.predict.evaluator.attention_core_s`, `op_recompute_s`). Per
@@ -84,7 +85,8 @@ class PlanWork:
     samples_per_batch: int
     forward_runs: tuple[float, ...]
     """Per stage, forward passes per microbatch: 2 where the stage recomputes in full (the placement
-    model's mode of the stage), else 1."""
+    model's mode of the stage), 1 plus the share of its layers rerun under block recompute
+    (`PlanFigures.forward_runs`), else 1."""
     core_runs: tuple[float, ...]
     """Per stage, attention-core repeats per microbatch: 1 where the stage recomputes selectively, else 0."""
     op_runs: tuple[float, ...]
@@ -268,7 +270,7 @@ class Usage:
             ep=training.ep,
             tp=t,
             samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
-            forward_runs=tuple(1.0 + float(mode == "full") for mode in figures.modes),
+            forward_runs=figures.forward_runs(),
             core_runs=tuple(float(mode == "selective") for mode in figures.modes),
             op_runs=tuple(float(mode == "op") for mode in figures.modes),
         )

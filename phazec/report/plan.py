@@ -19,9 +19,12 @@ def plan_summary(report: PlanReport) -> str:
     experts = f" (ep {training.ep})" if training.ep > 1 else ""
     offload = f", {training.offload_layers} blocks offloaded" if training.offload_layers else ""
     schedule = ", ZB-H1" if training.pipeline_schedule == "zb_h1" else ""
+    recompute = training.recompute
+    if recompute == "block":
+        recompute = f"block ({training.recompute_layers} a model chunk)"
     return (
         f"tp {plan.tp} x pp {plan.pp} x dp {plan.dp}{cp} = {report.devices} devices{experts}, "
-        f"microbatch {training.microbatch}, recompute {training.recompute}{sp}{interleave}{schedule}"
+        f"microbatch {training.microbatch}, recompute {recompute}{sp}{interleave}{schedule}"
         f"{precision}{distributed}{offload}; layers per stage {list(report.layers_per_stage)}"
     )
 

@@ -277,8 +277,9 @@ def trace_events(figures: PlanFigures, info: TraceInfo, block: BottleneckBlock |
 
 def kept_bytes(cost: StageCost, mode: int) -> int:
     """The activation bytes a stage keeps per microbatch in flight in its recompute mode (index into
-    `RECOMPUTE_MODES`: none, selective, full, op): its stash, selective stash, layer inputs or op stash."""
-    return (cost.stash_bytes, cost.selective_bytes, cost.input_bytes, cost.op_bytes)[mode]
+    `RECOMPUTE_MODES`: none, selective, full, op, block): its stash, selective stash, layer inputs, op
+    stash, or its rerun blocks' inputs and the others' stash."""
+    return (cost.stash_bytes, cost.selective_bytes, cost.input_bytes, cost.op_bytes, cost.block_bytes)[mode]
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from phazec.solvers.placement.dp import solve_placements
 from phazec.solvers.placement.evaluate import PlanFigures, explain_plan, plan_figures
 from phazec.solvers.placement.problem import Placement, PlacementProblem, Variant
 from tests.conftest import compose_config
-from tests.solvers.placement.placement_reference import plan_settings
+from tests.solvers.placement.placement_reference import best_placement, best_time_s, plan_settings
 
 # --- A 2-stage, 2-microbatch toy, by hand ----------------------------------------------------------
 # Layers 0 -> 1, one per stage: forward 1 s, backward 2 s, attention core 0.25 s each, op recompute's
@@ -176,6 +176,67 @@ def test_toy_iteration_and_memory_by_hand(mode: str, sequence_parallel: bool, in
     it = figures.iteration
     parts = it.forward_s + it.backward_s + it.recompute_s + it.p2p_s + it.bubble_s + it.dp_sync_s
     assert parts == pytest.approx(time_s, rel=1e-12)
+
+
+# Block recompute, by hand: a chain of 6 layers on 2 stages of 3, (0 1 2) and (3 4 5); layers 0 (the
+# embedding) and 5 (the output layer) are not transformer blocks. Forward f = 0.5, 1, 1.5, 1, 2, 0.75 s,
+# backward 2 f; stash 10, 100, 120, 100, 150, 200 B, inputs 5, 20, 20, 20, 30, 30 B, activations
+# 10, 100, 130, 100, 160, 200 B; 100 B of weights a layer (weights + gradients 600 B a stage); no bytes
+# cross the cut, m = 2, every stage recomputes (Megatron's rule).
+# A stage reruns its first N v blocks (N = recompute_layers): each keeps its inputs and is rebuilt alone
+# (the working set is the largest of their activations); every other layer keeps its stash.
+#   N = 1, v = 1: stage 0 reruns block 1: load 3 + 6 + 1 = 10, kept 10 + 20 + 120 = 150, working 100;
+#     stage 1 reruns block 3: load 3.75 + 7.5 + 1 = 12.25, kept 20 + 150 + 200 = 370, working 100.
+#     Time 12.25 (2 + 1) = 36.75; memory 600 + 2 x 150 + 100 = 1000 and 600 + 370 + 100 = 1070.
+#   N = 2 (N = 3, more than a stage holds, the same): stage 0 reruns blocks 1 and 2: load 11.5, kept
+#     10 + 20 + 20 = 50, working 130; stage 1 blocks 3 and 4: load 14.25, kept 20 + 30 + 200 = 250,
+#     working 160. Time 14.25 x 3 = 42.75; memory 600 + 100 + 130 = 830 and 600 + 250 + 160 = 1010.
+#   N = 1, v = 2: N v = 2 blocks a stage, as N = 2 above: time 14.25 (2 + 1/2) = 35.625; in flight
+#     min(2 (q - 1) + (v - 1) s + 1, m v) = 4 and 3 chunk-microbatches: memory 600 + 50 x 4 / 2 + 130 =
+#     830 and 600 + ceil(250 x 3 / 2) + 160 = 1135.
+BLOCK_TOY = {
+    (1, 1): ([10.0, 12.25], 36.75, [1.0, 1.0], [1000, 1070]),
+    (2, 1): ([11.5, 14.25], 42.75, [2.5, 3.0], [830, 1010]),
+    (3, 1): ([11.5, 14.25], 42.75, [2.5, 3.0], [830, 1010]),
+    (1, 2): ([11.5, 14.25], 35.625, [2.5, 3.0], [830, 1135]),
+}
+
+
+@pytest.mark.parametrize(("layers", "interleave"), sorted(BLOCK_TOY))
+def test_block_recompute_by_hand(layers: int, interleave: int) -> None:
+    forward = np.array([[0.5, 1.0, 1.5, 1.0, 2.0, 0.75]])
+
+    def row(*values: int) -> np.ndarray:
+        return np.array([values])
+
+    problem = toy(
+        forward_latency_s=forward,
+        backward_latency_s=2 * forward,
+        param_bytes=row(*[100] * 6),
+        activation_bytes=row(10, 100, 130, 100, 160, 200),
+        stash_bytes=row(10, 100, 120, 100, 150, 200),
+        input_bytes=row(5, 20, 20, 20, 30, 30),
+        selective_stash_bytes=None,
+        selective_recompute_s=None,
+        op_stash_bytes=None,
+        op_recompute_s=None,
+        tensor_parallel=np.zeros((1, 6), dtype=bool),
+        block_layers=np.array([False, True, True, True, True, False]),
+        edges=np.array([(v, v + 1) for v in range(5)]),
+        edge_bytes=np.zeros(5, dtype=np.int64),
+    )
+    variant = toy_variant(1, "block", recompute_layers=layers, interleave=interleave)
+    figures = plan_figures(problem, variant, ((0, 1, 2), (3, 4, 5)), 1)
+    loads, time_s, recompute_s, memory = BLOCK_TOY[layers, interleave]
+    assert [s.load_s for s in figures.placement.stages] == loads
+    assert figures.placement.time_per_batch_s == time_s
+    assert [t.recompute_s for t in figures.times] == recompute_s
+    assert [s.memory_bytes for s in figures.placement.stages] == memory
+    assert [c.block_layers for c in figures.costs] == [min(2, layers * interleave)] * 2
+    assert figures.modes == ("block", "block")
+    # The DP's optimum over every split and width is the brute force's.
+    best = best_placement(problem, 10**6, variant.settings)
+    assert isinstance(best, Placement) and best.time_per_batch_s == best_time_s(problem, variant)
 
 
 def test_toy_zero_bubble_h1_by_hand() -> None:
@@ -772,7 +833,8 @@ BAD_PLANS = [
     ),
     (
         "plan.recompute=some",
-        r"plan.recompute='some' is not valid: it must be one of \['none', 'selective', 'full', 'op'\]",
+        r"plan.recompute='some' is not valid: it must be one of "
+        r"\['none', 'selective', 'full', 'op', 'block'\]",
     ),
     ("plan.tp=3", r"3 \* 2 \* 2 = 12 does not divide the 8 devices"),
     ("plan.microbatch=3", r"plan.microbatch=3 does not divide the global batch 16"),
@@ -971,6 +1033,48 @@ def test_op_recompute_runs_every_other_linear_layer_again_under_flash(cache_dir:
     assert none.hfu == none.mfu and op.hfu > op.mfu
     stash = {mode: r.memory.activation_stash_bytes for mode, r in reports.items()}
     assert stash["full"] < stash["op"] < stash["none"]
+
+
+def test_block_recompute_reruns_the_blocks_and_not_the_embedding_or_output_layer(cache_dir: Path) -> None:
+    """Megatron-Core's block method on the tiny GPT-2 (one block a stage, pp 2): it reruns each stage's
+    block, so it takes time and counts in HFU, less than full recompute, which also reruns the
+    embedding and the output layer; it keeps each block's input where no recompute keeps its stash, and
+    keeps the embedding's and the output layer's stash, which full recompute does not."""
+    reports = {
+        mode: predict_plan(
+            settings_from_config(compose_config(*PLAN, f"cache_dir={cache_dir}", f"plan.recompute={mode}"))
+        )
+        for mode in ("none", "block", "full")
+    }
+    none, block, full = reports["none"], reports["block"], reports["full"]
+    assert 0 < block.breakdown.recompute_s < full.breakdown.recompute_s
+    assert none.time_per_batch_s < block.time_per_batch_s < full.time_per_batch_s
+    assert none.hfu == none.mfu and 1 < block.hfu / block.mfu < full.hfu / full.mfu
+    stash = {mode: r.memory.activation_stash_bytes for mode, r in reports.items()}
+    assert stash["full"] < stash["block"] < stash["none"]
+    more = compose_config(*PLAN, f"cache_dir={cache_dir}", "plan.recompute=block", "plan.recompute_layers=4")
+    assert predict_plan(settings_from_config(more)).time_per_batch_s == block.time_per_batch_s  # 1 a stage
+
+
+def test_recompute_layers_without_block_recompute_is_refused(cache_dir: Path) -> None:
+    with pytest.raises(
+        PhazecError, match=r"plan.recompute_layers=2 sets how many blocks .* plan.recompute is 'full'"
+    ):
+        settings_from_config(compose_config(*PLAN, f"cache_dir={cache_dir}", "plan.recompute_layers=2"))
+    with pytest.raises(
+        PhazecError, match=r"plan.recompute_layers=0 is not valid: it must be a positive integer"
+    ):
+        settings_from_config(
+            compose_config(*PLAN, f"cache_dir={cache_dir}", "plan.recompute=block", "plan.recompute_layers=0")
+        )
+    with pytest.raises(
+        PhazecError, match=r"train.recompute_layers=3 .* train.recompute is \['none', 'full'\]"
+    ):
+        settings_from_config(
+            compose_config(
+                *PLAN, f"cache_dir={cache_dir}", "train.recompute=[none,full]", "train.recompute_layers=3"
+            )
+        )
 
 
 def test_sequence_parallelism_without_tensor_parallelism_is_warned_and_off(

@@ -5,7 +5,8 @@
 // This is the one implementation of the model; its statement is the module docstring of
 // phazec/solvers/placement.py. In short: a stage is the difference of two downsets of the layer
 // DAG; its load per microbatch is forward + backward + recompute time (none, selective: attention
-// cores, full: forward again, op: the ops torchtitan's op-level selective checkpointing does not save;
+// cores, full: forward again, op: the ops torchtitan's op-level selective checkpointing does not save,
+// block: the forward of the first recompute_layers blocks of each model chunk again;
 // the last stage recomputes only under Megatron's rule) + 2 v transfers
 // of the cut (+ ZeRO-3's exposed weight gathers); its memory is weights, gradients, optimizer state
 // (sharded over d by ZeRO stage: state from 1, gradients from 2, weights from 3; a MoE block's routed
@@ -53,6 +54,7 @@ struct LayerFigures {
   std::vector<int64_t> op_bytes;         // kept under op-level selective checkpointing (op recompute)
   std::vector<double> op_s;              // forward latency of the ops op recompute runs again
   std::vector<uint8_t> tensor_parallel;
+  std::vector<uint8_t> block;            // a transformer block: what block recompute counts
 };
 
 /// The problem every plan shares; `edges[i]` carries `edge_bytes[i]` per microbatch.
@@ -74,7 +76,8 @@ struct PlacementInput {
 /// The bindings fill `PlanSettings` from a Python dict by these names, so a new setting needs its
 /// line here and its use in placement.cpp only (and a range check in check_input where it has one).
 #define PHAZEC_PLAN_SETTINGS(X)                                                                      \
-  X(int64_t, recompute, 0)           /* index in ("none", "selective", "full", "op"): `Recompute` */ \
+  X(int64_t, recompute, 0)           /* index in ("none", "selective", "full", "op", "block"): `Recompute` */ \
+  X(int64_t, recompute_layers, 1)    /* block recompute: the blocks of each model chunk recomputed */ \
   X(int64_t, interleave, 1)          /* model chunks per stage (interleaved 1F1B when > 1) */        \
   X(int64_t, zero_stage, 0)          /* 0-3: what is sharded over the d replicas (`zero_stage`) */   \
   X(int64_t, cp, 1)                  /* context-parallel devices per stage device (`cp`) */          \
@@ -92,7 +95,9 @@ struct PlanSettings {
 #undef PHAZEC_SETTING_FIELD
 };
 
-enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2, kOp = 3 };
+/// Megatron-Core's block method (`recompute_method=block`, `recompute_num_layers`) is kBlock: the first
+/// `recompute_layers` transformer blocks of each model chunk recompute in full, the others keep theirs.
+enum class Recompute : int64_t { kNone = 0, kSelective = 1, kFull = 2, kOp = 3, kBlock = 4 };
 
 /// 1F1B (interleaved when interleave > 1), or ZB-H1: 1F1B with each backward pass split into its input
 /// gradients, run in place, and its weight gradients, deferred to fill the bubble (Qi et al., ICLR 2024).
@@ -124,7 +129,8 @@ struct PlanResult {
   int64_t stash_bytes = 0;
 };
 
-/// The figures of one stage that depend on neither d, its position nor the settings.
+/// The figures of one stage that depend on neither d, its position nor the settings (but for the block
+/// figures, which depend on the blocks block recompute reruns: `recomputed_blocks`).
 struct StageCost {
   double forward_s = 0.0;               // forward critical path
   double backward_s = 0.0;              // backward critical path
@@ -144,6 +150,10 @@ struct StageCost {
   double op_s = 0.0;                    // sum of the layers' latencies of the ops op recompute runs again
   int64_t op_bytes = 0;                 // kept under op recompute
   int64_t op_working_bytes = 0;         // the largest part of a layer's stash op recompute rebuilds
+  int64_t block_layers = 0;             // blocks block recompute reruns: its first (`stage_cost`)
+  double block_s = 0.0;                 // their forward latencies, summed
+  int64_t block_bytes = 0;              // kept under block recompute: their inputs, the other layers' stash
+  int64_t block_working_bytes = 0;      // the largest activations of one of them: rebuilt at once
   int64_t cut_bytes = 0;                // bytes crossing the cut after the stage
   int64_t devices = 1;                  // t when it holds a tensor-parallel layer, else 1
 };

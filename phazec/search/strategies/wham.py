@@ -179,8 +179,8 @@ def stage_works(evaluator: Evaluator, designs: Designs, candidate: Candidate) ->
     assert isinstance(placement, Placement)
     model = evaluator.graphs[placement.t]
     out: list[StageWork] = []
-    modes = usage.plan_sizes(evaluator, designs.take(np.array([candidate.design])), candidate).modes
-    runs = [1.0 + float(mode == "full") for mode in modes]
+    figures = usage.plan_sizes(evaluator, designs.take(np.array([candidate.design])), candidate)
+    modes, runs = figures.modes, figures.forward_runs()
     core = [float(mode == "selective") for mode in modes]
     again = [float(mode == "op") for mode in modes]
     for i, stage in enumerate(placement.stages):

@@ -15,8 +15,8 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   `group_size_i` consecutive ids (ids a and b share a group iff a // g == b // g). Replica r
   holds ids r*k .. r*k + k - 1, its stages in pipeline order. A set of devices talks over the first
   tier whose aligned group holds all of them.
-* Execution settings (Megatron-LM's): recompute mode r in {none, selective, full}, and torchtitan's
-  op (the last stage
+* Execution settings (Megatron-LM's): recompute mode r in {none, selective, full, block}, and
+  torchtitan's op (the last stage
   recomputes too unless `last_stage_recomputes` is false: PHAZE's rule), interleave v (virtual
   stages per device, interleaved 1F1B; with more than one stage each holds at least v layers),
   distributed optimizer (optimizer state sharded over the d replicas, ZeRO-1), DP-gradient overlap,
@@ -25,8 +25,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
 * Stage load per microbatch. compute = forward critical path F + backward critical path B of the
   stage's layers (longest path of latencies through the stage's own edges), plus the recompute time
   R: F under full recompute, the sum of the layers' attention-core forward latencies under
-  selective, the sum of the latencies of the forward ops op recompute runs again under op, 0 under
-  none. The tensors crossing the cut after a stage are sent forward by it and
+  selective, the sum of the latencies of the forward ops op recompute runs again under op, the sum of
+  the forward latencies of the stage's first N v transformer blocks (N = `recompute_layers`, in layer
+  order) under block, 0 under none. The tensors crossing the cut after a stage are sent forward by it and
   their gradients received back by it; tensors of earlier stages needed further down are relayed
   across the cut too, and a layer sends each tensor once per cut (its largest edge into the later
   stages counts). load = compute + 2 v transfer(cut bytes / u) (each of the v model chunks of a stage
@@ -124,7 +125,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   dropped), working = max(stash - selective stash) (one layer's attention core rebuilt);
   full: kept = input bytes (each layer's input), working = max activation bytes (one layer's full
   activations rebuilt); op: kept = op stash bytes (`phazec.passes.memory.op_checkpoint`), working =
-  max(stash - op stash). A plan fits when every stage fits in HBM.
+  max(stash - op stash); block: kept = the input bytes of the blocks it reruns and the stash bytes
+  of every other layer, working = the largest activation bytes of those blocks. A plan fits when every
+  stage fits in HBM.
 
 The model is implemented once, in C++ (`ext/src/placement.cpp`; the settings of a plan it reads are
 declared once, in `PHAZEC_PLAN_SETTINGS` of `ext/include/phazec/placement.hpp`, and reach it by name):

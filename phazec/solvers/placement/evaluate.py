@@ -59,6 +59,15 @@ class StageCost:
     """Kept under op recompute."""
     op_working_bytes: int
     """The largest part of a layer's stash op recompute rebuilds: rebuilt at once under op recompute."""
+    block_layers: int
+    """The transformer blocks block recompute reruns: the stage's first, `recompute_layers` per model
+    chunk (0 in every other mode)."""
+    block_s: float
+    """Sum of their forward latencies."""
+    block_bytes: int
+    """Kept under block recompute: their inputs and the other layers' stash."""
+    block_working_bytes: int
+    """The largest activations of one of them: rebuilt at once under block recompute."""
     cut_bytes: int
     """Bytes crossing the cut after the stage."""
     devices: int
@@ -154,6 +163,14 @@ class PlanFigures:
     """Each stage's figures that depend on neither d, its position nor the settings."""
     syncs: tuple[StageSync, ...]
     """Each stage's work after the flush; `iteration.dp_sync_stage`'s ends the iteration."""
+
+    def forward_runs(self) -> tuple[float, ...]:
+        """Per stage, forward passes of a layer per microbatch: 2 under full recompute; under block
+        recompute 1 plus the share of its layers rerun (each layer taken alike); else 1."""
+        return tuple(
+            1.0 + (mode == "full") + (cost.block_layers / len(stage.layers) if mode == "block" else 0.0)
+            for mode, cost, stage in zip(self.modes, self.costs, self.placement.stages, strict=True)
+        )
 
 
 def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d: int) -> PlanFigures:

@@ -22,10 +22,12 @@ MAX_BYTES = 2**40
 """The largest byte count of one layer the model takes: memory sums of such counts stay far inside
 the C++ DP's 64-bit integers."""
 
-RECOMPUTE_MODES = ("none", "selective", "full", "op")
+RECOMPUTE_MODES = ("none", "selective", "full", "op", "block")
 """Activation recomputation: none, the attention core only (selective: Megatron's), every layer (full),
-or the ops torchtitan's op-level selective activation checkpointing leaves unsaved (op:
-`phazec.passes.memory.op_checkpoint`); the compiled model's `recompute` setting is an index into this."""
+the ops torchtitan's op-level selective activation checkpointing leaves unsaved (op:
+`phazec.passes.memory.op_checkpoint`), or the first `recompute_layers` transformer blocks of each model
+chunk (block: Megatron-Core's `recompute_method=block`); the compiled model's `recompute` setting is an
+index into this."""
 
 PIPELINE_SCHEDULES = ("1f1b", "zb_h1")
 """Pipeline schedules: 1F1B (interleaved when a stage holds several model chunks), or ZB-H1 (Qi et al.,
@@ -33,7 +35,7 @@ PIPELINE_SCHEDULES = ("1f1b", "zb_h1")
 into its input gradients, run in place, and its weight gradients, deferred into the bubble); the
 compiled model's `pipeline_schedule` setting is an index into this."""
 
-Recompute = Literal["none", "selective", "full", "op"]
+Recompute = Literal["none", "selective", "full", "op", "block"]
 
 Stages = tuple[tuple[int, ...], ...]
 """Layer ids of each stage, first stage first."""
@@ -113,6 +115,9 @@ class PlacementProblem:
     the computation beside a ZeRO-3 gather or reduce-scatter or an overlapped DP sync of C seconds runs
     on the rest, so a window of W seconds and the collective take max(W + share C, C)
     (`DeviceModel.collective_sms` over the design's tensor cores; 0: the collective takes no cores)."""
+    block_layers: NDArray[np.bool_] | None = None
+    """Shape [layers]: whether each layer is a transformer block, the layers block recompute counts
+    (None: every layer)."""
     bound_sync_windows: bool = False
     """Time each stage's DP sync as hidden behind windows as long as the bottleneck load allows, not
     behind the first stage's passes: a time never above the real one that never falls as a layer's
@@ -135,6 +140,10 @@ class PlacementProblem:
             object.__setattr__(self, "expert_gather_bytes", self.expert_param_bytes)
         if self.weight_grad_latency_s is None:
             object.__setattr__(self, "weight_grad_latency_s", np.zeros_like(self.forward_latency_s))
+        if self.block_layers is None:
+            object.__setattr__(
+                self, "block_layers", np.ones(np.shape(self.forward_latency_s)[-1:], dtype=np.bool_)
+            )
         for name, value in _validated_arrays(self).items():
             object.__setattr__(self, name, value)
         _validate_scalars(self)
@@ -180,6 +189,12 @@ class PlacementProblem:
         """The weight-gradient latencies (set by construction)."""
         assert self.weight_grad_latency_s is not None
         return self.weight_grad_latency_s
+
+    @property
+    def blocks(self) -> NDArray[np.bool_]:
+        """The transformer-block flags (set by construction)."""
+        assert self.block_layers is not None
+        return self.block_layers
 
     @property
     def selective_s(self) -> NDArray[np.float64]:
@@ -319,6 +334,7 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "op_stash_bytes": (np.int64, 2),
     "op_recompute_s": (np.float64, 2),
     "tensor_parallel": (np.bool_, 2),
+    "block_layers": (np.bool_, 1),
     "edges": (np.int64, 2),
     "edge_bytes": (np.int64, 1),
 }
@@ -358,6 +374,11 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
                 f"{name} has shape {out[name].shape}, which is not valid: per-layer arrays must have shape "
                 f"({widths}, {layers}) (one row per t in {out['t_values'].tolist()}, one column per layer)."
             )
+    if out["block_layers"].shape != (layers,):
+        raise PhazecError(
+            f"block_layers has shape {out['block_layers'].shape}, which is not valid: give one flag per "
+            f"layer, shape ({layers},)."
+        )
     if out["edges"].shape[1] != 2 or out["edge_bytes"].shape != (out["edges"].shape[0],):
         raise PhazecError(
             f"edges has shape {out['edges'].shape} and edge_bytes {out['edge_bytes'].shape}, which is not "
@@ -503,6 +524,7 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "op_s": problem.op_s,
         "op_bytes": problem.op_stash,
         "tensor_parallel": problem.tensor_parallel,
+        "block": np.ascontiguousarray(np.broadcast_to(problem.blocks, problem.tensor_parallel.shape)),
         "devices": problem.device_count,
         "microbatches": problem.microbatch_count,
         "tier_group_sizes": np.array([tier.group_size for tier in problem.tiers], dtype=np.int64),

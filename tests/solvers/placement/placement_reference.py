@@ -30,6 +30,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
     return {
         "recompute": RECOMPUTE_MODES.index(recompute),
         "interleave": 1,
+        "recompute_layers": 1,
         "zero_stage": 0,
         "cp": 1,
         "last_stage_recomputes": False,

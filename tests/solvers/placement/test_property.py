@@ -128,6 +128,7 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         op_stash_bytes=np.floor(stash * op_share).astype(np.int64),
         op_recompute_s=np.array(matrix(latency)),
         tensor_parallel=tensor_parallel,
+        block_layers=np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool),
         edges=np.array(edges, dtype=np.int64),
         edge_bytes=np.array(
             draw(st.lists(st.integers(0, 50), min_size=len(edges), max_size=len(edges))), dtype=np.int64
@@ -156,6 +157,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
     interleave = draw(st.integers(1, 3))
     others = {
         "interleave": interleave,
+        "recompute_layers": draw(st.integers(1, 3)),
         "pipeline_schedule": draw(st.integers(0, 1)) if interleave == 1 else 0,
         "zero_stage": draw(st.integers(0, 3)),
         "cp": draw(st.integers(1, 2)),
@@ -344,6 +346,7 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
     knobs: dict[str, st.SearchStrategy[Any]] = {
         "recompute": st.sampled_from(RECOMPUTE_MODES),
         "interleave": st.integers(1, 3),
+        "recompute_layers": st.integers(1, 3),
         "zero_stage": st.integers(0, 3),
         "cp": st.integers(1, 2),
         "last_stage_recomputes": st.booleans(),
