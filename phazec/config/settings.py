@@ -81,8 +81,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
-    check_recompute_layers(train.fixed, train.tried("recompute"), "train")
-    check_recompute_layers(plan.training, (plan.training.recompute,), "plan")
+    check_recompute_layers(train.tried("recompute_layers"), train.tried("recompute"), "train")
+    check_recompute_layers((plan.training.recompute_layers,), (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
     check_all_to_all_knobs(plan.training, "plan")
     check_fp8_param_gather(train.fixed, train.tried("precision"), train.tried("zero_stage"), "train")
@@ -270,16 +270,16 @@ def check_selective_modules(
             )
 
 
-def check_recompute_layers(training: Training, recompute: Sequence[str], group: str) -> None:
-    """`<group>.recompute_layers` (block recompute's blocks per model chunk), with the recompute modes
-    `recompute` tried: anything but its default needs block among them.
+def check_recompute_layers(layers: Sequence[int], recompute: Sequence[str], group: str) -> None:
+    """`<group>.recompute_layers` (block recompute's blocks per model chunk: `layers`, those tried), with
+    the recompute modes `recompute` tried: anything but its default needs block among them.
 
     Raises:
         PhazecError: it is set without block recompute.
     """
-    if training.recompute_layers != 1 and "block" not in recompute:
+    if list(layers) != [1] and "block" not in recompute:
         raise PhazecError(
-            f"{group}.recompute_layers={training.recompute_layers} sets how many blocks of each model chunk "
+            f"{group}.recompute_layers={as_given(layers, group)} sets how many blocks of each model chunk "
             f"block recompute reruns, but {group}.recompute is {as_given(recompute, group)!r}: set "
             f"{group}.recompute={spelled('block', group)} (Megatron-Core's "
             f"recompute_method=block), or leave {group}.recompute_layers at 1."

@@ -319,14 +319,18 @@ class Evaluator:
         tensor-parallel width and HBM size (the knobs' unless given), under `outer`'s other settings:
         the variant and the whole training setting of each. Ties between equally fast plans break in
         this order: t, recompute, HBM size, then the other knobs in declaration order (PHAZE's
-        reproduction's order)."""
+        reproduction's order). `recompute_layers` is tried under block recompute only: every other
+        mode reads none of its values but the first."""
         first, *rest = VARIANT_KNOBS
+        least_layers = self.knobs.tried("recompute_layers")[0]
         out = []
         for t in sorted(self.graphs):
             for value in self.knobs.tried(first):
                 for hbm in hbm_sizes or self.knobs.hbm_bytes:
                     for others in self.knobs.settings(rest):
                         training = replace(outer, **{first: value}, **others)
+                        if training.recompute != "block" and training.recompute_layers != least_layers:
+                            continue  # the same variant as at the first value
                         if t * training.cp <= self.system.devices:  # else no stage fits on the devices
                             out.append((Variant(t, hbm, core_settings(training)), training))
         return out

@@ -121,11 +121,12 @@ class Training:
     `recompute_method=block`: the first `recompute_layers` transformer blocks of each model chunk
     recomputed in full, the others keeping their activations); in a search's list, false and true mean
     none and full."""
-    recompute_layers: int = knob(1, core=True, minimum=1)
+    recompute_layers: int = knob(1, search=[1], core=True, minimum=1)
     """Under `recompute` block, the transformer blocks of each model chunk (each pipeline stage's, each
     virtual stage's under `interleave`) recomputed: its first ones (Megatron-Core's
     `recompute_num_layers`); more than a chunk holds recomputes all of them. Set only with block among
-    the recompute modes."""
+    the recompute modes; a search tries each value of its list with block recompute (the other modes
+    once)."""
     sequence_parallel: bool = knob(False, search=[False], core=True, layers=True)
     """Megatron's sequence parallelism: activations outside the attention and MLP GEMMs split over the
     tensor-parallel group, and so are a stage's pipeline sends (Megatron-Core's pipeline tensor is s /

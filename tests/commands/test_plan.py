@@ -1068,11 +1068,11 @@ def test_recompute_layers_without_block_recompute_is_refused(cache_dir: Path) ->
             compose_config(*PLAN, f"cache_dir={cache_dir}", "plan.recompute=block", "plan.recompute_layers=0")
         )
     with pytest.raises(
-        PhazecError, match=r"train.recompute_layers=3 .* train.recompute is \['none', 'full'\]"
+        PhazecError, match=r"train.recompute_layers=\[2, 3\] .* train.recompute is \['none', 'full'\]"
     ):
         settings_from_config(
             compose_config(
-                *PLAN, f"cache_dir={cache_dir}", "train.recompute=[none,full]", "train.recompute_layers=3"
+                *PLAN, f"cache_dir={cache_dir}", "train.recompute=[none,full]", "train.recompute_layers=[2,3]"
             )
         )
 

@@ -94,6 +94,24 @@ def test_single_tpuv4_design(tmp_path: Path, cache_dir: Path) -> None:
     assert rows[0]["feasible"] == "True"
 
 
+def test_the_search_tries_each_block_count_under_block_recompute(tmp_path: Path, cache_dir: Path) -> None:
+    # BERT-large's 24 blocks at 32 GB fit without recompute, so recomputing one block a stage beats
+    # recomputing all: a search trying both counts returns the plan and time of the one-block search,
+    # faster than the all-blocks search, and names its count in the plan.
+    def block(*layers: int) -> dict[str, Any]:
+        counts = ",".join(str(n) for n in layers)
+        return search(
+            tmp_path / counts, cache_dir, "model=bert_large", "hw=tpuv4", "train.recompute=[block]",
+            f"train.recompute_layers=[{counts}]",
+        )  # fmt: skip
+
+    both, one, every = block(1, 24), block(1), block(24)
+    assert both["plan"]["recompute"] == "block" and both["plan"]["recompute_layers"] == 1
+    assert (both["plan"], both["time_per_batch_s"]) == (one["plan"], one["time_per_batch_s"])
+    assert every["plan"]["recompute_layers"] == 24
+    assert one["time_per_batch_s"] < every["time_per_batch_s"]
+
+
 def test_the_tpuv4_is_priced_with_the_searched_template_model(tmp_path: Path, cache_dir: Path) -> None:
     # A kernel latency on every op makes the TPUv4 slower; the baseline gets it too, so the TPUv4
     # searched alone is exactly as fast as itself.
