@@ -21,7 +21,10 @@ become expressible as the knobs land, with no change here; a row whose plan phaz
 on a chip without an FP8 rate) is listed with phazec's own message. MoE rows are listed as not
 expressible (issue 39), as are rows whose source leaves the microbatch, the interleave or the zero stage
 unstated, or recomputes some layers without saying how many. A row that recomputes "full, block, N
-layers" runs Megatron-Core's block method (`plan.recompute=block plan.recompute_layers=N`).
+layers" runs Megatron-Core's block method (`plan.recompute=block plan.recompute_layers=N`). A torchtitan
+row with a pipeline and no microbatch runs torchtitan's default, as many microbatches as stages
+(`torchtitan_microbatch`), and its FSDP2 in a pipeline gathers and reduce-scatters once a step, phazec's
+zero stage 1 (`plan_zero_stage`).
 
 How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs flash attention
 (Transformer Engine's, cuDNN's or FlashAttention's; torchtitan's and NeMo Automodel's FlashAttention-2 on
@@ -254,18 +257,44 @@ def measured_s(row: dict[str, str]) -> float:
     return tokens / (float(row["measured_tokens_per_s"]) * float(row["gpus"]))
 
 
+def torchtitan_microbatch(row: dict[str, str]) -> str:
+    """A torchtitan pipeline-parallel row's microbatch where it states none: torchtitan splits a rank's
+    local batch (global batch / dp) into as many microbatches as there are pipeline stages unless
+    `pipeline_parallel_microbatches` is set, which the 2024 table does not (pytorch/torchtitan,
+    `build_pipeline_schedule`: `n_microbatches=parallel_dims.pp` in mid-2024's
+    `torchtitan/parallelisms/pipelining_utils.py`, `pipeline_parallel_microbatches or
+    pipeline_parallel_degree` by the table's commit). '' without a pipeline, or where the local batch
+    does not split so."""
+    pp, local = int(row["pp"]), int(row["global_batch"]) // int(row["dp"])
+    return str(local // pp) if pp > 1 and local >= pp and local % pp == 0 else ""
+
+
+def plan_zero_stage(row: dict[str, str], zero: int) -> int:
+    """The zero stage phazec runs a row at: its own, but 1 for torchtitan's FSDP2 in a pipeline, which
+    gathers each layer's weights once a step and reduce-scatters its gradients once, after the last
+    microbatch's backward pass (torchtitan's `apply_fsdp`: `reshard_after_forward = not pp_enabled`,
+    "to avoid per-microbatch all-gathers"; torch.distributed.pipelining's stage turns the gradient sync
+    off but for the last backward pass): the step of Megatron's distributed optimizer, phazec's zero
+    stage 1 (full weights and gradients during the step, the optimizer state and fp32 weights sharded),
+    not per-microbatch gathers."""
+    torchtitan = row["source_id"].startswith("TT")
+    return 1 if torchtitan and zero == 3 and int(row["pp"]) > 1 else zero
+
+
 def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     """The run phazec predicts for a row, or why it cannot (with the training knobs `knobs`)."""
     chip = next((CHIPS[name] for name in CHIPS if name in row["gpu"]), None)
     precision = _first_word(row["precision"])
     zero = _first_word(row["zero_stage"])
+    torchtitan = row["source_id"].startswith("TT")
+    microbatch = row["microbatch"] or (torchtitan_microbatch(row) if torchtitan else "")
     cp = int(row["cp"] or 1)
     recompute_text = RECOMPUTE_READ.get(row["source_id"], row["recompute"])
-    read = recompute_mode(recompute_text, torchtitan=row["source_id"].startswith("TT"))
+    read = recompute_mode(recompute_text, torchtitan=torchtitan)
     reasons = (
         (bool(row["experts"]), "MoE (issue 39)"),
         (chip is None, f"GPU {row['gpu']!r} has no preset"),
-        (not row["microbatch"], "microbatch not stated"),
+        (not microbatch, "microbatch not stated"),
         (not row["interleave"].strip().isdigit() and bool(row["interleave"]), "interleave not stated"),
         (not zero.isdigit(), "zero stage not stated"),
         (read is None, f"recompute of some blocks, how many not stated ({row['recompute']})"),
@@ -304,11 +333,11 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         vocab=int(row["vocab"]),
         seq_len=int(row["seq_len"]),
         global_batch=int(row["global_batch"]),
-        microbatch=int(row["microbatch"]),
+        microbatch=int(microbatch),
         interleave=int(row["interleave"] or 1),
         sequence_parallel=row["seq_parallel"].startswith("yes") and tp > 1,
         layers_per_stage=bench_fidelity.stage_blocks(layers, pp),
-        zero_stage=int(zero),
+        zero_stage=plan_zero_stage(row, int(zero)),
         megatron_core=not simumax,
         pipeline_sends_masks=False,
         tp=tp,

@@ -99,3 +99,30 @@ def test_fsdp_gathers_fp8_weights_where_the_row_says_so() -> None:
     plain = modern.expressible({**fsdp, "precision": "fp8 (torchao float8, tensorwise)"}, knobs)
     assert isinstance(plain, modern.ModernRun) and not plain.fp8_param_gather
     assert "plan.fp8_param_gather=false" in plain.overrides(knobs)
+
+
+def test_a_torchtitan_pipeline_row_runs_its_default_microbatches_and_fsdp_once_a_step() -> None:
+    """torchtitan's 405B rows state no microbatch: a rank's local batch of 256 / 8 = 32 splits into as
+    many microbatches as the 8 stages, 4 samples each (1 for the 8-sample local batch at 32K tokens);
+    FSDP2 in a pipeline gathers and reduce-scatters once a step, run as zero stage 1, still an FSDP row.
+    Without a pipeline a row's own zero stage and stated microbatch stand."""
+    titan = {**ROW, "source_id": "TT24-L405B-H100-512", "microbatch": "", "global_batch": "256", "tp": "8",
+             "pp": "8", "dp": "8", "cp": "1", "gpus": "512", "zero_stage": "3 (FSDP2)", "precision": "fp8",
+             "gpu": "H100 SXM 96GB HBM2e, 500 W power limit (Meta Grand Teton)"}  # fmt: skip
+    knobs = LATER | {"zero_stage"}
+    run = modern.expressible(titan, knobs)
+    assert isinstance(run, modern.ModernRun)
+    assert (run.run.microbatch, run.run.zero_stage, run.zero_stage, run.features) == (
+        4,
+        1,
+        3,
+        ("FP8", "FSDP"),
+    )
+    long = modern.expressible({**titan, "global_batch": "64", "seq_len": "32768"}, knobs)
+    assert isinstance(long, modern.ModernRun) and long.run.microbatch == 1
+    assert (
+        modern.expressible({**titan, "global_batch": "32"}, knobs) == "microbatch not stated"
+    )  # 4 < 8 stages
+    flat = modern.expressible({**titan, "pp": "1", "dp": "64", "microbatch": "2"}, knobs)
+    assert isinstance(flat, modern.ModernRun) and (flat.run.microbatch, flat.run.zero_stage) == (2, 3)
+    assert modern.expressible({**titan, "source_id": "MB-L405B"}, knobs) == "microbatch not stated"
