@@ -81,8 +81,6 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
-    check_recompute_layers(train.tried("recompute_layers"), train.tried("recompute"), "train")
-    check_recompute_layers((plan.training.recompute_layers,), (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
     check_all_to_all_knobs(plan.training, "plan")
     check_fp8_param_gather(train.fixed, train.tried("precision"), train.tried("zero_stage"), "train")
@@ -92,6 +90,8 @@ def settings_from_config(cfg: DictConfig) -> Settings:
         plan.training.pipeline_schedule, (plan.training.interleave,), "plan", trace=plan.trace
     )
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
+    check_recompute_layers(train.tried("recompute_layers"), train.tried("recompute"), "train", blocks)
+    check_recompute_layers((plan.training.recompute_layers,), (plan.training.recompute,), "plan", blocks)
     host_s = system.host_link_bytes_per_s
     check_offload(
         "train.offload_layers", train.fixed.offload_layers, host_s, train.tried("recompute"), blocks
@@ -270,13 +270,28 @@ def check_selective_modules(
             )
 
 
-def check_recompute_layers(layers: Sequence[int], recompute: Sequence[str], group: str) -> None:
+MAX_RECOMPUTE_LAYERS = 2**31 - 1
+"""The most blocks a model chunk can rerun where the model's block count is not known before lowering."""
+
+
+def check_recompute_layers(
+    layers: Sequence[int], recompute: Sequence[str], group: str, blocks: int | None
+) -> None:
     """`<group>.recompute_layers` (block recompute's blocks per model chunk: `layers`, those tried), with
-    the recompute modes `recompute` tried: anything but its default needs block among them.
+    the recompute modes `recompute` tried, on a model of `blocks` transformer blocks (None: not known
+    before lowering): anything but its default needs block among them, and none is above the blocks.
 
     Raises:
-        PhazecError: it is set without block recompute.
+        PhazecError: it is set without block recompute, or above the model's blocks.
     """
+    most = MAX_RECOMPUTE_LAYERS if blocks is None else blocks
+    over = [n for n in layers if n > most]
+    if over:
+        raise PhazecError(
+            f"{group}.recompute_layers={as_given(layers, group)} is not valid: {over[0]} is more than the "
+            f"model's {most} transformer blocks; give 1 to {most} ({most} reruns every block of each model "
+            "chunk)."
+        )
     if list(layers) != [1] and "block" not in recompute:
         raise PhazecError(
             f"{group}.recompute_layers={as_given(layers, group)} sets how many blocks of each model chunk "

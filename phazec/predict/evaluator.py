@@ -268,6 +268,7 @@ class Evaluator:
             for t in widths
         ]
         reference = self.graphs[widths[0]]
+        block_layers = np.array([layer.kind is LayerKind.BLOCK for layer in reference.layers])
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
         problem = PlacementProblem(
             t_values=np.array(widths, dtype=np.int64),
@@ -301,10 +302,10 @@ class Evaluator:
             weight_grad_latency_s=np.stack([latencies[t][j, 4] for t in widths]),
             hbm_bytes_per_s=float(designs.hbm_bytes_per_s[j]) if self.knobs.fixed.optimizer_step else 0.0,
             collective_share=float(sm_share(designs, designs.device.collective_sms)[j]),
-            block_layers=np.array([layer.kind is LayerKind.BLOCK for layer in reference.layers]),
+            block_layers=block_layers,
             bound_sync_windows=bound_sync_windows,
         )
-        blocks = [i for i, layer in enumerate(reference.layers) if layer.kind is LayerKind.BLOCK]
+        blocks = np.flatnonzero(block_layers).tolist()
         return offloaded_problem(problem, blocks, training.offload_layers, self.system.host_link_bytes_per_s)
 
     def outer(self) -> list[Training]:

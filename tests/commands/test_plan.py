@@ -1057,6 +1057,17 @@ def test_block_recompute_reruns_the_blocks_and_not_the_embedding_or_output_layer
 
 
 def test_recompute_layers_without_block_recompute_is_refused(cache_dir: Path) -> None:
+    llama = ("model=llama2_7b", "tracking=none", f"cache_dir={cache_dir}", "plan.recompute=block")
+    with pytest.raises(
+        PhazecError, match=r"plan.recompute_layers=33 is not valid: 33 is more than the model's 32"
+    ):
+        settings_from_config(compose_config(*llama, "plan.recompute_layers=33"))
+    assert (
+        settings_from_config(
+            compose_config(*llama, "plan.recompute_layers=32")
+        ).plan.training.recompute_layers
+        == 32
+    )
     with pytest.raises(
         PhazecError, match=r"plan.recompute_layers=2 sets how many blocks .* plan.recompute is 'full'"
     ):
