@@ -79,6 +79,10 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_precision(hw, (plan.training.precision,), "plan.precision")
     check_context_parallel(model, hw, train.tried("cp"), "train.cp")
     check_context_parallel(model, hw, (plan.training.cp,), "plan.cp")
+    if train.fixed.cp_all_to_all:
+        check_cp_all_to_all(model, model.tp_widths, train.tried("cp"), "train")
+    if plan.training.cp_all_to_all:
+        check_cp_all_to_all(model, (plan.tp,), (plan.training.cp,), "plan")
     check_selective_modules(model, train.fixed, train.tried("recompute"), "train")
     check_selective_modules(model, plan.training, (plan.training.recompute,), "plan")
     check_all_to_all_knobs(train.fixed, "train")
@@ -216,6 +220,34 @@ def check_context_parallel(model: ModelConfig, hw: HwSpace, cps: Sequence[int], 
                 f"ring while it computes (as Megatron-Core and torchtitan require); hw.device.attention "
                 f"= {hw.device.attention!r}: set hw.device.attention=flash, or cp=1."
             )
+
+
+def check_cp_all_to_all(model: ModelConfig, tps: Sequence[int], cps: Sequence[int], group: str) -> None:
+    """Context parallelism's all-to-all variant (`<group>.cp_comm_type=a2a`) at every tensor-parallel
+    width of `tps` and context-parallel width of `cps`: each cp device takes 1/cp of a tensor-parallel
+    rank's attention heads and of its key-value heads, so both divide by cp (Transformer Engine's
+    all-to-all splits each of the query, key and value by heads). Checked where the model's config
+    names its heads (`num_attention_heads`; key-value heads `num_key_value_heads`, else as many).
+
+    Raises:
+        PhazecError: a rank's heads or key-value heads do not divide by a cp.
+    """
+    kwargs = model_kwargs(model) if model.source == "hf" else {}
+    heads = kwargs.get("num_attention_heads")
+    if not isinstance(heads, int):
+        return
+    kv_heads = kwargs.get("num_key_value_heads") or heads
+    for tp in tps:
+        for cp in cps:
+            local = (heads // tp, max(1, kv_heads // tp))
+            if cp > 1 and (local[0] % cp or local[1] % cp):
+                raise PhazecError(
+                    f"{group}.cp_comm_type=a2a at tp {tp} and cp {cp} is not valid for model {model.name!r}: "
+                    f"its all-to-alls give each of the cp devices 1/cp of a tensor-parallel rank's "
+                    f"{local[0]} attention heads and {local[1]} key-value heads ({heads} and {kv_heads} over "
+                    f"tp {tp}), and {cp} does not divide both; use {group}.cp_comm_type=p2p (the ring), "
+                    "or a cp that divides them."
+                )
 
 
 def as_given(values: Sequence[Any], group: str) -> Any:

@@ -153,8 +153,11 @@ def op_costs(ops: OpTable, designs: Designs, system: System, model: LatencyModel
             if model.hbm_traffic_s is not None and designs.device.hbm_shared:
                 hbm_s[rows] = model.hbm_traffic_s(subset, designs)
     ring_s = ring_latency_s(ops, system)[:, None]
-    # A context-parallel attention kernel computes while its ring passes the next key and value blocks.
-    single_core_s, all_cores_s = np.maximum(single_core_s, ring_s), np.maximum(all_cores_s, ring_s)
+    # A context-parallel attention kernel computes while its ring passes the next key and value blocks;
+    # under the all-to-all variant its exchanges run before and after it.
+    exposed = ops.ring_exposed[:, None]
+    single_core_s = np.where(exposed, single_core_s + ring_s, np.maximum(single_core_s, ring_s))
+    all_cores_s = np.where(exposed, all_cores_s + ring_s, np.maximum(all_cores_s, ring_s))
     return OpCosts(single_core_s, all_cores_s, op_energy_j(ops, designs, system), hbm_s)
 
 

@@ -210,6 +210,9 @@ class OpWork:
     `group_size` devices, while it computes."""
     ring_steps: int = 0
     """Steps of that ring (cp - 1; 0: no ring)."""
+    ring_exposed: bool = False
+    """The ring's bytes go before and after the kernel, not beside it: context parallelism's all-to-all
+    variant, whose all-to-alls over the cp devices send `ring_bytes` to each of the `ring_steps` others."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,7 @@ class OpTable:
     quantize_kernels: NDArray[np.float64]
     ring_bytes: NDArray[np.float64]
     ring_steps: NDArray[np.float64]
+    ring_exposed: NDArray[np.bool_]
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -282,6 +286,7 @@ _DTYPES: dict[str, type] = {
     "expert_groups": np.int64,
     "group_top_k": np.int64,
     "low_precision": np.bool_,
+    "ring_exposed": np.bool_,
 }
 """Column types other than float64."""
 

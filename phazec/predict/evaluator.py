@@ -141,6 +141,7 @@ class Evaluator:
             sequence_parallel=training.sequence_parallel,
             low_precision=low_precision_class(model, cls, training.precision),
             context_parallel=training.cp,
+            cp_all_to_all=training.cp_all_to_all,
             deduplicated=training.deduplicates_tokens,
         )
         self.timings.cost_s += time.perf_counter() - start

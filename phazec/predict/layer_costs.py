@@ -158,6 +158,9 @@ class Split:
     context_parallel: int = 1
     ring_group: int = 1
     """Devices of a flash kernel's context-parallel ring: the stage's tensor- and context-parallel ones."""
+    cp_all_to_all: bool = False
+    """Context parallelism exchanges tokens by all-to-all around the kernel, not round a ring beside it
+    (`Training.cp_comm_type` a2a)."""
     deduplicated: bool = False
     """The expert-parallel all-to-alls send each token once per device and node holding one of its
     experts (`Training.moe_token_dispatcher` flex; `phazec.cost.network.tier_bytes`)."""
@@ -171,10 +174,11 @@ def class_split(
     sequence_parallel: bool = False,
     low_precision: bool = False,
     context_parallel: int = 1,
+    cp_all_to_all: bool = False,
     deduplicated: bool = False,
 ) -> Split:
     """The `Split` of a class's forward or backward operators under a plan's sequence parallelism,
-    precision, context-parallel width and token dispatcher."""
+    precision, context-parallel width and exchange, and token dispatcher."""
     return Split(
         microbatch,
         backward,
@@ -182,6 +186,7 @@ def class_split(
         low_precision,
         context_parallel,
         cls.tp_width * context_parallel,
+        cp_all_to_all,
         deduplicated,
     )
 
@@ -192,7 +197,10 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
     Under context parallelism over `context_parallel` devices, an operator on per-sample tensors does
     1/cp of its work on 1/cp of their bytes (`context_split`), and a flash-attention kernel passes its
     key and value blocks round a ring of the cp devices while it computes (its `ring_group` devices
-    set the tier: the stage's tensor- and context-parallel devices). In a
+    set the tier: the stage's tensor- and context-parallel devices); under the all-to-all variant
+    (`Split.cp_all_to_all`) it exchanges instead, before and after it, its queries, keys, values and
+    output (the backward pass: the output's gradient and the query, key and value gradients), each
+    device sending 1/cp of them to each of the cp - 1 others (`exchanged`). In a
     low-precision layer, a linear layer's GEMM (`low_precision_gemm`) reads one-byte operands, and
     one that reads a weight (the forward product and the input gradient's) first casts its other
     operand (`QUANTIZE_BYTES_PER_OPERAND_BYTE`; the weight gradient's product reads the copies those
@@ -214,7 +222,11 @@ def op_work(op: Op, graph: Graph, split: Split) -> OpWork:
     elements = work.vector_elements * share / (cp if per_sample else 1)
     if cp > 1 and per_sample:
         work = context_split(op, work, cp)
-        if op.op_type in FLASH_KEYS_VALUES:
+        if op.op_type in FLASH_KEYS_VALUES and split.cp_all_to_all:
+            moved = sum(nbytes(t) for t in exchanged(op)) / cp
+            ring = {"ring_bytes": moved, "ring_steps": cp - 1, "ring_exposed": True}
+            work = OpWork(**{**work.__dict__, **ring, "group_size": split.ring_group})
+        elif op.op_type in FLASH_KEYS_VALUES:
             keys_values = sum(nbytes(t) for t in op.inputs[FLASH_KEYS_VALUES[op.op_type]])
             ring = {"ring_bytes": keys_values * (2 if backward else 1), "ring_steps": cp - 1}
             work = OpWork(**{**work.__dict__, **ring, "group_size": split.ring_group})
@@ -283,6 +295,15 @@ FLASH_KEYS_VALUES = {"FlashAttention": slice(1, 3), "FlashAttentionGrad": slice(
 """The key and value inputs of each flash-attention kernel (after the query; after the output's
 gradient and the query), which context parallelism's ring passes on; the backward pass sends their
 gradients along too."""
+
+
+def exchanged(op: Op) -> tuple[str, ...]:
+    """The tensors context parallelism's all-to-all variant trades around a flash-attention kernel:
+    the forward kernel's query, key and value, and its output; the backward kernel's output gradient,
+    and its query, key and value gradients (Megatron-Core's `a2a` CP, Transformer Engine's
+    `AttnFuncWithCPAndQKVOA2A`, keeps the forward tensors it saved in the heads' layout)."""
+    taken = op.inputs[:1] if op.op_type == "FlashAttentionGrad" else op.inputs[:3]
+    return tuple(t for t in (*taken, *op.outputs) if t)
 
 
 def op_table(graph: Graph, split: Split, gathered: frozenset[int] | None = None) -> OpTable:
@@ -398,6 +419,7 @@ def class_costs(
     sequence_parallel: bool = False,
     low_precision: bool = False,
     context_parallel: int = 1,
+    cp_all_to_all: bool = False,
     deduplicated: bool = False,
 ) -> ClassCosts:
     """Price the forward and backward operators of one class on every design (vectorised); with
@@ -413,6 +435,7 @@ def class_costs(
         sequence_parallel=sequence_parallel,
         low_precision=low_precision,
         context_parallel=context_parallel,
+        cp_all_to_all=cp_all_to_all,
         deduplicated=deduplicated,
     )
 

@@ -33,6 +33,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 """Values of the `zero_stage` knob."""
 TOKEN_DISPATCHERS = ("alltoall", "flex")
 """Values of the `moe_token_dispatcher` knob."""
+CP_COMM_TYPES = ("p2p", "a2a")
+"""Values of the `cp_comm_type` knob."""
 SELECTIVE_KNOBS = {
     "recompute_mla_up_proj": "mla_up_proj",
     "recompute_mlp": "mlp",
@@ -194,6 +196,15 @@ class Training:
     computes (Megatron-Core's and torchtitan's ring attention); it must divide `model.seq_len` and
     needs a fused attention kernel (`hw.device.attention=flash`). The gradients are reduced, and a
     sharded optimizer sharded, over the data-parallel and context-parallel devices together."""
+    cp_comm_type: str = knob("p2p", choices=CP_COMM_TYPES)
+    """How context parallelism's attention exchanges its tokens (Megatron-Core's `cp_comm_type`): `p2p`
+    passes each device's keys and values round a ring of the cp devices while the attention kernel
+    computes (ring attention, torchtitan's too); `a2a` is the all-to-all variant (DeepSpeed-Ulysses):
+    an all-to-all before the kernel trades each device's tokens of every head for every token of
+    1/cp of the heads (queries, keys and values), the kernel attends over the whole sequence, and an
+    all-to-all after it trades its output back (the backward pass the same for the gradients), none of
+    it beside the kernel. `a2a` needs the attention heads and the key-value heads of each
+    tensor-parallel rank to divide by cp."""
     ep: int = knob(1, core=True, recorded=True, minimum=1)
     """Expert parallelism of a Mixture-of-Experts model: each MoE block's routed experts spread over ep
     devices of a stage, with a dispatch and a combine all-to-all per block (forward and backward);
@@ -265,6 +276,11 @@ class Training:
         """Whether the expert-parallel all-to-alls send each token once per device and node holding one
         of its experts (`moe_token_dispatcher` flex)."""
         return self.moe_token_dispatcher == "flex"
+
+    @property
+    def cp_all_to_all(self) -> bool:
+        """Whether context parallelism exchanges tokens by all-to-all (`cp_comm_type` a2a)."""
+        return self.cp_comm_type == "a2a"
 
     @property
     def selective_modules(self) -> frozenset[str]:

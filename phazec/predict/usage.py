@@ -143,7 +143,8 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             )
             split = class_split(
                 cls, microbatch, direction == 1, sequence_parallel=sequence_parallel, low_precision=low,
-                context_parallel=training.cp, deduplicated=training.deduplicates_tokens,
+                context_parallel=training.cp, cp_all_to_all=training.cp_all_to_all,
+                deduplicated=training.deduplicates_tokens,
             )  # fmt: skip
             table = op_table(graph, split)
             parts = op_energy_parts_j(table, design, evaluator.system)
