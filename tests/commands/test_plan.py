@@ -312,6 +312,76 @@ def test_zero_bubble_h1_is_the_fastest_order_of_equal_stages(weight_grad_s: floa
     assert figures.placement.time_per_batch_s == pytest.approx(fastest, abs=1e-12)
 
 
+def zero_bubble_order_makespan_s(stages: int, microbatches: int, f: float, b: float, w: float) -> float:
+    """The makespan of one ZB-H1 order on `stages` equal stages: 1F1B's order (stages - 1 - j forward
+    passes of warm-up on stage j, then a forward and a backward pass in turn, then the last backward
+    passes), each backward pass split into its input gradients b, then its weight gradients w, but stage
+    j defers the weight gradients of its first j backward passes to the end of its order. Each pass
+    starts when its stage is free and the pass it waits for has ended (as `fastest_zero_bubble_s`)."""
+
+    def order(j: int) -> list[tuple[str, int]]:
+        out = [("F", i) for i in range(min(stages - 1 - j, microbatches))]
+        forward, deferred = len(out), []
+        for i in range(microbatches):
+            if forward < microbatches:
+                out.append(("F", forward))
+                forward += 1
+            out.append(("B", i))
+            (deferred if i < j else out).append(("W", i))
+        return out + deferred
+
+    orders = [order(j) for j in range(stages)]
+    took = {"F": f, "B": b, "W": w}
+    end: dict[tuple[int, str, int], float] = {}
+    free, done = [0.0] * stages, [0] * stages
+    while done != [len(o) for o in orders]:
+        for j in range(stages):
+            while done[j] < len(orders[j]):
+                kind, i = orders[j][done[j]]
+                waits = {"F": (j - 1, "F", i) if j else None, "W": None}.get(
+                    kind, (j + 1, "B", i) if j + 1 < stages else (j, "F", i)
+                )
+                if waits is not None and waits not in end:
+                    break
+                start = max(free[j], end[waits] if waits is not None else 0.0)
+                end[j, kind, i] = free[j] = start + took[kind]
+                done[j] += 1
+    return max(free)
+
+
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 2), (3, 5), (4, 4), (5, 13), (8, 16)])
+def test_zero_bubble_h1_is_the_makespan_of_an_order_of_its_passes(stages: int, microbatches: int) -> None:
+    # Equal stages of F, input gradients B and weight gradients W (random, seeded; W above F or B too):
+    # the model's ZB-H1 time, L m + (s - 1) max(0, L - 2 W'), W' = min(W, (min(F, B) + W) / 2), is the
+    # makespan of 1F1B's order with stage j deferring its first j weight-gradient passes to its end.
+    rng = np.random.default_rng(stages * 100 + microbatches)
+    for f, b, w in rng.uniform(0.25, 3.0, size=(8, 3)):
+        n = stages
+        problem = toy(
+            1,
+            forward_latency_s=np.full((1, n), f),
+            backward_latency_s=np.full((1, n), b + w),
+            weight_grad_latency_s=np.full((1, n), w),
+            param_bytes=np.zeros((1, n), dtype=np.int64),
+            activation_bytes=np.zeros((1, n), dtype=np.int64),
+            stash_bytes=np.zeros((1, n), dtype=np.int64),
+            input_bytes=np.zeros((1, n), dtype=np.int64),
+            selective_stash_bytes=None,
+            selective_recompute_s=None,
+            op_stash_bytes=None,
+            op_recompute_s=None,
+            tensor_parallel=np.zeros((1, n), dtype=bool),
+            edges=np.array([(v, v + 1) for v in range(n - 1)]).reshape(-1, 2),
+            edge_bytes=np.zeros(n - 1, dtype=np.int64),
+            device_count=n,
+            microbatch_count=microbatches,
+            tiers=(NetworkTier(n, 100.0, 0.0),),
+        )
+        figures = plan_figures(problem, toy_variant(1, pipeline_schedule=1), tuple((v,) for v in range(n)), 1)
+        expected = zero_bubble_order_makespan_s(stages, microbatches, f, b, w)
+        assert figures.placement.time_per_batch_s == pytest.approx(expected, rel=1e-12)
+
+
 def test_interleaving_needs_a_layer_per_model_chunk() -> None:
     # Two layers under interleave 2: two one-layer stages cannot each be cut into 2 chunks. The DP
     # keeps both layers in one stage (no pipeline: 2 microbatches x (3 + 3) s = 12 s), and
