@@ -10,6 +10,7 @@ import logging
 import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -275,27 +276,33 @@ def fastest_zero_bubble_s(stages: int, microbatches: int, f: float, b: float, w:
         return max(in_flight) <= stages - j
 
     orders = [[o for o in itertools.permutations(passes) if allowed(o, j)] for j in range(stages)]
-    best = math.inf
-    for chosen in itertools.product(*orders):
-        end: dict[tuple[int, str, int], float] = {}
-        free, done = [0.0] * stages, [0] * stages
-        moved = True
-        while moved:
-            moved = False
-            for j in range(stages):
-                while done[j] < len(chosen[j]):
-                    kind, i = chosen[j][done[j]]
-                    waits = {"F": (j - 1, "F", i) if j else None, "W": None}.get(
-                        kind, (j + 1, "B", i) if j + 1 < stages else (j, "F", i)
-                    )
-                    if waits is not None and waits not in end:
-                        break
-                    start = max(free[j], end[waits] if waits is not None else 0.0)
-                    end[j, kind, i] = free[j] = start + took[kind]
-                    done[j], moved = done[j] + 1, True
-        if done == [len(o) for o in chosen]:
-            best = min(best, max(free))
-    return best
+    return min(makespan_s(chosen, took) for chosen in itertools.product(*orders))
+
+
+def makespan_s(orders: Sequence[Sequence[tuple[str, int]]], took: dict[str, float]) -> float:
+    """When the last pass ends, each stage running its `orders[j]` of passes (F forward, B input
+    gradients, W weight gradients of microbatch i, each `took[kind]` long), each pass starting when its
+    stage is free and the pass it waits for has ended (a forward pass the stage before's, an
+    input-gradient pass the stage after's, or the same stage's forward pass on the last stage); inf if
+    the orders wait on each other forever."""
+    stages = len(orders)
+    end: dict[tuple[int, str, int], float] = {}
+    free, done = [0.0] * stages, [0] * stages
+    moved = True
+    while moved:
+        moved = False
+        for j in range(stages):
+            while done[j] < len(orders[j]):
+                kind, i = orders[j][done[j]]
+                waits = {"F": (j - 1, "F", i) if j else None, "W": None}.get(
+                    kind, (j + 1, "B", i) if j + 1 < stages else (j, "F", i)
+                )
+                if waits is not None and waits not in end:
+                    break
+                start = max(free[j], end[waits] if waits is not None else 0.0)
+                end[j, kind, i] = free[j] = start + took[kind]
+                done[j], moved = done[j] + 1, True
+    return max(free) if done == [len(o) for o in orders] else math.inf
 
 
 @pytest.mark.parametrize("weight_grad_s", [0.25, 0.5, 1.0, 1.5, 1.75])
@@ -313,15 +320,14 @@ def test_zero_bubble_h1_is_the_fastest_order_of_equal_stages(weight_grad_s: floa
 
 
 def zero_bubble_order_makespan_s(stages: int, microbatches: int, f: float, b: float, w: float) -> float:
-    """The makespan of one ZB-H1 order on `stages` equal stages: 1F1B's order (stages - 1 - j forward
-    passes of warm-up on stage j, then a forward and a backward pass in turn, then the last backward
-    passes), each backward pass split into its input gradients b, then its weight gradients w, but stage
-    j defers the weight gradients of its first j backward passes to the end of its order. Each pass
-    starts when its stage is free and the pass it waits for has ended (as `fastest_zero_bubble_s`)."""
+    """The makespan (`makespan_s`) of one ZB-H1 order on `stages` equal stages: 1F1B's order (stages -
+    1 - j forward passes of warm-up on stage j, then a forward and a backward pass in turn, then the
+    last backward passes), each backward pass split into its input gradients b, then its weight
+    gradients w, but stage j defers the weight gradients of its first j backward passes to its end."""
 
     def order(j: int) -> list[tuple[str, int]]:
         out = [("F", i) for i in range(min(stages - 1 - j, microbatches))]
-        forward, deferred = len(out), []
+        forward, deferred = len(out), list[tuple[str, int]]()
         for i in range(microbatches):
             if forward < microbatches:
                 out.append(("F", forward))
@@ -330,23 +336,7 @@ def zero_bubble_order_makespan_s(stages: int, microbatches: int, f: float, b: fl
             (deferred if i < j else out).append(("W", i))
         return out + deferred
 
-    orders = [order(j) for j in range(stages)]
-    took = {"F": f, "B": b, "W": w}
-    end: dict[tuple[int, str, int], float] = {}
-    free, done = [0.0] * stages, [0] * stages
-    while done != [len(o) for o in orders]:
-        for j in range(stages):
-            while done[j] < len(orders[j]):
-                kind, i = orders[j][done[j]]
-                waits = {"F": (j - 1, "F", i) if j else None, "W": None}.get(
-                    kind, (j + 1, "B", i) if j + 1 < stages else (j, "F", i)
-                )
-                if waits is not None and waits not in end:
-                    break
-                start = max(free[j], end[waits] if waits is not None else 0.0)
-                end[j, kind, i] = free[j] = start + took[kind]
-                done[j] += 1
-    return max(free)
+    return makespan_s([order(j) for j in range(stages)], {"F": f, "B": b, "W": w})
 
 
 @pytest.mark.parametrize(("stages", "microbatches"), [(2, 2), (3, 5), (4, 4), (5, 13), (8, 16)])
