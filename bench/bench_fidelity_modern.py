@@ -356,7 +356,8 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         name in row["source"] for name in FLASH_ATTENTION_2_SOURCES
     )
     attention = FLASH_ATTENTION_2_HOPPER if flash_2 else None
-    gathers_fp8 = FP8_WEIGHT_GATHER in row["precision"] and int(zero) == 3 and precision != "bf16"
+    gathers = run.zero_stage == 3  # a torchtitan pipeline's FSDP2 gathers once a step (`plan_zero_stage`)
+    gathers_fp8 = FP8_WEIGHT_GATHER in row["precision"] and gathers and precision != "bf16"
     kv_heads = int(row["kv_heads"])
     return ModernRun(
         run, family, kv_heads, precision, int(zero), cp, domain, offload, fused, stated, attention,

@@ -126,3 +126,5 @@ def test_a_torchtitan_pipeline_row_runs_its_default_microbatches_and_fsdp_once_a
     flat = modern.expressible({**titan, "pp": "1", "dp": "64", "microbatch": "2"}, knobs)
     assert isinstance(flat, modern.ModernRun) and (flat.run.microbatch, flat.run.zero_stage) == (2, 3)
     assert modern.expressible({**titan, "source_id": "MB-L405B"}, knobs) == "microbatch not stated"
+    fp8_copies = modern.expressible({**titan, "precision": f"fp8 ({modern.FP8_WEIGHT_GATHER})"}, knobs)
+    assert isinstance(fp8_copies, modern.ModernRun) and not fp8_copies.fp8_param_gather  # gathered once
