@@ -112,12 +112,12 @@ StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_by
   StageCost c;
   bool any_tensor_parallel = false;
   for (int32_t v : members(stage)) {
-    if (f.block[v] != 0 && c.block_layers < blocks) {
+    if (blocks > 0 && f.block[v] != 0 && c.block_layers < blocks) {
       ++c.block_layers;
       c.block_s += f.forward_s[v];
       c.block_bytes += f.input_bytes[v];
       c.block_working_bytes = std::max(c.block_working_bytes, f.activation_bytes[v]);
-    } else {
+    } else if (blocks > 0) {
       c.block_bytes += f.stash_bytes[v];
     }
     c.forward_s = std::max(c.forward_s, forward[v]);

@@ -150,12 +150,12 @@ struct StageCost {
   double op_s = 0.0;                    // sum of the layers' latencies of the ops op recompute runs again
   int64_t op_bytes = 0;                 // kept under op recompute
   int64_t op_working_bytes = 0;         // the largest part of a layer's stash op recompute rebuilds
+  int64_t cut_bytes = 0;                // bytes crossing the cut after the stage
+  int64_t devices = 1;                  // t when it holds a tensor-parallel layer, else 1
   int64_t block_layers = 0;             // blocks block recompute reruns: its first (`stage_cost`)
   double block_s = 0.0;                 // their forward latencies, summed
   int64_t block_bytes = 0;              // kept under block recompute: their inputs, the other layers' stash
   int64_t block_working_bytes = 0;      // the largest activations of one of them: rebuilt at once
-  int64_t cut_bytes = 0;                // bytes crossing the cut after the stage
-  int64_t devices = 1;                  // t when it holds a tensor-parallel layer, else 1
 };
 
 /// Time per microbatch of one stage, in parts.
