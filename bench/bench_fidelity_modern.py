@@ -78,11 +78,13 @@ CHIPS = {
     "H200": ("h200", "dgx_h200", "h200"),
     "H100 SXM 96GB HBM2e, 500 W": ("h100_500w", "dgx_h100", "h100_500w"),
     "H100": ("h100", "dgx_h100", "h100"),
+    "H800": ("h100", "dgx_h800", "h800"),
 }
 """GPU named in the row (the first match, in this order) -> (hw preset, system preset, chip family).
 Meta's Grand Teton H100s (torchtitan's 2024 rows: 96 GB HBM2e at 2.4 TB/s, power-limited to 500 W)
 run their own preset, `h100_500w`, with 96 GB, as their own family: their power-limited clock is not
-published, so their utilisation is fitted apart from the 700 W DGX H100's (`POWER_LIMITED`)."""
+published, so their utilisation is fitted apart from the 700 W DGX H100's (`POWER_LIMITED`). The H800
+is the H100's chip on `dgx_h800` (its NVLink cut to 400 GB/s), reported as its own family."""
 
 HBM_GB = {"h100_500w": 96}
 """A family's HBM capacity where it is not its system preset's."""

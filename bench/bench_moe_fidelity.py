@@ -25,7 +25,8 @@ says it ran with it (Megatron-Core's MoE layers need it). DeepSeek-V3 rows that 
 multi-token-prediction module run with it (`MTP_ROWS`), and rows whose recipe overlaps the
 expert-parallel all-to-all with compute with that overlap (`A2A_OVERLAP`); rows that ran DeepEP or
 HybridEP deduplicate their tokens (`FLEX_DISPATCHER`). Rows phazec cannot express
-yet are listed with the reason: the H800 has no preset; some uneven splits are not stated (`UNTIMED`).
+yet are listed with the reason: some uneven splits are not stated (`UNTIMED`), among them DeepSeek's
+own H800 run (which also states no microbatch and ran DualPipe).
 """
 
 import csv

@@ -59,6 +59,7 @@ def test_jean_zay_a100_has_omni_path_between_nodes() -> None:
     ("name", "domain", "nvlink_gb_s", "scale_out_gb_s", "hbm_gb"),
     [
         ("dgx_h200", 8, 450, 50, 148.0),  # NVLink 4; ConnectX-7 NDR 400 Gb/s per GPU
+        ("dgx_h800", 8, 200, 50, 82.8),  # NVLink 4 cut to 400 GB/s a GPU; ConnectX-7 NDR 400 Gb/s per GPU
         ("dgx_b200", 8, 900, 50, 189.5),  # NVLink 5; ConnectX-7 400 Gb/s per GPU
         ("gb200_nvl72", 72, 900, 50, 195.9),  # 72-GPU NVLink 5 domain; ConnectX-7 400 Gb/s per GPU
         ("gb300_nvl72", 72, 900, 100, 295.3),  # 72-GPU NVLink 5 domain; ConnectX-8 800 Gb/s per GPU
@@ -77,7 +78,7 @@ def test_2024_25_systems_pick_nvlink_inside_a_domain(
     assert system.tier_for(domain + 1).bandwidth_bytes_per_s == 0.9 * scale_out_gb_s * 1e9
 
 
-NVIDIA_SMI_MIB = {"dgx_h100": 81_559, "dgx_h200": 143_771, "dgx_b200": 183_359, "gb200_nvl72": 189_471,
+NVIDIA_SMI_MIB = {"dgx_h100": 81_559, "dgx_h800": 81_559, "dgx_h200": 143_771, "dgx_b200": 183_359, "gb200_nvl72": 189_471,
                   "gb300_nvl72": 284_208}  # fmt: skip
 """Each 2024-25 system's GPU memory as nvidia-smi reports it (H100 80GB HBM3, H200, B200, GB200, GB300)."""
 
