@@ -78,9 +78,10 @@ def test_2024_25_systems_pick_nvlink_inside_a_domain(
     assert system.tier_for(domain + 1).bandwidth_bytes_per_s == 0.9 * scale_out_gb_s * 1e9
 
 
-NVIDIA_SMI_MIB = {"dgx_h100": 81_559, "dgx_h800": 81_559, "dgx_h200": 143_771, "dgx_b200": 183_359, "gb200_nvl72": 189_471,
-                  "gb300_nvl72": 284_208}  # fmt: skip
-"""Each 2024-25 system's GPU memory as nvidia-smi reports it (H100 80GB HBM3, H200, B200, GB200, GB300)."""
+NVIDIA_SMI_MIB = {"dgx_h100": 81_559, "dgx_h800": 81_559, "dgx_h200": 143_771, "dgx_b200": 183_359,
+                  "gb200_nvl72": 189_471, "gb300_nvl72": 284_208}  # fmt: skip
+"""Each 2024-25 system's GPU memory as nvidia-smi reports it (H100 80GB HBM3, the H800's the same, H200,
+B200, GB200, GB300)."""
 
 
 @pytest.mark.parametrize(("name", "total_mib"), NVIDIA_SMI_MIB.items())
