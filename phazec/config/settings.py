@@ -90,9 +90,7 @@ def settings_from_config(cfg: DictConfig) -> Settings:
     check_fp8_param_gather(train.fixed, train.tried("precision"), train.tried("zero_stage"), "train")
     check_fp8_param_gather(plan.training, (plan.training.precision,), (plan.training.zero_stage,), "plan")
     check_pipeline_schedule(train.fixed.pipeline_schedule, train.tried("interleave"), "train")
-    check_pipeline_schedule(
-        plan.training.pipeline_schedule, (plan.training.interleave,), "plan", trace=plan.trace
-    )
+    check_pipeline_schedule(plan.training.pipeline_schedule, (plan.training.interleave,), "plan")
     blocks = model_kwargs(model).get("num_hidden_layers") if model.source == "hf" else None
     check_recompute_layers(train.tried("recompute_layers"), train.tried("recompute"), "train", blocks)
     check_recompute_layers((plan.training.recompute_layers,), (plan.training.recompute,), "plan", blocks)
@@ -381,14 +379,11 @@ def check_fp8_param_gather(
     )
 
 
-def check_pipeline_schedule(
-    schedule: str, interleave: Sequence[int], group: str, *, trace: bool = False
-) -> None:
-    """`<group>.pipeline_schedule=zb_h1` is a schedule of one model chunk per stage, and `plan.trace` draws
-    1F1B's slots.
+def check_pipeline_schedule(schedule: str, interleave: Sequence[int], group: str) -> None:
+    """`<group>.pipeline_schedule=zb_h1` is a schedule of one model chunk per stage.
 
     Raises:
-        PhazecError: zb_h1 with an interleave above 1 (among those a search tries), or with plan.trace.
+        PhazecError: zb_h1 with an interleave above 1 (among those a search tries).
     """
     if schedule != "zb_h1":
         return
@@ -399,12 +394,6 @@ def check_pipeline_schedule(
             f"{as_given(interleave, group)!r}: ZB-H1 runs one model chunk per stage (1F1B's order with the "
             f"weight gradients deferred); set {group}.interleave={spelled('1', group)}, or "
             f"{group}.pipeline_schedule=1f1b for interleaved 1F1B."
-        )
-    if trace:
-        raise PhazecError(
-            "plan.trace=true draws 1F1B's timeline, and plan.pipeline_schedule=zb_h1 defers the weight "
-            "gradients into the bubble, which the trace does not draw yet: set plan.trace=false, or "
-            "plan.pipeline_schedule=1f1b for a trace."
         )
 
 

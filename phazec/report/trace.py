@@ -12,12 +12,15 @@ each slot starting when the slot it waits for ends (`pipeline_slots`). With equa
 ends at L (m + (s - 1) / v), the model's flush (tests/report/test_trace.py checks it over stages,
 chunks and microbatches); the slots are then the model's pace and the gaps between them its bubble.
 Where no split of L / v holds every stage's passes, a forward pass longer than its slot runs on into
-the idle time after it (`pace`).
+the idle time after it (`pace`). Under ZB-H1 each backward slot is followed by a weight-gradient slot,
+stage j deferring its first j to its end, the order whose time is the model's on equal stages
+(`zero_bubble_pace`, `pipeline_order`); the trace checks that its slots end at the model's flush.
 
 Tracks (Perfetto's processes and threads), per pipeline stage: `stage j` with the bubble, each slot's
 wait for the pace, the exposed DP sync, the optimizer step and the wait for the stage that ends the
 iteration, so its slices end at `time_per_batch_s`; the work of each slot (ZeRO-3's exposed gathers,
-forward `F i`, recompute `R i`, backward `B i`, the p2p transfers across its cut, microbatch i) on the
+forward `F i`, recompute `R i`, backward `B i`, ZB-H1's weight gradients `W i`, the p2p transfers
+across its cut, microbatch i) on the
 same track, or under interleaving on one track per virtual stage (`stage j, chunk c`); the stage's
 memory per device over time (weights with gradients and optimizer state, the activation stash of the
 microbatches in flight, the recompute working set) beside its HBM. Then one process with the operator
@@ -50,7 +53,7 @@ log = logging.getLogger(__name__)
 
 TRACE_JSON = "trace.json"
 
-FORWARD, BACKWARD = "F", "B"
+FORWARD, BACKWARD, WEIGHT = "F", "B", "W"
 
 
 @dataclass(frozen=True)
@@ -58,20 +61,25 @@ class Slot:
     """One pass of one microbatch through one model chunk of a stage, at the bottleneck's pace."""
 
     kind: str
-    """`FORWARD` or `BACKWARD`."""
+    """`FORWARD`, `BACKWARD` or, under ZB-H1, `WEIGHT` (the weight gradients the backward pass defers)."""
     microbatch: int
     chunk: int
     start_s: float
     end_s: float
 
 
-def pipeline_order(stage: int, stages: int, chunks: int, microbatches: int) -> list[tuple[str, int, int]]:
+def pipeline_order(
+    stage: int, stages: int, chunks: int, microbatches: int, zero_bubble: bool = False
+) -> list[tuple[str, int, int]]:
     """The (pass, microbatch, chunk) order of one stage in Megatron's 1F1B schedule (interleaved over
     `chunks` model chunks): forward passes first as the warm-up, then one forward and one backward
     pass in turn, then the last backward passes. The warm-up holds the model's microbatches in flight
     less one (`in_flight` of `phazec/solvers/placement`: q - 1, or 2 (q - 1) + (v - 1) s interleaved,
     q = s - stage), so the stash peaks where the model's memory does; a microbatch's k-th pass in the
-    interleaved order goes through chunk (k mod s v) // s (backward passes from the last chunk)."""
+    interleaved order goes through chunk (k mod s v) // s (backward passes from the last chunk).
+    `zero_bubble` (ZB-H1, one chunk): each backward pass is followed by its weight gradients, but the
+    stage defers those of its first `stage` backward passes to its end: on equal stages this order takes
+    the model's ZB-H1 time exactly (docs/model/placement.md, Time per batch)."""
     total = microbatches * chunks
     q = stages - stage
     warm_up = min(q - 1 if chunks == 1 else 2 * (q - 1) + (chunks - 1) * stages, total)
@@ -87,17 +95,31 @@ def pipeline_order(stage: int, stages: int, chunks: int, microbatches: int) -> l
         order += [(FORWARD, *unit(forward, True)), (BACKWARD, *unit(backward, False))]
         forward, backward = forward + 1, backward + 1
     order += [(BACKWARD, *unit(k, False)) for k in range(backward, total)]
-    return order
+    if not zero_bubble:
+        return order
+    split: list[tuple[str, int, int]] = []
+    for kind, i, c in order:
+        split.append((kind, i, c))
+        if kind == BACKWARD and i >= stage:
+            split.append((WEIGHT, i, c))
+    return split + [(WEIGHT, i, 0) for i in range(min(stage, microbatches))]
 
 
 def pipeline_slots(
-    stages: int, chunks: int, microbatches: int, forward_slot_s: float, backward_slot_s: float
+    stages: int,
+    chunks: int,
+    microbatches: int,
+    forward_slot_s: float,
+    backward_slot_s: float,
+    *,
+    weight_slot_s: float | None = None,
 ) -> list[list[Slot]]:
     """Each stage's slots in `pipeline_order`, each starting when the stage is free and the slot it
     waits for has ended: a forward pass waits for the same microbatch's forward pass on the stage
     before (the last stage's, of the chunk before, for the first stage), a backward pass for the
     backward pass on the stage after (the first stage's, of the chunk after, for the last stage; the
-    last chunk's forward pass on the last stage).
+    last chunk's forward pass on the last stage). With `weight_slot_s`, ZB-H1's order, its weight
+    gradients in slots of that length, each after its own backward pass on the same stage.
 
     Raises:
         PhazecError: under interleaving, microbatches not a multiple of the stages (Megatron's
@@ -108,7 +130,9 @@ def pipeline_slots(
             f"the interleaved schedule of {stages} stages runs microbatches in groups of {stages}, and the "
             f"plan gives each pipeline {microbatches}: Megatron-LM refuses it, and the trace cannot draw it"
         )
-    orders = [pipeline_order(j, stages, chunks, microbatches) for j in range(stages)]
+    zero_bubble = weight_slot_s is not None
+    orders = [pipeline_order(j, stages, chunks, microbatches, zero_bubble) for j in range(stages)]
+    took = {FORWARD: forward_slot_s, BACKWARD: backward_slot_s, WEIGHT: weight_slot_s or 0.0}
     ends: dict[tuple[int, str, int, int], float] = {}
     slots: list[list[Slot]] = [[] for _ in range(stages)]
     free = [0.0] * stages
@@ -122,7 +146,7 @@ def pipeline_slots(
                 if after is not None and after not in ends:
                     break
                 start = max(free[j], ends[after] if after is not None else 0.0)
-                end = start + (forward_slot_s if kind == FORWARD else backward_slot_s)
+                end = start + took[kind]
                 ends[(j, kind, i, c)] = free[j] = end
                 slots[j].append(Slot(kind, i, c, start, end))
                 progressed = True
@@ -132,6 +156,8 @@ def pipeline_slots(
 def _waits_for(key: tuple[int, str, int, int], stages: int, chunks: int) -> tuple[int, str, int, int] | None:
     """The slot (stage, pass, microbatch, chunk) the slot `key` waits for; None for the very first."""
     j, kind, i, c = key
+    if kind == WEIGHT:
+        return None  # its own backward pass, on the same stage, comes first in the order
     if kind == FORWARD:
         if j > 0:
             return (j - 1, FORWARD, i, c)
@@ -149,7 +175,9 @@ class Pace:
     forward_slot_s: float
     backward_slot_s: float
     flush_s: float
-    """When the last slot ends: L (m + (s - 1) / v), as the model computes it."""
+    """When the last slot ends: L (m + (s - 1) / v), as the model computes it (ZB-H1: L m + its bubble)."""
+    weight_slot_s: float | None = None
+    """Under ZB-H1, the slot of the weight gradients each backward pass defers; None under 1F1B."""
 
 
 def pace(figures: PlanFigures, chunks: int) -> Pace:
@@ -174,6 +202,60 @@ def pace(figures: PlanFigures, chunks: int) -> Pace:
     return Pace(forward_slot_s, load_s / chunks - forward_slot_s, flush_s)
 
 
+def zero_bubble_pace(figures: PlanFigures) -> Pace:
+    """ZB-H1's slots (one model chunk a stage): forward, backward and weight-gradient slots adding up
+    to the bottleneck load L whose order (`pipeline_order`) ends at the model's L m + (s - 1) max(0,
+    L - 2 W), W the stages' least credited weight-gradient time: each of them holds W, or more where
+    L < 3 W, when the forward and backward slots are L - 2 W each and the weight slot 4 W - L (a slot
+    order's time is L m + (s - 1) (L - 2 min(w, (min(f, b) + w) / 2)) for slots f, b, w, as the model's
+    is for a stage's passes). Each stage runs in the weight slot as much of its credited weight
+    gradients as it holds, the rest in its backward pass; the forward slot is the bottleneck stage's
+    forward work where that fits every stage, else the nearest length that does, and the backward slot
+    holds every stage's backward work, so no stage's passes end after the flush (each suffix of its
+    order has at least as many backward and weight passes as forward ones).
+
+    Raises:
+        PhazecError: no such slots hold every stage's backward work at the model's pace.
+    """
+    top = figures.iteration.bottleneck_stage
+    load_s = figures.placement.stages[top].load_s
+    stages = len(figures.times)
+    microbatches = figures.placement.microbatches_per_pipeline
+    flush_s = load_s * microbatches + figures.iteration.bubble_s
+    credit_s = (load_s - figures.iteration.bubble_s / (stages - 1)) / 2.0 if stages > 1 else 0.0
+    if 3.0 * credit_s <= load_s:
+        weight_slot_s = credit_s
+        weight = [min(figures.costs[j].weight_grad_s, weight_slot_s) for j in range(stages)]
+        forward = [_forward_work_s(figures, j) for j in range(stages)]
+        backward = [_backward_work_s(figures, j) - weight[j] for j in range(stages)]
+        low = max(*forward, weight_slot_s)
+        high = load_s - weight_slot_s - max(*backward, weight_slot_s)
+        forward_slot_s = min(max(forward[top], low), high)
+    else:
+        forward_slot_s = load_s - 2.0 * credit_s
+        weight_slot_s = 4.0 * credit_s - load_s
+        weight = [min(figures.costs[j].weight_grad_s, weight_slot_s) for j in range(stages)]
+        backward = [_backward_work_s(figures, j) - weight[j] for j in range(stages)]
+    backward_slot_s = load_s - forward_slot_s - weight_slot_s
+    # Slots shorter than the weight slot would price it below its credit (the order then takes longer).
+    short = 3.0 * credit_s <= load_s and min(forward_slot_s, backward_slot_s) < weight_slot_s * (1.0 - 1e-12)
+    if short or max(backward) > backward_slot_s * (1.0 + 1e-12):
+        raise PhazecError(
+            "ZB-H1's slots cannot hold every stage's backward work at the bottleneck stage's pace (a stage "
+            "with little forward work beside the bottleneck's weight gradients); the plan's time stands, "
+            "its timeline is not drawn"
+        )
+    return Pace(forward_slot_s, backward_slot_s, flush_s, weight_slot_s)
+
+
+def weight_work_s(figures: PlanFigures, j: int, timing: Pace) -> float:
+    """What stage j runs in a weight-gradient slot: its credited weight gradients, at most the slot
+    (0 under 1F1B)."""
+    if timing.weight_slot_s is None:
+        return 0.0
+    return min(figures.costs[j].weight_grad_s, timing.weight_slot_s)
+
+
 def _forward_work_s(figures: PlanFigures, j: int) -> float:
     t = figures.times[j]
     return t.shard_s + t.forward_s + t.p2p_s / 2
@@ -193,6 +275,8 @@ class TraceInfo:
     stages: Stages
     chunks: int
     """Model chunks per stage (`plan.interleave`)."""
+    zero_bubble: bool
+    """The plan runs ZB-H1 (`plan.pipeline_schedule=zb_h1`; one chunk a stage)."""
     band: dict[str, Any]
     """The iteration time's band (`phazec.hw.validation.band_record`)."""
 
@@ -244,8 +328,21 @@ def trace_events(figures: PlanFigures, info: TraceInfo, block: BottleneckBlock |
     chunks = info.chunks
     stages = len(figures.times)
     microbatches = figures.placement.microbatches_per_pipeline
-    timing = pace(figures, chunks)
-    slots = pipeline_slots(stages, chunks, microbatches, timing.forward_slot_s, timing.backward_slot_s)
+    timing = zero_bubble_pace(figures) if info.zero_bubble else pace(figures, chunks)
+    slots = pipeline_slots(
+        stages,
+        chunks,
+        microbatches,
+        timing.forward_slot_s,
+        timing.backward_slot_s,
+        weight_slot_s=timing.weight_slot_s,
+    )
+    ended_s = max(stage[-1].end_s for stage in slots)
+    if abs(ended_s - timing.flush_s) > 1e-9 * timing.flush_s:
+        raise PhazecError(
+            f"the pipeline's slots end at {ended_s:.6g} s, not at the model's {timing.flush_s:.6g} s; "
+            "the plan's time stands, its timeline is not drawn"
+        )
     last = figures.iteration.dp_sync_stage
     end_s = timing.flush_s + (figures.syncs[last].exposed_s + figures.syncs[last].step_s)
     drawing = _Drawing(_Events(), figures, timing, chunks, end_s)
@@ -270,6 +367,7 @@ def trace_events(figures: PlanFigures, info: TraceInfo, block: BottleneckBlock |
             "dp_sync_stage": last,
             "forward_slot_s": timing.forward_slot_s,
             "backward_slot_s": timing.backward_slot_s,
+            "weight_slot_s": timing.weight_slot_s,
             "flush_s": timing.flush_s,
         },
     }
@@ -308,9 +406,15 @@ class _Drawing:
             self._idle(j, (at, start), slot_end)
             i, c = slot.microbatch, slot.chunk
             track = (j + 1, c + 1 if chunks > 1 else 0)
+            weight_s = weight_work_s(figures, j, timing)
             forward = [("ZeRO-3 gathers", t.shard_s, "zero3"), (f"F {i}", t.forward_s, "forward")]
-            backward = [(f"R {i}", t.recompute_s, "recompute"), (f"B {i}", t.backward_s, "backward")]
+            backward = [
+                (f"R {i}", t.recompute_s, "recompute"),
+                (f"B {i}", t.backward_s - weight_s, "backward"),
+            ]
             parts = [*(forward if slot.kind == FORWARD else backward), (f"p2p {i}", t.p2p_s / 2, "p2p")]
+            if slot.kind == WEIGHT:
+                parts = [(f"W {i}", weight_s, "weight_grad")]
             at = start
             for name, total_s, cat in parts:
                 self.out.slice(track, name, (at, at + total_s / chunks), cat, microbatch=i, chunk=c)
@@ -356,6 +460,8 @@ class _Drawing:
         in_flight = 0
         point(0.0, 0, 0)
         for slot, (start_s, _) in zip(slots, drawn, strict=True):
+            if slot.kind == WEIGHT:
+                continue  # ZB-H1's deferred weight gradients: the model keeps 1F1B's memory
             if slot.kind == FORWARD:
                 in_flight += 1
                 point(start_s, in_flight, 0)
@@ -411,14 +517,13 @@ def write_plan_trace(
 ) -> Path | None:
     """Write the trace of a plan (`candidate`, on `designs`) to `out_dir/trace.json`, with its bottleneck
     block's schedule, its `title` and the `band` of its time; a plan the trace cannot draw is logged as a
-    warning and writes nothing (a ZB-H1 plan among them: the trace draws 1F1B's slots)."""
-    if candidate.training.pipeline_schedule == "zb_h1":
-        log.warning("no %s: it draws 1F1B's slots, not ZB-H1's deferred weight gradients.", TRACE_JSON)
-        return None
+    warning and writes nothing."""
     stages, figures = explain_candidate(evaluator, designs, candidate)
     block = bottleneck_block(evaluator, designs, candidate)
+    training = candidate.training
+    info = TraceInfo(title, stages, training.interleave, training.pipeline_schedule == "zb_h1", band)
     try:
-        content = trace_events(figures, TraceInfo(title, stages, candidate.training.interleave, band), block)
+        content = trace_events(figures, info, block)
     except PhazecError as err:
         log.warning("no %s: %s.", TRACE_JSON, err)
         return None

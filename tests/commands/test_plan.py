@@ -832,7 +832,7 @@ def test_phazec_plan_and_phazec_give_the_same_time(
     result = run_search(settings_from_config(search), tmp_path / "search", tpuv4_space())
     fixed = result["baselines"]["found_design_megatron_plan"]
     assert fixed["time_per_batch_s"] == report.time_per_batch_s
-    assert (tmp_path / "search" / "trace.json").exists() != zero_bubble  # the trace draws 1F1B's slots
+    assert (tmp_path / "search" / "trace.json").exists()  # ZB-H1's too, its weight gradients in slots
     assert result["band"]["basis"] == fixed["band"]["basis"] == "no validation data"
     assert fixed["within_model_error"] is None
     # the Python route: the same figures, plain data
@@ -919,10 +919,6 @@ BAD_PLANS = [
         r"^plan.pipeline_schedule=zb_h1 is not an interleaved schedule, but plan.interleave is 2: ZB-H1 runs "
         r"one model chunk per stage .* set plan.interleave=1, or plan.pipeline_schedule=1f1b for interleaved "
         r"1F1B\.$",
-    ),
-    (
-        "plan.pipeline_schedule=zb_h1 plan.trace=true",
-        r"^plan.trace=true draws 1F1B's timeline, .* set plan.trace=false, or plan.pipeline_schedule=1f1b",
     ),
     (
         "train.pipeline_schedule=zb_h1 train.interleave=[1,2]",

@@ -22,13 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from phazec.cli import run_plan
 from phazec.config.settings import settings_from_config
 from phazec.errors import PhazecError
 from phazec.predict.plan_report import PlanReport
-from phazec.report.trace import TRACE_JSON, pipeline_order, pipeline_slots
+from phazec.report.trace import TRACE_JSON, TraceInfo, pipeline_order, pipeline_slots, trace_events
+from phazec.solvers.placement.evaluate import plan_figures
+from tests.commands.test_plan import toy, toy_variant
 from tests.conftest import compose_config
 
 
@@ -101,6 +104,59 @@ def test_the_slots_end_at_the_models_flush_and_hold_its_microbatches_in_flight(
         assert len(stage) == 2 * microbatches * chunks
 
 
+def test_zero_bubble_order_by_hand() -> None:
+    # ZB-H1 on 2 stages, 3 microbatches: 1F1B's order, each backward pass followed by its weight
+    # gradients, stage j deferring those of its first j backward passes to its end. With F = 1, B = 1,
+    # W = 0.5 s: stage 0 F0 0-1 F1 1-2 B0 3-4 W0 4-4.5 F2 4.5-5.5 B1 5.5-6.5 W1 6.5-7 B2 7.5-8.5 W2 8.5-9;
+    # stage 1 F0 1-2 B0 2-3 F1 3-4 B1 4-5 W1 5-5.5 F2 5.5-6.5 B2 6.5-7.5 W2 7.5-8 W0 8-8.5. It ends at 9 s,
+    # the model's L m + (s - 1)(L - 2 W) = 2.5 x 3 + 1.5.
+    assert pipeline_order(1, 2, 1, 3, zero_bubble=True) == [
+        ("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0), ("W", 1, 0), ("F", 2, 0), ("B", 2, 0),
+        ("W", 2, 0), ("W", 0, 0),
+    ]  # fmt: skip
+    slots = pipeline_slots(2, 1, 3, 1.0, 1.0, weight_slot_s=0.5)
+    spans = [[(s.kind, s.microbatch, s.start_s, s.end_s) for s in stage] for stage in slots]
+    assert spans == [
+        [("F", 0, 0, 1), ("F", 1, 1, 2), ("B", 0, 3, 4), ("W", 0, 4, 4.5), ("F", 2, 4.5, 5.5),
+         ("B", 1, 5.5, 6.5), ("W", 1, 6.5, 7), ("B", 2, 7.5, 8.5), ("W", 2, 8.5, 9)],
+        [("F", 0, 1, 2), ("B", 0, 2, 3), ("F", 1, 3, 4), ("B", 1, 4, 5), ("W", 1, 5, 5.5),
+         ("F", 2, 5.5, 6.5), ("B", 2, 6.5, 7.5), ("W", 2, 7.5, 8), ("W", 0, 8, 8.5)],
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stages", "microbatches"), [(1, 3), (2, 2), (3, 7), (4, 4), (8, 16)])
+def test_zero_bubble_slots_end_at_the_models_time(stages: int, microbatches: int) -> None:
+    # Slots f, b, w (quarters: exact in binary), W above f or b too: the order ends at the model's
+    # L m + (s - 1) max(0, L - 2 W'), W' = min(w, (min(f, b) + w) / 2), and holds 1F1B's in flight.
+    for f, b, w in itertools.product((0.25, 0.75, 1.5), repeat=3):
+        slots = pipeline_slots(stages, 1, microbatches, f, b, weight_slot_s=w)
+        load, credit = f + b + w, min(w, (min(f, b) + w) / 2)
+        assert max(stage[-1].end_s for stage in slots) == load * microbatches + (stages - 1) * (
+            load - 2 * credit
+        )
+        for j, stage in enumerate(slots):
+            flight = list(itertools.accumulate((s.kind == "F") - (s.kind == "B") for s in stage))
+            assert max(flight) == min(stages - j, microbatches)
+
+
+def test_zero_bubble_slots_that_cannot_hold_a_stage_are_refused() -> None:
+    # Two equal stages whose weight gradients (3 s) exceed their forward pass and input gradients (1 s
+    # each): the model credits W' = (1 + 3) / 2 = 2 s, so L = 5 s < 3 W' and the slots are 1, 1 and
+    # 4 W' - L = 3 s; each stage runs its credited 2 s there and 2 s in a 1 s backward slot: refused,
+    # the plan's time standing (the trace is then not written, with a warning).
+    problem = toy(
+        1,
+        backward_latency_s=np.array([[4.0, 4.0]]),
+        weight_grad_latency_s=np.array([[3.0, 3.0]]),
+        edge_bytes=np.array([0]),
+    )
+    variant = toy_variant(1, pipeline_schedule=1)
+    figures = plan_figures(problem, variant, ((0,), (1,)), 1)
+    assert figures.placement.time_per_batch_s == 5.0 * 2 + 1.0
+    with pytest.raises(PhazecError, match="ZB-H1's slots cannot hold every stage's backward work"):
+        trace_events(figures, TraceInfo("toy", ((0,), (1,)), 1, True, {}), None)
+
+
 def test_an_interleaved_schedule_needs_microbatches_in_groups_of_the_stages() -> None:
     with pytest.raises(
         PhazecError, match="runs microbatches in groups of 4, and the plan gives each pipeline 6"
@@ -169,7 +225,9 @@ def stage_tracks(trace: Trace, stages: int) -> list[dict[str, list[tuple[int, in
 
 def check_trace(trace: Trace, report: PlanReport, chunks: int) -> None:
     """What every trace must show: the model's iteration time, each stage's tracks tiling it, its
-    microbatches, the bottleneck stage's parts and memory peaking at the model's."""
+    microbatches (under ZB-H1 their weight-gradient passes too), the bottleneck stage's parts and memory
+    peaking at the model's."""
+    zero_bubble = report.plan.training.pipeline_schedule == "zb_h1"
     time_s = report.time_per_batch_s
     assert trace.other["time_per_batch_s"] == time_s  # the model's own figure, to the bit
     end = round(time_s * 1e9)
@@ -184,7 +242,7 @@ def check_trace(trace: Trace, report: PlanReport, chunks: int) -> None:
         assert everything[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(everything))
         assert sum(b - a for a, b in everything) == end  # the tracks tile the iteration, no gap, no overlap
         work = [s for track in tracks.values() for s in track]
-        for letter in ("F", "B"):
+        for letter in ("F", "B", "W") if zero_bubble else ("F", "B"):
             passes = [s for s in work if s[2].split()[0] == letter]
             assert len(passes) == m * chunks
             assert {s[3]["microbatch"] for s in passes} == set(range(m))
@@ -197,7 +255,7 @@ def check_trace(trace: Trace, report: PlanReport, chunks: int) -> None:
         for _, _, name, args in track:
             parts[name.split()[0]] += args["seconds"]
     forward_s = b.forward_s + b.backward_s + b.tp_communication_s + b.ep_communication_s
-    assert parts["F"] + parts["B"] == pytest.approx(forward_s, rel=1e-12)
+    assert parts["F"] + parts["B"] + parts.get("W", 0.0) == pytest.approx(forward_s, rel=1e-12)
     assert parts.get("R", 0.0) == pytest.approx(b.recompute_s, rel=1e-12)
     assert parts["bubble"] == pytest.approx(b.bubble_s, rel=1e-9, abs=1e-12)
     assert parts.get("p2p", 0.0) == pytest.approx(b.pipeline_p2p_s, rel=1e-12)
@@ -234,6 +292,10 @@ TINY = (
         # One stage's forward work and another's backward work exceed the bottleneck's load: the
         # backward slot holds every backward pass, a longer forward pass runs on past its slot.
         (("plan.tp=1", "plan.pp=4", "plan.dp=2", "plan.microbatch=2", "plan.recompute=none"), 1),
+        # ZB-H1: weight-gradient passes in their own slots, the bubble shorter than 1F1B's.
+        (("plan.tp=1", "plan.pp=2", "plan.dp=4", "plan.microbatch=1", "plan.pipeline_schedule=zb_h1"), 1),
+        (("plan.tp=2", "plan.pp=4", "plan.dp=1", "plan.microbatch=2", "plan.recompute=full",
+          "plan.pipeline_schedule=zb_h1"), 1),
     ],
 )  # fmt: skip
 def test_a_tiny_plans_trace_is_the_models(
