@@ -225,35 +225,35 @@ def zero_bubble_pace(figures: PlanFigures) -> Pace:
     credit_s = (load_s - figures.iteration.bubble_s / (stages - 1)) / 2.0 if stages > 1 else 0.0
     if 3.0 * credit_s <= load_s:
         weight_slot_s = credit_s
-        weight = [min(figures.costs[j].weight_grad_s, weight_slot_s) for j in range(stages)]
         forward = [_forward_work_s(figures, j) for j in range(stages)]
-        backward = [_backward_work_s(figures, j) - weight[j] for j in range(stages)]
+        backward = [
+            _backward_work_s(figures, j) - weight_work_s(figures, j, weight_slot_s) for j in range(stages)
+        ]
         low = max(*forward, weight_slot_s)
         high = load_s - weight_slot_s - max(*backward, weight_slot_s)
         forward_slot_s = min(max(forward[top], low), high)
     else:
         forward_slot_s = load_s - 2.0 * credit_s
         weight_slot_s = 4.0 * credit_s - load_s
-        weight = [min(figures.costs[j].weight_grad_s, weight_slot_s) for j in range(stages)]
-        backward = [_backward_work_s(figures, j) - weight[j] for j in range(stages)]
+        backward = [
+            _backward_work_s(figures, j) - weight_work_s(figures, j, weight_slot_s) for j in range(stages)
+        ]
     backward_slot_s = load_s - forward_slot_s - weight_slot_s
     # Slots shorter than the weight slot would price it below its credit (the order then takes longer).
     short = 3.0 * credit_s <= load_s and min(forward_slot_s, backward_slot_s) < weight_slot_s * (1.0 - 1e-12)
     if short or max(backward) > backward_slot_s * (1.0 + 1e-12):
         raise PhazecError(
-            "ZB-H1's slots cannot hold every stage's backward work at the bottleneck stage's pace (a stage "
-            "with little forward work beside the bottleneck's weight gradients); the plan's time stands, "
-            "its timeline is not drawn"
+            "ZB-H1's slots cannot hold every stage's backward work at the bottleneck stage's pace (weight "
+            "gradients longer than a stage's forward pass or input gradients); the plan's time stands, its "
+            "timeline is not drawn"
         )
     return Pace(forward_slot_s, backward_slot_s, flush_s, weight_slot_s)
 
 
-def weight_work_s(figures: PlanFigures, j: int, timing: Pace) -> float:
-    """What stage j runs in a weight-gradient slot: its credited weight gradients, at most the slot
-    (0 under 1F1B)."""
-    if timing.weight_slot_s is None:
-        return 0.0
-    return min(figures.costs[j].weight_grad_s, timing.weight_slot_s)
+def weight_work_s(figures: PlanFigures, j: int, weight_slot_s: float | None) -> float:
+    """What stage j runs in a weight-gradient slot of `weight_slot_s`: its credited weight gradients, at
+    most the slot (0 under 1F1B: None)."""
+    return 0.0 if weight_slot_s is None else min(figures.costs[j].weight_grad_s, weight_slot_s)
 
 
 def _forward_work_s(figures: PlanFigures, j: int) -> float:
@@ -406,7 +406,7 @@ class _Drawing:
             self._idle(j, (at, start), slot_end)
             i, c = slot.microbatch, slot.chunk
             track = (j + 1, c + 1 if chunks > 1 else 0)
-            weight_s = weight_work_s(figures, j, timing)
+            weight_s = weight_work_s(figures, j, timing.weight_slot_s)
             forward = [("ZeRO-3 gathers", t.shard_s, "zero3"), (f"F {i}", t.forward_s, "forward")]
             backward = [
                 (f"R {i}", t.recompute_s, "recompute"),
@@ -448,6 +448,7 @@ class _Drawing:
         pass's work as `stage` drew it). It peaks at the stage's memory."""
         figures, chunks, pid = self.figures, self.chunks, j + 1
         memory, t = figures.memories[j], figures.times[j]
+        backward_s = t.recompute_s + t.backward_s - weight_work_s(figures, j, self.timing.weight_slot_s)
         kept = kept_bytes(figures.costs[j], RECOMPUTE_MODES.index(figures.modes[j]))
         static = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_state_bytes
 
@@ -468,7 +469,7 @@ class _Drawing:
             else:
                 point(start_s, in_flight, memory.working_bytes)
                 in_flight -= 1
-                point(start_s + (t.recompute_s + t.backward_s) / chunks, in_flight, 0)
+                point(start_s + backward_s / chunks, in_flight, 0)
         point(self.end_s, 0, 0)
         self.out.counter(pid, "HBM (B)", self.end_s, {"capacity": figures.placement.hbm_bytes})
 
