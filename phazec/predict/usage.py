@@ -272,8 +272,8 @@ class Usage:
             tp=t,
             samples_per_batch=self.evaluator.system.global_batch // microbatch * microbatch,
             forward_runs=figures.forward_runs(),
-            core_runs=tuple(float(mode == "selective") for mode in figures.modes),
-            op_runs=tuple(float(mode == "op") for mode in figures.modes),
+            core_runs=figures.runs_of("selective"),
+            op_runs=figures.runs_of("op"),
         )
         return plan_usage(placement, self._work[key], plan)
 

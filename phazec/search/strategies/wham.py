@@ -180,9 +180,7 @@ def stage_works(evaluator: Evaluator, designs: Designs, candidate: Candidate) ->
     model = evaluator.graphs[placement.t]
     out: list[StageWork] = []
     figures = usage.plan_sizes(evaluator, designs.take(np.array([candidate.design])), candidate)
-    modes, runs = figures.modes, figures.forward_runs()
-    core = [float(mode == "selective") for mode in modes]
-    again = [float(mode == "op") for mode in modes]
+    runs, core, again = figures.forward_runs(), figures.runs_of("selective"), figures.runs_of("op")
     for i, stage in enumerate(placement.stages):
         counts = sorted(Counter(model.layers[layer].cls for layer in stage.layers).items())
         work = StageWork(

@@ -172,6 +172,11 @@ class PlanFigures:
             for mode, cost, stage in zip(self.modes, self.costs, self.placement.stages, strict=True)
         )
 
+    def runs_of(self, mode: Recompute) -> tuple[float, ...]:
+        """Per stage, 1 where it recomputes in `mode` (selective: its attention cores again; op: the ops
+        op recompute reruns), else 0."""
+        return tuple(float(own == mode) for own in self.modes)
+
 
 def plan_figures(problem: PlacementProblem, variant: Variant, stages: Stages, d: int) -> PlanFigures:
     """The figures of a plan at the variant's width t and at d, from the C++ model
