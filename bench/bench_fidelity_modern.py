@@ -31,7 +31,8 @@ How each framework runs (`Run.megatron_core`, `Run.attention`): every row runs f
 Hopper at its own share of the peak, `FLASH_ATTENTION_2_HOPPER`); the Megatron-Bridge, torchtitan and NeMo
 Automodel rows overlap the gradient reduction and the parameter gather with compute (Megatron-Core's
 distributed optimizer overlaps, FSDP2's prefetch) and their TP communication with the GEMMs (Transformer
-Engine's overlap, torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap. A torchtitan
+Engine's overlap, torchtitan's AsyncTP); SimuMax's Megatron-LM runs disable every overlap and exchange
+their context-parallel tokens by all-to-all (`ALL_TO_ALL_CP`; the others run the ring). A torchtitan
 row's "selective" recompute is its llama3 configs' op-level selective activation checkpointing
 (`selective_ac_option = "op"`): `plan.recompute=op` (`recompute_mode`). A row whose recompute is its
 recipe's default ("not stated (recipe default)": Megatron-Bridge's perf recipes set none) recomputes
@@ -176,6 +177,9 @@ class ModernRun:
     """FSDP gathers the FP8 weight copies (`FP8_WEIGHT_GATHER`)."""
     recompute_layers: int = 1
     """Under block recompute, the blocks of each model chunk recomputed (`recompute_mode`)."""
+    cp_comm_type: str = "p2p"
+    """Context parallelism's exchange: the ring (p2p), or all-to-all (a2a) where the row says so
+    (`ALL_TO_ALL_CP`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -208,6 +212,7 @@ class ModernRun:
             ("fused_cross_entropy", str(self.fused_cross_entropy).lower()),
             ("fp8_param_gather", str(self.fp8_param_gather).lower()),
             ("recompute_layers", self.recompute_layers),
+            ("cp_comm_type", self.cp_comm_type),
         )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
@@ -224,6 +229,12 @@ FP8_WEIGHT_GATHER = "FP8 FSDP all-gather"
 """What a row's precision says where its FSDP gathers the FP8 weight copies (`plan.fp8_param_gather`:
 torchtitan's `enable_fsdp_float8_all_gather`, read in the launch commands of its 2025 H200 rows); a
 row that does not say so gathers bf16."""
+
+
+ALL_TO_ALL_CP = "CP comm type a2a"
+"""What a row's source says where its context parallelism exchanges by all-to-all (Megatron-Core's
+`--cp-comm-type a2a`, DeepSpeed-Ulysses: SimuMax's B200 runs); a row that does not say so runs the
+ring (p2p), Megatron-Core's and torchtitan's default."""
 
 
 def training_knobs() -> frozenset[str]:
@@ -364,6 +375,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
     return ModernRun(
         run, family, kv_heads, precision, int(zero), cp, domain, offload, fused, stated, attention,
         fp8_param_gather=gathers_fp8, recompute_layers=recompute_layers,
+        cp_comm_type="a2a" if ALL_TO_ALL_CP in row["source"] else "p2p",
     )  # fmt: skip
 
 
