@@ -231,8 +231,9 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
 }
 
 /// A stage's work after the pipeline's flush, as figures that each grow with its dense and its expert
-/// bytes: its DP sync S and optimizer step P, and, h the share of the cores an overlapped collective
-/// holds (`PlacementInput::collective_share`), h S + P, (S/2 + h S/2) + P and S + P (`PlanModel::end_s`
+/// bytes: its DP sync S and optimizer step P, and, h the least share of an overlapped sync left exposed
+/// (`PlanModel::sync_floor`: the share of the cores an overlapped collective holds,
+/// `PlacementInput::collective_share`, or 1 / v interleaved), h S + P, (S/2 + h S/2) + P and S + P (`PlanModel::end_s`
 /// reads the last three).
 struct SyncKeys {
   double sync_s = 0.0;
@@ -463,25 +464,49 @@ struct PlanModel {
     return weights + 3 * shard + 2 * state_bytes(weights, expert, d);
   }
 
+  /// How many of the first stage's passes per microbatch a DP sync's part has to hide behind: 1 without
+  /// interleaving, where the reduction runs beside the last backward pass B and a distributed optimizer's
+  /// all-gather beside the first forward pass F. Interleaved, Megatron-Core syncs each of the v model
+  /// chunks apart (`grad_sync_func` when the chunk's last backward pass ends, `param_sync_func` before
+  /// its first forward pass): the backward passes run chunk by chunk in groups of g = min(s, m)
+  /// microbatches, so v - 1 chunks' reductions have (v - 1) g passes of B / v each behind them, and the
+  /// gathers of all chunks but the first as many forward passes: (v - 1) g / v. What the last chunk
+  /// leaves is `sync_floor`.
+  double sync_window_share(int64_t total, int64_t d) const {
+    const int64_t v = settings.interleave;
+    if (v == 1) return 1.0;
+    const int64_t g = std::min(total, microbatches_per_replica(d));
+    return static_cast<double>((v - 1) * g) / static_cast<double>(v);
+  }
+
+  /// The least share of an overlapped DP sync's part left exposed: h, what the collectives' kernels take
+  /// from the computation beside them, or interleaved at least 1 / v, the model chunk synced last (the
+  /// reduction of the chunk whose backward passes end the flush; the gather of the chunk the next
+  /// forward pass starts with).
+  double sync_floor() const {
+    const double h = in.collective_share;
+    const int64_t v = settings.interleave;
+    return v == 1 ? h : std::max(h, 1.0 / static_cast<double>(v));
+  }
+
   /// The windows (reduction, all-gather) a stage's DP sync hides behind, from the first stage's cost
-  /// `first`. Under overlap_grad_reduce the first stage's reduction hides behind its last backward pass
-  /// B, a `later` stage's behind B / v, the first stage's last backward pass of a model chunk, which
-  /// runs after the later stage's flush; under overlap_param_gather a distributed optimizer's
-  /// all-gather hides behind the first stage's forward pass F. With bound_sync_windows, each window
-  /// that can open is as long as the bottleneck load `bottleneck_s` allows (B / v, B and B + F are at
-  /// most it): half of it each when both can open. The time is then never above the real one and
-  /// grows with every latency.
-  std::pair<double, double> sync_windows_s(const StageCost& first, bool later, double bottleneck_s) const {
+  /// `first` at width d in a pipeline of `total` stages: under overlap_grad_reduce its backward pass B,
+  /// under overlap_param_gather a distributed optimizer's all-gather its forward pass F, each times
+  /// `sync_window_share`. A later stage's flush ends before the first's, so it has at least those
+  /// windows. With bound_sync_windows, each window that can open is as long as the bottleneck load
+  /// `bottleneck_s` allows (B and F are at most it, B + F too): half of it each when both can open. The
+  /// time is then never above the real one and grows with every latency (the share is below the slots
+  /// m + (s - 1) / v: (v - 1) g / v < g <= m).
+  std::pair<double, double> sync_windows_s(const StageCost& first, int64_t total, int64_t d,
+                                           double bottleneck_s) const {
     const bool reduce = settings.overlap_grad_reduce;
     const bool gather = shards_state() && !shards_weights() && settings.overlap_param_gather;
+    const double share = sync_window_share(total, d);
     if (in.bound_sync_windows) {
-      if (reduce && gather) return {bottleneck_s / 2.0, bottleneck_s / 2.0};
-      return {reduce ? bottleneck_s : 0.0, gather ? bottleneck_s : 0.0};
+      if (reduce && gather) return {share * bottleneck_s / 2.0, share * bottleneck_s / 2.0};
+      return {reduce ? share * bottleneck_s : 0.0, gather ? share * bottleneck_s : 0.0};
     }
-    double reduce_s = 0.0;
-    if (reduce) reduce_s = first.backward_s;
-    if (reduce && later) reduce_s = first.backward_s / static_cast<double>(settings.interleave);
-    return {reduce_s, gather ? first.forward_s : 0.0};
+    return {reduce ? share * first.backward_s : 0.0, gather ? share * first.forward_s : 0.0};
   }
 
   /// A stage's work after the flush at width d, of `weights` bytes, `expert` of them routed experts', its
@@ -490,22 +515,25 @@ struct PlanModel {
     SyncKeys k;
     k.sync_s = shards_weights() ? 0.0 : reduce_s(weights, expert, d, tiers);
     if (in.hbm_bytes_per_s > 0.0) k.step_s = static_cast<double>(step_bytes(weights, expert, d)) / in.hbm_bytes_per_s;
-    const double h = in.collective_share;
+    const double h = sync_floor();
     k.held_s = h * k.sync_s + k.step_s;
     k.half_s = (k.sync_s / 2.0 + h * (k.sync_s / 2.0)) + k.step_s;
     k.whole_s = k.sync_s + k.step_s;
     return k;
   }
 
-  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed (`exposed_beside`, h its share of
-  /// the cores): a plain all-reduce hides behind the reduction's window, max(h S, S - w1); a sharded
+  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed (as `exposed_beside`, h the
+  /// `sync_floor`): a plain all-reduce hides behind the reduction's window, max(h S, S - w1); a sharded
   /// optimizer's reduce-scatter, half of it, behind the reduction's and its all-gather behind the
   /// other's, max(h S/2, S/2 - w1) + max(h S/2, S/2 - w2). A window that does not open (0) leaves its
   /// part exposed whole.
   double exposed_s(double sync_s, std::pair<double, double> windows_s) const {
     const auto [w1, w2] = windows_s;
-    if (!shards_state()) return exposed_beside(sync_s, w1);
-    return exposed_beside(sync_s / 2.0, w1) + exposed_beside(sync_s / 2.0, w2);
+    const auto exposed = [&](double part_s, double window_s) {
+      return std::max(sync_floor() * part_s, part_s - window_s);
+    };
+    if (!shards_state()) return exposed(sync_s, w1);
+    return exposed(sync_s / 2.0, w1) + exposed(sync_s / 2.0, w2);
   }
 
   /// When a stage's work after the flush ends: its exposed sync, then its step P. With experts it is
@@ -1454,7 +1482,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
                                                            narrow != 0 ? narrow_sync[d] : wide_sync[d]);
           // The first stage's sync and step; its windows depend on the bottleneck only when bounded.
           auto first_end_s = [&](double bottleneck_s) {
-            return model.plan.end_s(first_keys, model.plan.sync_windows_s(first, false, bottleneck_s));
+            return model.plan.end_s(first_keys, model.plan.sync_windows_s(first, total, d, bottleneck_s));
           };
           const double own_end_s = first_end_s(first_load_s);
           if (single) {
@@ -1473,7 +1501,7 @@ PlanResult solve_variant(const VariantModel& model, LeastMemory& least_memory, c
             const double first_s = in.bound_sync_windows ? first_end_s(bottleneck_s) : own_end_s;
             // The later stages' sync figures: their maxima, or those of their largest weights.
             const SyncKeys keys = experts ? rest[i].keys : model.plan.sync_keys(rest[i].weights, 0, d, wide_sync[d]);
-            const double rest_end_s = model.plan.end_s(keys, model.plan.sync_windows_s(first, true, bottleneck_s));
+            const double rest_end_s = model.plan.end_s(keys, model.plan.sync_windows_s(first, total, d, bottleneck_s));
             const double time_s =
                 model.plan.pipeline_s(bottleneck_s, grad_s, total, d) + std::max(first_s, rest_end_s);
             if (time_s < best.time_s) best = {time_s, tier, p, s, q, d, k, static_cast<int32_t>(i)};
@@ -1722,7 +1750,7 @@ PlanFigures plan_figures(const PlacementInput& in, const LayerGraph& graph, cons
   for (std::size_t i = 0; i < s; ++i) {
     const StageCost& c = out.stages[i].cost;
     const SyncKeys keys = plan.sync_keys(c.param_bytes, c.expert_param_bytes, d, i == 0 ? first_sync : later_sync);
-    const SyncTime sync = plan.sync_time(keys, plan.sync_windows_s(out.stages[0].cost, i > 0, bottleneck_s));
+    const SyncTime sync = plan.sync_time(keys, plan.sync_windows_s(out.stages[0].cost, total, d, bottleneck_s));
     out.stages[i].sync = sync;
     if (i == 0 || sync.end_s > last_sync.end_s) {
       last = i;

@@ -69,24 +69,29 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   last, partial node; 1 when k is at least the lower group size; counted exactly otherwise) times
   the tier's per device, at most the tier below's. Each sync starts after the flush (conservative
   for a later stage, whose own flush ends earlier, by the drain behind it) and is exposed whole,
-  as PHAZE's formula has it, except that with `overlap_grad_reduce` the first stage's reduction
-  hides behind its last backward pass B (exposed = max(h sync, sync - W), W = B) and a later stage's
-  behind W = B / v, the first stage's last backward pass of one model chunk, which it runs after
-  the later stage's flush ends (the later stage's own last backward pass, which Megatron also hides
-  it behind, is not counted: conservative). A distributed optimizer's reduce-scatter plus
-  all-gather moves the same bytes as the all-reduce, half each: the reduce-scatter hides as the
-  reduction above (max(h sync/2, sync/2 - W)), the all-gather behind the first stage's forward pass F
-  with `overlap_param_gather` (max(h sync/2, sync/2 - F)), else it is exposed. Here h is
+  as PHAZE's formula has it, except that with `overlap_grad_reduce` every stage's reduction hides
+  behind W = c B, B the first stage's backward pass (exposed = max(h sync, sync - W); a later stage's
+  own flush ends earlier: conservative). Without interleaving c = 1: the reduction runs beside the
+  last backward pass. Interleaved, Megatron-Core syncs each of the v model chunks when its last
+  backward pass ends (`grad_sync_func`), and the backward passes run chunk by chunk in groups of
+  g = min(s, m) microbatches, so the reductions of all chunks but the last hide behind (v - 1) g
+  passes of B / v: c = (v - 1) g / v; the last chunk's, sync / v, is left, so h is at least 1 / v.
+  A distributed optimizer's reduce-scatter plus all-gather moves the same bytes as the all-reduce,
+  half each: the reduce-scatter hides as the reduction above (max(h sync/2, sync/2 - W)), the
+  all-gather behind c F, F the first stage's forward pass, with `overlap_param_gather` (max(h sync/2,
+  sync/2 - c F); interleaved, each chunk's gather runs before its first forward pass,
+  `param_sync_func`, and the first chunk's is left), else it is exposed. Here h is
   `collective_share`, the share of the cores a collective's kernels hold while it runs beside
   computation, which runs on the rest: a window of W seconds and a collective of C take
-  max(W + h C, C), so the collective adds max(h C, C - W) (max(0, C - W) at h = 0). ZeRO-3's
-  gathers and reduce-scatters hide behind the passes the same way. Without these switches the time
-  only grows with every layer latency (the `bounded` search's dominance rests on it). With them a
-  longer pass hides more, so the time can fall as a latency grows; `bound_sync_windows` (the
-  `bounded` search's lower bound) instead opens each window that can open as long as the bottleneck
-  load X allows (B / v, B and B + F are at most X): W = X, or X / 2 for each of a distributed
-  optimizer's two when both open. That time is never above the real one, and never falls as X
-  grows (X times the slots, at least 1, grows as fast as any window). A stage's exposed sync + step
+  max(W + h C, C), so the collective adds max(h C, C - W) (max(0, C - W) at h = 0); interleaved, h
+  is at least 1 / v. ZeRO-3's gathers and reduce-scatters hide behind the passes the same way
+  (their h is `collective_share`). Without these switches the time only grows with every layer
+  latency (the `bounded` search's dominance rests on it). With them a longer pass hides more, so the
+  time can fall as a latency grows; `bound_sync_windows` (the `bounded` search's lower bound)
+  instead opens each window that can open as long as the bottleneck load X allows (B, F and B + F
+  are at most X): W = c X, or c X / 2 for each of a distributed optimizer's two when both open.
+  That time is never above the real one, and never falls as X grows (X times the slots, at least
+  c, grows as fast as any window: c < g <= m). A stage's exposed sync + step
   grows with its weights, so the DP keeps, per set of stages, the plans no other beats on both the
   largest load and the largest weights.
   Expert gradients (MoE). A layer's routed experts' bytes X of its weights P' (`expert_param_bytes`,

@@ -378,6 +378,59 @@ def test_overlap_hides_every_stage_sync_behind_the_first_stage_and_the_bound_sta
     assert evaluate_plan(bound, SYNCS_VARIANT, plan, 2).time_per_batch_s == 85.0
 
 
+def _interleaved_syncs(first_stage_bytes: int) -> PlacementProblem:
+    """Six layers (forward 1 s, backward 2 s), three stages of two at d = 2 (m = 3), each stage's two
+    layers its two model chunks; the first stage's weights `first_stage_bytes` a layer, the others' 50.
+    A d = 2 all-reduce of w bytes at 50 B/s takes w / 50 s."""
+    bytes_per_layer = [first_stage_bytes] * 2 + [50] * 4
+    return problem_of(
+        [1.0] * 6,
+        [2.0] * 6,
+        [(i, i + 1, 0) for i in range(5)],
+        param_bytes=np.array([bytes_per_layer]),
+        device_count=6,
+        microbatch_count=6,
+        tiers=(NetworkTier(16, 50.0, 0.0),),
+    )
+
+
+@pytest.mark.parametrize(
+    ("first_stage_bytes", "zero_stage", "gather", "exposed_s"),
+    [
+        # Plain all-reduce, S = 2 w / 50: 10 s (250 B a layer), 16 s (400 B). The window is
+        # (v - 1) g / v = 1 x 3 / 2 of the first stage's backward pass B = 4 s: 6 s; the floor, the last
+        # chunk's half of the sync, S / 2. max(5, 4) = 5 and max(8, 10) = 10; the later stages' 2 s
+        # syncs leave max(1, -4) = 1.
+        (250, 0, False, 5.0),
+        (400, 0, False, 10.0),
+        # A distributed optimizer's reduce-scatter and all-gather, 8 s each of the 16 s: the first
+        # behind 6 s of backward passes, max(4, 2) = 4; the second exposed whole without
+        # overlap_param_gather, 8, or behind 1.5 x the forward pass F = 2 s, max(4, 5) = 5.
+        (400, 1, False, 12.0),
+        (400, 1, True, 9.0),
+    ],
+)
+def test_an_interleaved_pipeline_syncs_each_model_chunk_apart(
+    first_stage_bytes: int, zero_stage: int, gather: bool, exposed_s: float
+) -> None:
+    # [01][23][45] at d = 2, v = 2: loads F + B = 6 s, 6 x (3 + 2 / 2) = 24 s of pipeline. Megatron-Core
+    # syncs each model chunk's gradients when its last backward pass ends: the backward passes run chunk
+    # by chunk in groups of g = min(s, m) = 3 microbatches, so the first chunk's reduction hides behind
+    # the other chunk's 3 passes of B / v = 2 s, and the last chunk's is left.
+    problem = _interleaved_syncs(first_stage_bytes)
+    settings = plan_settings(
+        interleave=2, overlap_grad_reduce=True, overlap_param_gather=gather, zero_stage=zero_stage
+    )
+    variant = Variant(1, 10**6, settings)
+    plan = [[0, 1], [2, 3], [4, 5]]
+    explained = explain_plan(problem, variant, plan, 2)
+    assert (explained.iteration.dp_sync_stage, explained.iteration.dp_sync_s) == (0, exposed_s)
+    assert explained.placement.time_per_batch_s == 24.0 + exposed_s
+    # The bound opens each window as wide as 1.5 X (X = 6 s; half each when both open): never above.
+    bound = replace(problem, bound_sync_windows=True)
+    assert evaluate_plan(bound, variant, plan, 2).time_per_batch_s <= 24.0 + exposed_s
+
+
 def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
     # CHAIN as [0][1][2] (the only plan in 2050 B): k = 3 devices per replica on nodes of 8 (10^6 B/s
     # inside, 1000 B/s per member's link between). The first stage's DP group is ids 0, 3, 6, 9, ...:
