@@ -22,7 +22,7 @@ from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind
 from phazec.passes.pipeline import training_pipeline
-from phazec.predict.layer_costs import class_costs
+from phazec.predict.layer_costs import Split, class_costs
 
 TARGET_S = 3.0
 RUNS = 5
@@ -48,7 +48,7 @@ def main() -> None:
         times = []
         for _ in range(RUNS):
             start = time.perf_counter()
-            class_costs(block, designs, system, model, microbatch=1)
+            class_costs(block, designs, system, model, Split(1))
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
         print(

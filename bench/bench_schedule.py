@@ -43,7 +43,7 @@ from phazec.hw.schema import CostConfig, HwConfig, SystemConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
 from phazec.hw.system import system_from_config
 from phazec.passes.pipeline import GraphSettings, training_graphs
-from phazec.predict.layer_costs import class_costs
+from phazec.predict.layer_costs import Split, class_costs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.solvers.schedule.problem import ScheduleProblem
 from phazec.solvers.schedule.solve import Schedule, schedule
@@ -113,7 +113,7 @@ def cases(solver: SolverConfig, models: list[str]) -> Iterator[tuple[str, Schedu
             block = graph.classes[int(np.argmax(np.bincount([layer.cls for layer in graph.layers])))]
             assert block.backward is not None
             for set_name, designs in sets:
-                costs = class_costs(block, designs, system, latency, MICROBATCH)
+                costs = class_costs(block, designs, system, latency, Split(MICROBATCH))
                 assert costs.backward is not None
                 directions = (("fwd", block.graph, costs.forward), ("bwd", block.backward, costs.backward))
                 for direction, ops, op_costs in directions:

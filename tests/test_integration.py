@@ -18,7 +18,7 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import LayerKind, Model, OpKind
 from phazec.passes.pipeline import training_pipeline
 from phazec.predict.evaluator import Evaluator
-from phazec.predict.layer_costs import class_costs
+from phazec.predict.layer_costs import Split, class_costs
 from phazec.predict.training import Knobs
 from phazec.solvers.placement.problem import Placement
 from phazec.solvers.schema import SolverConfig
@@ -37,7 +37,7 @@ def test_cost_pass_on_gpt3_block(lowered: Callable[[str], Model]) -> None:
         designs,
         system_from_config(typed(SystemConfig, cfg.system, "system")),
         latency_model_from_config(typed(CostConfig, cfg.cost, "cost")),
-        1,
+        Split(1),
     )
     assert costs.backward is not None
     kinds = [op.kind for op in block.graph.ops]

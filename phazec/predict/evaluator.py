@@ -24,7 +24,13 @@ from phazec.hw.designs import Designs
 from phazec.hw.system import System
 from phazec.ir.core import Graph, LayerClass, LayerKind, Model
 from phazec.passes.memory import OPTIMIZER_STATE_BYTES, megatron_bytes, op_checkpoint, selective_ops
-from phazec.predict.layer_costs import ClassCosts, class_costs, low_precision_class, sequence_split_width
+from phazec.predict.layer_costs import (
+    ClassCosts,
+    class_costs,
+    class_split,
+    low_precision_class,
+    sequence_split_width,
+)
 from phazec.predict.megatron import check_runs
 from phazec.predict.offload import offloaded_problem
 from phazec.predict.schedule_problem import schedule_problem
@@ -129,20 +135,11 @@ class Evaluator:
         return self._per_layer_s(designs, training, self.lower_s)
 
     def class_costs(self, model: Model, cls: int, designs: Designs, training: Training) -> ClassCosts:
-        """The operator costs of class `cls` of `model` on every design under `training`'s microbatch,
-        sequence parallelism and precision (`phazec.predict.layer_costs.class_costs`)."""
+        """The operator costs of class `cls` of `model` on every design under `training`
+        (`phazec.predict.layer_costs.class_costs` at its `class_split`)."""
         start = time.perf_counter()
         costs = class_costs(
-            model.classes[cls],
-            designs,
-            self.system,
-            self.latency_model,
-            training.microbatch,
-            sequence_parallel=training.sequence_parallel,
-            low_precision=low_precision_class(model, cls, training.precision),
-            context_parallel=training.cp,
-            cp_all_to_all=training.cp_all_to_all,
-            deduplicated=training.deduplicates_tokens,
+            model.classes[cls], designs, self.system, self.latency_model, class_split(model, cls, training)
         )
         self.timings.cost_s += time.perf_counter() - start
         return costs

@@ -30,6 +30,7 @@ from phazec.ir.ops import (
 )
 from phazec.passes.memory import low_precision_gemm
 from phazec.passes.tensor_parallel import weight_of
+from phazec.predict.training import Training
 
 QUANTIZE_BYTES_PER_OPERAND_BYTE = 3.0
 """Bytes the FP8 casts of a GEMM's bf16 activation operand move per byte of it: current scaling reads
@@ -166,28 +167,20 @@ class Split:
     experts (`Training.moe_token_dispatcher` flex; `phazec.cost.network.tier_bytes`)."""
 
 
-def class_split(
-    cls: LayerClass,
-    microbatch: int,
-    backward: bool,
-    *,
-    sequence_parallel: bool = False,
-    low_precision: bool = False,
-    context_parallel: int = 1,
-    cp_all_to_all: bool = False,
-    deduplicated: bool = False,
-) -> Split:
-    """The `Split` of a class's forward or backward operators under a plan's sequence parallelism,
-    precision, context-parallel width and exchange, and token dispatcher."""
+def class_split(model: Model, c: int, training: Training, backward: bool = False) -> Split:
+    """The `Split` of class `c` of `model`'s forward (or `backward`) operators under a plan: its
+    microbatch, sequence parallelism, precision (`low_precision_class`), context-parallel width and
+    exchange, and token dispatcher, every knob that shares out an operator's work read in one place."""
+    cls = model.classes[c]
     return Split(
-        microbatch,
+        training.microbatch,
         backward,
-        sequence_split_width(cls, sequence_parallel),
-        low_precision,
-        context_parallel,
-        cls.tp_width * context_parallel,
-        cp_all_to_all,
-        deduplicated,
+        sequence_split_width(cls, training.sequence_parallel),
+        low_precision_class(model, c, training.precision),
+        training.cp,
+        cls.tp_width * training.cp,
+        training.cp_all_to_all,
+        training.deduplicates_tokens,
     )
 
 
@@ -410,41 +403,22 @@ class ClassCosts:
 
 
 def class_costs(
-    cls: LayerClass,
-    designs: Designs,
-    system: System,
-    model: LatencyModel,
-    microbatch: int,
-    *,
-    sequence_parallel: bool = False,
-    low_precision: bool = False,
-    context_parallel: int = 1,
-    cp_all_to_all: bool = False,
-    deduplicated: bool = False,
+    cls: LayerClass, designs: Designs, system: System, model: LatencyModel, split: Split
 ) -> ClassCosts:
-    """Price the forward and backward operators of one class on every design (vectorised); with
-    sequence parallelism, a tensor-parallel class's `sequence_split` operators do 1/t of their work;
-    in low precision (`low_precision_class`), its linear layers' GEMMs run in FP8; under context
-    parallelism its per-sample work is split cp ways; under a deduplicating token dispatcher its
-    all-to-alls send each token once per device and node holding one of its experts (`op_work`)."""
+    """Price the forward and backward operators of one class on every design (vectorised), its forward
+    operators at `split` and its backward ones at `split` in the backward pass (`op_work`: with
+    sequence parallelism a tensor-parallel class's `sequence_split` operators do 1/t of their work; in
+    low precision its linear layers' GEMMs run in FP8; under context parallelism its per-sample work is
+    split cp ways; under a deduplicating token dispatcher its all-to-alls send each token once per
+    device and node holding one of its experts)."""
     overlap = designs.device.tp_comm_overlap
-    split = class_split(
-        cls,
-        microbatch,
-        False,
-        sequence_parallel=sequence_parallel,
-        low_precision=low_precision,
-        context_parallel=context_parallel,
-        cp_all_to_all=cp_all_to_all,
-        deduplicated=deduplicated,
-    )
 
     def priced(graph: Graph, how: Split) -> OpCosts:
         gathered = fp8_gathers(graph, how)  # found once, for the bytes and the overlap
         costs = op_costs(op_table(graph, how, gathered), designs, system, model)
         return overlap_collectives(graph, costs, gathered) if overlap else costs
 
-    forward = priced(cls.graph, split)
+    forward = priced(cls.graph, replace(split, backward=False))
     if cls.backward is None:
         return ClassCosts(forward, None)
     return ClassCosts(forward, priced(cls.backward, replace(split, backward=True)))

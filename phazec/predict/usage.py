@@ -43,7 +43,7 @@ from phazec.hw.energy import LINK_BYTE_J
 from phazec.ir.core import Graph
 from phazec.passes.memory import op_checkpoint, selective_ops
 from phazec.predict.evaluator import OUTER_KNOBS, Candidate, Evaluator
-from phazec.predict.layer_costs import class_split, low_precision_class, op_table
+from phazec.predict.layer_costs import class_split, op_table
 from phazec.predict.training import Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, plan_figures
 from phazec.solvers.placement.problem import Placement, Variant
@@ -126,13 +126,11 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
     """Each layer's busy core-seconds and energy on the one design of `design`, at width t, under
     `training`'s microbatch, sequence parallelism, precision and context-parallel width."""
     model = evaluator.graphs[t]
-    microbatch, sequence_parallel = training.microbatch, training.sequence_parallel
     shape = (4, len(model.classes))
     tc_s, vc_s = np.zeros(shape), np.zeros(shape)
     energy = {part: np.zeros(shape) for part in ENERGY_PARTS}
     for c, cls in enumerate(model.classes):
         costs = evaluator.class_costs(model, c, design, training)
-        low = low_precision_class(model, c, training.precision)
         graphs = [(0, cls.graph, costs.forward)]
         if cls.backward is not None and costs.backward is not None:
             graphs.append((1, cls.backward, costs.backward))
@@ -141,12 +139,7 @@ def layer_work(evaluator: Evaluator, design: Designs, training: Training, t: int
             tc_s[direction, c], vc_s[direction, c] = busy_core_s(
                 problem, schedule(problem, evaluator.solver, evaluator.cache, evaluator.lp_dir)
             )
-            split = class_split(
-                cls, microbatch, direction == 1, sequence_parallel=sequence_parallel, low_precision=low,
-                context_parallel=training.cp, cp_all_to_all=training.cp_all_to_all,
-                deduplicated=training.deduplicates_tokens,
-            )  # fmt: skip
-            table = op_table(graph, split)
+            table = op_table(graph, class_split(model, c, training, direction == 1))
             parts = op_energy_parts_j(table, design, evaluator.system)
             for part in ENERGY_PARTS:
                 energy[part][direction, c] = float(parts[part].sum())

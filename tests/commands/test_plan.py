@@ -44,6 +44,7 @@ from phazec.predict.layer_costs import (
     op_table,
     overlap_collectives,
     sequence_split,
+    sequence_split_width,
 )
 from phazec.predict.plan_report import plan_stages
 from phazec.predict.training import Knobs
@@ -629,8 +630,8 @@ def test_sequence_parallelism_splits_the_replicated_vector_work(tiny_graphs: dic
     designs = enumerate_designs(hw_space_from_config(typed(HwConfig, cfg.hw, "hw")))
     system = system_from_config(typed(SystemConfig, cfg.system, "system"))
     model = latency_model_from_config(typed(CostConfig, cfg.cost, "cost"))
-    plain = class_costs(one, designs, system, model, 3)
-    sp = class_costs(one, designs, system, model, 3, sequence_parallel=True)
+    plain = class_costs(one, designs, system, model, Split(3))
+    sp = class_costs(one, designs, system, model, Split(3, sequence_parallel=sequence_split_width(one, True)))
     assert np.array_equal(plain.forward.all_cores_s, sp.forward.all_cores_s)
 
 

@@ -14,7 +14,7 @@ from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.pipeline import GraphSettings, training_graphs
 from phazec.predict.evaluator import BOUND_MARGIN, Evaluator
-from phazec.predict.layer_costs import class_costs
+from phazec.predict.layer_costs import Split, class_costs
 from phazec.predict.training import Knobs
 from phazec.solvers.schedule.model import bounds
 from phazec.solvers.schema import SolverConfig
@@ -39,7 +39,7 @@ def test_every_design_gets_its_own_bound(
     checked = 0
     for model in evaluator.graphs.values():
         for cls in model.classes:
-            costs = class_costs(cls, designs, evaluator.system, evaluator.latency_model, 4)
+            costs = class_costs(cls, designs, evaluator.system, evaluator.latency_model, Split(4))
             for graph, op_costs in ((cls.graph, costs.forward), (cls.backward, costs.backward)):
                 if graph is None or op_costs is None:
                     continue

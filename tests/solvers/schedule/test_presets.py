@@ -15,7 +15,7 @@ from phazec.hw.space import enumerate_designs
 from phazec.hw.system import system_from_config
 from phazec.ir.core import Model
 from phazec.passes.pipeline import GraphSettings, training_graphs
-from phazec.predict.layer_costs import class_costs
+from phazec.predict.layer_costs import Split, class_costs
 from phazec.predict.schedule_problem import schedule_problem
 from phazec.solvers.schedule.problem import ScheduleProblem
 from phazec.solvers.schedule.solve import optimize
@@ -44,7 +44,7 @@ def block_problems(model: Model, name: str) -> list[ScheduleProblem]:
     problems = []
     for graph in graphs.values():
         block = graph.classes[int(np.argmax(np.bincount([layer.cls for layer in graph.layers])))]
-        costs = class_costs(block, tpu, system, latency, 1)
+        costs = class_costs(block, tpu, system, latency, Split(1))
         assert block.backward is not None and costs.backward is not None
         for ops, op_costs in ((block.graph, costs.forward), (block.backward, costs.backward)):
             problems.append(
