@@ -167,10 +167,10 @@ class Evaluator:
                 per_class[:, 0, c] = latency_s(cls.graph, costs.forward, designs)
                 if cls.backward is not None and costs.backward is not None:
                     per_class[:, 1, c] = latency_s(cls.backward, costs.backward, designs)
-                if training.overlap_moe_expert_parallel_comm:
-                    forward_a2a_s, backward_a2a_s = all_to_all_s(cls, costs)
+                parts = moe_parts(cls, costs) if training.overlap_moe_expert_parallel_comm else None
+                if parts is not None:
                     per_class[:, 0, c], per_class[:, 1, c], _ = overlapped(
-                        per_class[:, 0, c], per_class[:, 1, c], forward_a2a_s, backward_a2a_s, held
+                        per_class[:, 0, c], per_class[:, 1, c], parts, held
                     )
                 if cls.backward is not None and costs.backward is not None:
                     weight_grads_s = weight_grad_s(cls.backward, costs.backward)
@@ -531,44 +531,118 @@ def attention_core_s(
     return total
 
 
-def all_to_all_s(cls: LayerClass, costs: ClassCosts) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Per design: the latency of a layer's expert-parallel all-to-alls (`AllToAll` ops) in its forward
-    and in its backward pass, summed."""
-    sums = []
+@dataclass(frozen=True)
+class MoeParts:
+    """A MoE layer's passes cut at their expert-parallel all-to-alls, as Megatron-Core's combined 1F1B
+    schedule runs them (`overlapped`), per design, each the summed all-core latency of its operators in
+    graph order. Forward: the attention and router before the dispatch (`attention`), the dispatch's
+    all-to-alls (`dispatch`), the experts (`experts`), the combine's all-to-all (`combine`) and what
+    follows it (`after_combine`: the unpermutation and residual add, run with the combine). Backward:
+    the gradients of what follows the combine (`before_combine_grad`), the combine's all-to-all
+    (`combine_grad`), the experts' (`experts_grad`), the dispatch's all-to-alls (`dispatch_grad`) and the
+    router's and attention's (`attention_grad`)."""
+
+    attention: NDArray[np.float64]
+    dispatch: NDArray[np.float64]
+    experts: NDArray[np.float64]
+    combine: NDArray[np.float64]
+    after_combine: NDArray[np.float64]
+    before_combine_grad: NDArray[np.float64]
+    combine_grad: NDArray[np.float64]
+    experts_grad: NDArray[np.float64]
+    dispatch_grad: NDArray[np.float64]
+    attention_grad: NDArray[np.float64]
+
+
+def moe_parts(cls: LayerClass, costs: ClassCosts) -> MoeParts | None:
+    """A layer's `MoeParts`, or None for a layer without all-to-alls. Each pass is cut at its first and
+    last `AllToAll`: the forward pass dispatches its tokens (and their routing weights) first and
+    combines last, the backward pass the other way round; an all-to-all between them is the dispatch's
+    (its routing weights')."""
+    if cls.backward is None or costs.backward is None:
+        return None
+    cut = []
     for graph, op_costs in ((cls.graph, costs.forward), (cls.backward, costs.backward)):
-        total = np.zeros(costs.forward.all_cores_s.shape[1])
-        if graph is not None and op_costs is not None:
-            for i, op in enumerate(graph.ops):
-                if op.op_type == "AllToAll":
-                    total = total + op_costs.all_cores_s[i]
-        sums.append(total)
-    return sums[0], sums[1]
+        exchanges = [i for i, op in enumerate(graph.ops) if op.op_type == "AllToAll"]
+        if not exchanges:
+            return None
+        first, last, latency = exchanges[0], exchanges[-1], op_costs.all_cores_s
+        inner = range(first + 1, last)
+        groups = (
+            range(first),
+            [first, *(i for i in inner if i in exchanges)],
+            [i for i in inner if i not in exchanges],
+            [last],
+            range(last + 1, len(graph.ops)),
+        )
+        cut.append(
+            [latency[list(ops)].sum(axis=0) if len(ops) else np.zeros(latency.shape[1]) for ops in groups]
+        )
+    (attention, dispatch, experts, combine, after), (before, combine_grad, experts_grad, last_grad, rest) = (
+        cut
+    )
+    return MoeParts(
+        attention, dispatch, experts, combine, after, before, combine_grad, experts_grad, last_grad, rest
+    )
 
 
 def overlapped(
     forward_s: NDArray[np.float64],
     backward_s: NDArray[np.float64],
-    forward_a2a_s: NDArray[np.float64],
-    backward_a2a_s: NDArray[np.float64],
+    parts: MoeParts,
     held: NDArray[np.float64] | float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """A layer's forward and backward latency with its all-to-alls overlapped with another microbatch's
-    computation (`Training.overlap_moe_expert_parallel_comm`), and what is left exposed of them: the
-    forward pass's computation, F_c = F - F_a, runs beside the other microbatch's backward all-to-alls,
-    B_a, and the backward pass's, B_c = B - B_a, beside the forward ones, F_a. While an all-to-all's
-    kernels hold a share `held` of the cores (`held_share`), the computation beside it runs on the rest,
-    so it takes that share of the all-to-all's time longer: max(F_c + held B_a, B_a) and
-    max(B_c + held F_a, F_a), leaving max(held B_a, B_a - F_c) + max(held F_a, F_a - B_c) of the
-    all-to-alls (max(B_a - F_c, 0) + max(F_a - B_c, 0) with every core left to the computation). Their
-    sum lies between max(F_c + B_c, F_a + B_a), every all-to-all hidden, and F + B, none (held at most
-    1); each grows with its own pass's latency alone, so lower bounds on F and B give lower bounds. A
-    layer without all-to-alls is unchanged."""
-    forward_compute_s = np.maximum(forward_s - forward_a2a_s, 0.0)
-    backward_compute_s = np.maximum(backward_s - backward_a2a_s, 0.0)
-    forward = np.maximum(forward_compute_s + held * backward_a2a_s, backward_a2a_s)
-    backward = np.maximum(backward_compute_s + held * forward_a2a_s, forward_a2a_s)
-    exposed_s = (forward - forward_compute_s) + (backward - backward_compute_s)
+    """A MoE layer's forward and backward latency with its all-to-alls overlapped with another
+    microbatch's computation (`Training.overlap_moe_expert_parallel_comm`), and what is left exposed of
+    them. Megatron-Core's combined 1F1B schedule runs one microbatch's forward layer beside another's
+    backward layer in four steps, computation on one stream and communication on the other
+    (`TransformerLayerSchedulePlan.run`): the backward combine's all-to-all P beside the forward
+    attention and router A, the forward dispatch Q beside the backward experts X_b, the backward
+    dispatch S beside the forward experts X_f, and the forward combine U beside the backward router and
+    attention R. Each step takes as long as the longer of its two; while an all-to-all's kernels hold a
+    share h = `held` of the cores (`held_share`), the computation beside it takes that share of the
+    all-to-all's time longer. The combine's own computation (the unpermutation and residual add after
+    its all-to-all, C_f, and their gradients before it, C_b) runs on the communication stream but on
+    the cores every step's computation needs, so it adds to its step. The layer pair takes C_b +
+    max(A + h P, P) + max(X_f + h S, S) (the forward's part) + max(X_b + h Q, Q) + max(R + h U, U) + C_f
+    (the backward's): the period of the two streams over a stage's layers, each step waiting on the one
+    before it on the other stream. The parts are the operators' summed latencies in
+    graph order (`MoeParts`), each pass's computation scaled to its scheduled latency `forward_s`
+    (`backward_s`) less its all-to-alls. The sum is at least the whole layers' pairing, max(A + X_f + C_f,
+    P + S) + max(X_b + R + C_b, Q + U), and at most none hidden (held at most 1); it grows with both
+    passes' latencies, so lower bounds on them give lower bounds."""
+    forward_compute_s = np.maximum(forward_s - parts.dispatch - parts.combine, 0.0)
+    backward_compute_s = np.maximum(backward_s - parts.combine_grad - parts.dispatch_grad, 0.0)
+    forward_scale = _scale(forward_compute_s, parts.attention + parts.experts + parts.after_combine)
+    backward_scale = _scale(
+        backward_compute_s, parts.before_combine_grad + parts.experts_grad + parts.attention_grad
+    )
+
+    def step(compute_s: NDArray[np.float64], exchange_s: NDArray[np.float64]) -> NDArray[np.float64]:
+        took: NDArray[np.float64] = np.maximum(compute_s + held * exchange_s, exchange_s)
+        return took
+
+    forward = (
+        backward_scale * parts.before_combine_grad
+        + step(forward_scale * parts.attention, parts.combine_grad)
+        + step(forward_scale * parts.experts, parts.dispatch_grad)
+    )
+    backward = (
+        step(backward_scale * parts.experts_grad, parts.dispatch)
+        + step(backward_scale * parts.attention_grad, parts.combine)
+        + forward_scale * parts.after_combine
+    )
+    exposed_s = forward + backward - forward_compute_s - backward_compute_s
     return forward, backward, exposed_s
+
+
+def _scale(scheduled_s: NDArray[np.float64], summed_s: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The factor that scales a pass's summed operator latencies to its scheduled computation (0 where
+    nothing is summed)."""
+    scale: NDArray[np.float64] = np.divide(
+        scheduled_s, summed_s, out=np.zeros_like(summed_s), where=summed_s > 0
+    )
+    return scale
 
 
 def sm_share(designs: Designs, sms: int) -> NDArray[np.float64]:

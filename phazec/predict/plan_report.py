@@ -24,7 +24,7 @@ from phazec.hw.validation import NO_VALIDATION, Band, band_record
 from phazec.ir.core import LayerClass, LayerKind, Model, OpKind
 from phazec.ir.ops import flops
 from phazec.passes.memory import op_checkpoint, selective_ops
-from phazec.predict.evaluator import Candidate, Evaluator, all_to_all_s, held_share, overlapped
+from phazec.predict.evaluator import Candidate, Evaluator, held_share, moe_parts, overlapped
 from phazec.predict.layer_costs import ClassCosts
 from phazec.predict.training import RECORDED, Training, core_settings
 from phazec.solvers.placement.evaluate import PlanFigures, StageMemory, chunks_fit, explain_plan
@@ -367,8 +367,9 @@ def exposed_all_to_all_s(
     assert cls.backward is not None and costs.backward is not None  # the layer has all-to-alls
     forward_s = evaluator.schedules_s(cls.graph, costs.forward, designs)
     backward_s = evaluator.schedules_s(cls.backward, costs.backward, designs)
-    held = held_share(designs, training)
-    return float(overlapped(forward_s, backward_s, *all_to_all_s(cls, costs), held)[2][0])
+    parts = moe_parts(cls, costs)
+    assert parts is not None  # the layer has all-to-alls
+    return float(overlapped(forward_s, backward_s, parts, held_share(designs, training))[2][0])
 
 
 def breakdown(figures: PlanFigures, stages: Stages, layers: list[LayerFigures]) -> Breakdown:

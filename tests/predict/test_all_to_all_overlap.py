@@ -13,30 +13,50 @@ from phazec.commands.setup import setup
 from phazec.config.settings import settings_from_config, typed
 from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
-from phazec.predict.evaluator import all_to_all_s, held_share, overlapped
+from phazec.predict.evaluator import MoeParts, held_share, moe_parts, overlapped
 from phazec.predict.training import Knobs, Training
 from tests.conftest import compose_config, refused_before_export
 
 
+def _parts(*figures: float) -> MoeParts:
+    """`MoeParts` of one design: attention, dispatch, experts, combine, after the combine; then the
+    backward's before the combine, combine, experts, dispatch, router and attention."""
+    return MoeParts(*(np.array([x]) for x in figures))
+
+
+def _overlapped_at(f: float, b: float, parts: MoeParts, held: float = 0.0) -> tuple[float, float, float]:
+    """`overlapped` of one design's figures."""
+    out = overlapped(np.array([f]), np.array([b]), parts, held)
+    return float(out[0][0]), float(out[1][0]), float(out[2][0])
+
+
 def test_a_layer_overlapped_by_hand() -> None:
-    """The expert-parallel toy's layer (`tests/passes/test_expert_parallel.py`): forward 1 s of compute and
-    two all-to-alls of 1.75 s, backward 2 s and two of 1.75 s, 10 s in all. Overlapped, each pass's
-    computation runs beside the other's 3.5 s of all-to-alls: max(1, 3.5) + max(2, 3.5) = 7 s, every
-    computation hidden. A layer that computes longer than it sends (5 s with 1 s of all-to-all, 9 s with
-    1 s) hides every all-to-all: 4 + 8 = 12 s; one without all-to-alls is unchanged."""
-    toy = overlapped(np.array([4.5]), np.array([5.5]), np.array([3.5]), np.array([3.5]))
-    assert [float(x[0]) for x in toy] == [3.5, 3.5, 4.0]  # 3.5 - 1 + 3.5 - 2 of all-to-all left
-    long = overlapped(np.array([5.0]), np.array([9.0]), np.array([1.0]), np.array([1.0]))
-    assert [float(x[0]) for x in long] == [4.0, 8.0, 0.0]
-    dense = overlapped(np.array([5.0]), np.array([9.0]), np.zeros(1), np.zeros(1))
-    assert [float(x[0]) for x in dense] == [5.0, 9.0, 0.0]
-    # With a quarter of the cores held by the all-to-alls' kernels, the computation beside each 1 s of
-    # them takes 0.25 s longer: 4.25 + 8.25 = 12.5 s, 0.5 s of all-to-all left; the toy is all-to-all
-    # bound (1 + 0.875 and 2 + 0.875 are under 3.5) and does not change.
-    held = overlapped(np.array([5.0]), np.array([9.0]), np.array([1.0]), np.array([1.0]), 0.25)
-    assert [float(x[0]) for x in held] == [4.25, 8.25, 0.5]
-    toy_held = overlapped(np.array([4.5]), np.array([5.5]), np.array([3.5]), np.array([3.5]), 0.25)
-    assert [float(x[0]) for x in toy_held] == [3.5, 3.5, 4.0]
+    """The expert-parallel toy's layer (`tests/passes/test_expert_parallel.py`): forward 1 s of compute,
+    0.5 s before the dispatch and 0.5 s of experts, and two all-to-alls of 1.75 s; backward 2 s, 1 s of
+    experts and 1 s of router and attention, and two of 1.75 s, 10 s in all. Megatron-Core's four steps
+    pair each all-to-all with one part of the other microbatch's computation: max(0.5, 1.75) +
+    max(0.5, 1.75) = 3.5 s of the forward's and max(1, 1.75) + max(1, 1.75) = 3.5 s of the backward's,
+    7 s, every computation hidden and 4 s of all-to-all left."""
+    toy = _parts(0.5, 1.75, 0.5, 1.75, 0.0, 0.0, 1.75, 1.0, 1.75, 1.0)
+    assert _overlapped_at(4.5, 5.5, toy) == (3.5, 3.5, 4.0)
+    # A layer that computes longer than it sends, but not in the steps that send: forward attention
+    # 0.2 s beside the backward combine's 0.9 s, experts 3.8 s beside its dispatch's 0.1 s; backward
+    # experts 2 s beside the forward dispatch's 0.5 s, attention 6 s beside its combine's 0.5 s. The
+    # whole layers would hide every all-to-all (max(4, 1) + max(8, 1) = 12 s); step by step 0.9 + 3.8
+    # = 4.7 s and 2 + 6 = 8 s, 0.7 s of the backward combine left.
+    uneven = _parts(0.2, 0.5, 3.8, 0.5, 0.0, 0.0, 0.9, 2.0, 0.1, 6.0)
+    assert _overlapped_at(5.0, 9.0, uneven) == pytest.approx((4.7, 8.0, 0.7))
+    # A quarter of the cores held by the all-to-alls' kernels: the computation beside each takes a
+    # quarter of its time longer, 0.2 + 0.225 < 0.9, 3.8 + 0.025, 2 + 0.125, 6 + 0.125: 4.725 + 8.25.
+    assert _overlapped_at(5.0, 9.0, uneven, 0.25) == pytest.approx((4.725, 8.25, 0.975))
+    # The combine's own computation (its unpermutation and residual add, 0.4 s forward and 0.6 s
+    # backward) runs beside nothing: it adds to the steps, 0.6 + 4.7 and 8 + 0.4.
+    combined = _parts(0.2, 0.5, 3.8, 0.5, 0.4, 0.6, 0.9, 2.0, 0.1, 6.0)
+    assert _overlapped_at(5.4, 9.6, combined) == pytest.approx((5.3, 8.4, 0.7))
+    # The parts are the operators' summed latencies, scaled to each pass's scheduled computation: a
+    # schedule that runs the forward's 8 s of operators in 4 s halves each of its parts.
+    halved = _parts(0.4, 0.5, 7.6, 0.5, 0.0, 0.0, 0.9, 2.0, 0.1, 6.0)
+    assert _overlapped_at(5.0, 9.0, halved) == pytest.approx((4.7, 8.0, 0.7))
 
 
 def test_the_flex_dispatcher_holds_its_sms_of_the_chip() -> None:
@@ -53,26 +73,25 @@ def test_the_flex_dispatcher_holds_its_sms_of_the_chip() -> None:
     assert held_share(tpuv4, replace(flex, moe_token_dispatcher="alltoall")).tolist() == [0.0]
 
 
-def test_overlapped_lies_between_every_all_to_all_hidden_and_none_and_grows_with_each_pass() -> None:
-    """Over a grid: F' + B' is at least max(F_c + B_c, F_a + B_a) and at most F + B; F' grows with F and
-    does not depend on B (and B' the other way), so lower bounds on a pass give lower bounds."""
-    values = [0.0, 0.5, 1.0, 2.0, 3.5, 7.0]
-    for (f_a, b_a, f_c, b_c), held in itertools.product(
-        itertools.product(values, repeat=4), [0.0, 0.25, 1.0]
-    ):
+def test_overlapped_lies_between_the_whole_layers_pairing_and_none_and_grows_with_each_pass() -> None:
+    """Over a grid of parts: F' + B' is at least the whole layers' pairing, max(F_c, B_a) + max(B_c,
+    F_a), every all-to-all of one pass hidden behind all of the other's computation, and at most F + B;
+    each grows with either pass's latency, so lower bounds on them give lower bounds."""
+    values = [0.0, 0.5, 2.0, 7.0]
+    for figures in itertools.product(values, repeat=6):
+        attention, dispatch, experts, combine_grad, experts_grad, attention_grad = figures
+        parts = _parts(attention, dispatch, experts, dispatch, 0.5, 0.25, combine_grad, experts_grad,
+                       combine_grad, attention_grad)  # fmt: skip
+        f_c, b_c = attention + experts + 0.5, 0.25 + experts_grad + attention_grad
+        f_a, b_a = 2 * dispatch, 2 * combine_grad
         f, b = f_c + f_a, b_c + b_a
-        forward, backward, exposed = _overlapped_at(f, b, f_a, b_a, held)
-        assert max(f_c + b_c, f_a + b_a) <= forward + backward <= f + b
-        assert forward + backward == pytest.approx(f_c + b_c + exposed)
-        later, other, _ = _overlapped_at(f + 1.0, b + 2.0, f_a, b_a, held)
-        assert later >= forward and other >= backward
-        assert _overlapped_at(f, b + 5.0, f_a, b_a, held)[0] == forward
-
-
-def _overlapped_at(f: float, b: float, f_a: float, b_a: float, held: float) -> tuple[float, float, float]:
-    """`overlapped` of one design's figures."""
-    out = overlapped(np.array([f]), np.array([b]), np.array([f_a]), np.array([b_a]), held)
-    return float(out[0][0]), float(out[1][0]), float(out[2][0])
+        for held in (0.0, 0.25, 1.0):
+            forward, backward, exposed = _overlapped_at(f, b, parts, held)
+            whole = max(f_c + held * b_a, b_a) + max(b_c + held * f_a, f_a)
+            assert whole - 1e-12 <= forward + backward <= f + b + 1e-12
+            assert forward + backward == pytest.approx(f_c + b_c + exposed)
+            later, other, _ = _overlapped_at(f + 1.0, b + 2.0, parts, held)
+            assert later >= forward and other >= backward
 
 
 PLAN = (
@@ -106,7 +125,11 @@ def test_phazec_plan_hides_the_all_to_alls_the_layers_computation_covers(cache_d
     for i, layer in enumerate(model.layers):
         cls = model.classes[layer.cls]
         costs = evaluator.class_costs(model, layer.cls, designs, training)
-        expected = overlapped(before[:, 0, i], before[:, 1, i], *all_to_all_s(cls, costs))
+        parts = moe_parts(cls, costs)
+        if parts is None:  # no all-to-alls: unchanged
+            assert np.array_equal(after[:, :2, i], before[:, :2, i])
+            continue
+        expected = overlapped(before[:, 0, i], before[:, 1, i], parts)
         assert np.array_equal(after[:, 0, i], expected[0]) and np.array_equal(after[:, 1, i], expected[1])
         moved += int(not np.array_equal(after[:, :2, i], before[:, :2, i]))
     assert moved == 2  # the two MoE blocks; the embedding and the head send nothing
