@@ -558,21 +558,24 @@ def moe_parts(cls: LayerClass, costs: ClassCosts) -> MoeParts | None:
     """A layer's `MoeParts`, or None for a layer without all-to-alls. Each pass is cut at its first and
     last `AllToAll`: the forward pass dispatches its tokens (and their routing weights) first and
     combines last, the backward pass the other way round; an all-to-all between them is the dispatch's
-    (its routing weights')."""
+    (its routing weights', or their gradient's)."""
     if cls.backward is None or costs.backward is None:
         return None
     cut = []
-    for graph, op_costs in ((cls.graph, costs.forward), (cls.backward, costs.backward)):
+    for graph, op_costs, dispatch_first in (
+        (cls.graph, costs.forward, True),
+        (cls.backward, costs.backward, False),
+    ):
         exchanges = [i for i, op in enumerate(graph.ops) if op.op_type == "AllToAll"]
         if not exchanges:
             return None
         first, last, latency = exchanges[0], exchanges[-1], op_costs.all_cores_s
-        inner = range(first + 1, last)
+        inner = exchanges[1:-1]  # the dispatch's
         groups = (
             range(first),
-            [first, *(i for i in inner if i in exchanges)],
-            [i for i in inner if i not in exchanges],
-            [last],
+            [first, *inner] if dispatch_first else [first],
+            [i for i in range(first + 1, last) if i not in inner],
+            [last] if dispatch_first else [*inner, last],
             range(last + 1, len(graph.ops)),
         )
         cut.append(
@@ -606,11 +609,11 @@ def overlapped(
     the cores every step's computation needs, so it adds to its step. The layer pair takes C_b +
     max(A + h P, P) + max(X_f + h S, S) (the forward's part) + max(X_b + h Q, Q) + max(R + h U, U) + C_f
     (the backward's): the period of the two streams over a stage's layers, each step waiting on the one
-    before it on the other stream. The parts are the operators' summed latencies in
-    graph order (`MoeParts`), each pass's computation scaled to its scheduled latency `forward_s`
-    (`backward_s`) less its all-to-alls. The sum is at least the whole layers' pairing, max(A + X_f + C_f,
-    P + S) + max(X_b + R + C_b, Q + U), and at most none hidden (held at most 1); it grows with both
-    passes' latencies, so lower bounds on them give lower bounds."""
+    before it on the other stream. The parts are the operators' summed latencies in graph order
+    (`MoeParts`), each pass's computation scaled to its scheduled latency `forward_s` (`backward_s`)
+    less its all-to-alls. The sum is at least the whole layers' pairing, max(A + X_f + C_f, P + S) +
+    max(X_b + R + C_b, Q + U), and at most none hidden (held at most 1); it grows with both passes'
+    latencies, so lower bounds on them give lower bounds."""
     forward_compute_s = np.maximum(forward_s - parts.dispatch - parts.combine, 0.0)
     backward_compute_s = np.maximum(backward_s - parts.combine_grad - parts.dispatch_grad, 0.0)
     forward_scale = _scale(forward_compute_s, parts.attention + parts.experts + parts.after_combine)
