@@ -135,6 +135,42 @@ def test_phazec_plan_hides_the_all_to_alls_the_layers_computation_covers(cache_d
     assert moved == 2  # the two MoE blocks; the embedding and the head send nothing
 
 
+def test_a_moe_layer_is_cut_at_its_dispatch_and_combine(cache_dir: Path) -> None:
+    """Qwen3-30B-A3B's MoE block (`PLAN`): its forward pass dispatches the tokens and their routing
+    weights and combines once, the backward pass the other way round, each all-to-all named for its
+    role by the expert-parallel pass; `moe_parts` puts each in its part, and every other operator in
+    the part of the computation around it, nothing counted twice."""
+    settings = settings_from_config(compose_config(*PLAN, f"cache_dir={cache_dir}"))
+    training = settings.plan.training
+    job = setup(settings, Knobs.single(training, round(max(settings.system.hbm_bytes))), widths=[1])
+    model = job.evaluator.graphs[1]
+    block = next(
+        c for c, cls in enumerate(model.classes) if any(op.op_type == "AllToAll" for op in cls.graph.ops)
+    )
+    cls = model.classes[block]
+    assert cls.backward is not None
+    costs = job.evaluator.class_costs(model, block, job.designs, training)
+    assert costs.backward is not None
+    parts = moe_parts(cls, costs)
+    assert parts is not None
+    for graph, op_costs, roles in (
+        (cls.graph, costs.forward, {"dispatch": parts.dispatch, "combine": parts.combine}),
+        (cls.backward, costs.backward, {"dispatch": parts.dispatch_grad, "combine": parts.combine_grad}),
+    ):
+        exchanges = [(i, op.name) for i, op in enumerate(graph.ops) if op.op_type == "AllToAll"]
+        assert len(exchanges) == 3
+        for role, part in roles.items():
+            named = [i for i, name in exchanges if f".{role}" in name]
+            assert len(named) == (2 if role == "dispatch" else 1)
+            assert np.array_equal(part, op_costs.all_cores_s[named].sum(axis=0))
+    computation = parts.attention + parts.experts + parts.after_combine
+    forward_ops = [i for i, op in enumerate(cls.graph.ops) if op.op_type != "AllToAll"]
+    assert np.allclose(computation, costs.forward.all_cores_s[forward_ops].sum(axis=0), rtol=1e-12)
+    backward_computation = parts.before_combine_grad + parts.experts_grad + parts.attention_grad
+    backward_ops = [i for i, op in enumerate(cls.backward.ops) if op.op_type != "AllToAll"]
+    assert np.allclose(backward_computation, costs.backward.all_cores_s[backward_ops].sum(axis=0), rtol=1e-12)
+
+
 def test_overlapping_all_to_alls_without_expert_parallelism_is_refused(tmp_path: Path) -> None:
     refused_before_export(
         ("model=qwen3_30b_a3b", "plan.overlap_moe_expert_parallel_comm=true"),
