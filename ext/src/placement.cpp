@@ -233,8 +233,8 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
 /// A stage's work after the pipeline's flush, as figures that each grow with its dense and its expert
 /// bytes: its DP sync S and optimizer step P, and, h the least share of an overlapped sync left exposed
 /// (`PlanModel::sync_floor`: the share of the cores an overlapped collective holds,
-/// `PlacementInput::collective_share`, or 1 / v interleaved), h S + P, (S/2 + h S/2) + P and S + P (`PlanModel::end_s`
-/// reads the last three).
+/// `PlacementInput::collective_share`, or 1 / v interleaved), h S + P, (S/2 + h S/2) + P and S + P
+/// (`PlanModel::end_s` reads the last three).
 struct SyncKeys {
   double sync_s = 0.0;
   double step_s = 0.0;
