@@ -1,4 +1,5 @@
-"""Per-kernel check of the b200 preset: phazec's GEMM latency against SimuMax's measured B200 GEMMs.
+"""Per-kernel check of the b200 preset: phazec's GEMM and attention latencies against SimuMax's measured
+B200 kernels.
 
 Data: `bench/data/simumax_b200_gemm.csv`, the 514 BF16 GEMMs of MooreThreads/SimuMax@4dcaae5
 `configs/system/b200_bf16_ceperm.json` (Apache-2.0; `matmul.accurate_efficient_factor`, read into a
@@ -6,6 +7,13 @@ table of figures): each a Transformer Engine GEMM of the Megatron-LM runs the mo
 rows come from, measured on that B200 node, as its share of 2,250 dense BF16 TFLOP/s. Its key names m,
 k, n: m x k by k x n, 2 m k n FLOPs (fprop TN: tokens x hidden by hidden x out; dgrad NN; wgrad NT,
 accumulating into an fp32 gradient). Measured seconds = 2 m k n / (share x 2.25e15).
+
+Attention: `bench/data/simumax_b200_attention.csv`, the same table's Transformer Engine causal attention
+kernels (`sdp_fwd`, `sdp_bwd`), forward and backward, as shares of the peak over SimuMax's count of
+2 s^2 h (d_qk + d_v) forward FLOPs (the whole square of scores; 2.5 times that backward): measured seconds
+= that count / (share x 2.25e15). The rows whose query-key and value head sizes are equal (phazec's flash
+op has one) are priced as phazec prices a causal flash kernel (`phazec.ir.ops.flash_dims`: the tiles on
+and below the diagonal) at the preset's `attention_utilisation`.
 
 Printed: the kernels' error at the preset's device model (its utilisation fitted on whole iterations of
 SimuMax's two B200 calibration rows, `bench_fidelity_modern.py --fit`), and the utilisation these
@@ -28,15 +36,17 @@ from numpy.typing import NDArray
 from phazec.cli import conf_dir
 from phazec.config.settings import typed
 from phazec.cost.ops import OpKind, OpTable, OpWork
-from phazec.cost.tiled import gemm_latency_s
+from phazec.cost.tiled import attention_latency_s, gemm_latency_s
 from phazec.hw.designs import Designs
 from phazec.hw.schema import HwConfig
 from phazec.hw.space import enumerate_designs, hw_space_from_config
+from phazec.ir.ops import FLASH_BLOCK, FLASH_PRODUCTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_fidelity
 
 TABLE = Path(__file__).resolve().parent / "data" / "simumax_b200_gemm.csv"
+ATTENTION_TABLE = Path(__file__).resolve().parent / "data" / "simumax_b200_attention.csv"
 BF16_PEAK_FLOP_PER_S = 2.25e15
 """The dense BF16 peak SimuMax's shares are of (its `matmul.tflops`, the data sheet's)."""
 
@@ -73,6 +83,40 @@ def load() -> tuple[list[str], OpTable, NDArray[np.float64]]:
     return names, OpTable.from_rows(rows), np.array(measured)
 
 
+def load_attention() -> tuple[list[str], OpTable, NDArray[np.float64]]:
+    """The table's attention kernels with one head size: their names, cost-model rows (a causal flash
+    kernel's tiles, reading Q, K, V (and O, dO backward) and writing O (dQ, dK, dV) in bf16) and
+    measured seconds."""
+    names, rows, measured = [], [], []
+    with ATTENTION_TABLE.open() as f:
+        for r in csv.DictReader(f):
+            b, s, h, kv, d = (int(r[key]) for key in ("batch", "seq_len", "heads", "kv_heads", "qk_head_dim"))
+            if d != int(r["v_head_dim"]) or r["qkv_contiguous"] != "True":
+                continue
+            backward = r["pass"] == "bwd"
+            block = min(s, FLASH_BLOCK)
+            t = -(-s // block)
+            products = FLASH_PRODUCTS["FlashAttentionGrad" if backward else "FlashAttention"]
+            q, keys_values = 2 * b * s * h * d, 2 * 2 * b * s * kv * d
+            rows.append(
+                OpWork(
+                    OpKind.ATTENTION,
+                    batch=products * b * h * t * (t + 1) // 2,
+                    m=block,
+                    k=d,
+                    n=block,
+                    bytes_read=q + keys_values + (2 * q if backward else 0),
+                    bytes_written=q + (keys_values if backward else 0),
+                )
+            )
+            names.append(f"{r['pass']} s={s} heads={h}/{kv}")
+            full_square = 2.0 * b * s * s * h * 2 * d * (2.5 if backward else 1.0)
+            measured.append(
+                full_square / (float(r["share_of_2250_tflops_full_square"]) * BF16_PEAK_FLOP_PER_S)
+            )
+    return names, OpTable.from_rows(rows), np.array(measured)
+
+
 def errors_at(
     ops: OpTable, design: Designs, utilisation: float, measured_s: NDArray[np.float64]
 ) -> NDArray[np.float64]:
@@ -104,6 +148,15 @@ def main() -> None:
     print("  worst kernels at the kernels' fit:")
     for i in worst:
         print(f"    {names[i]:34s} measured {measured_s[i] * 1e3:8.3f} ms, error {fitted[i]:+.0%}")
+    names, ops, measured_s = load_attention()
+    share = float(design.device.attention_utilisation)
+    predicted = attention_latency_s(ops, design, True)[:, 0]
+    errors = predicted / measured_s - 1.0
+    print(f"{len(names)} B200 causal attention kernels measured by SimuMax (Transformer Engine), at the "
+          f"preset's attention utilisation {share:.2f}: mean error {errors.mean():+.1%}, mean abs "
+          f"{np.abs(errors).mean():.1%}, median {np.median(errors):+.1%}")  # fmt: skip
+    for name, error, seconds in zip(names, errors, measured_s, strict=True):
+        print(f"    {name:34s} measured {seconds * 1e3:8.3f} ms, error {error:+.0%}")
 
 
 if __name__ == "__main__":
