@@ -159,10 +159,12 @@ class Training:
     the search follows PHAZE by default."""
     overlap_grad_reduce: bool = knob(False, core=True)
     """Overlap the data-parallel gradient reduction with the backward pass (Megatron's
-    `--overlap-grad-reduce`; off by default, as in Megatron-LM)."""
+    `--overlap-grad-reduce`; off by default, as in Megatron-LM); under `interleave` > 1 model chunk by
+    model chunk, as Megatron-Core syncs them (`phazec.solvers.placement`)."""
     overlap_param_gather: bool = knob(False, core=True)
     """With a distributed optimizer, gather the updated weights during the first stage's next forward
-    pass (Megatron-Core's `--overlap-param-gather`; off by default)."""
+    pass (Megatron-Core's `--overlap-param-gather`; off by default); under `interleave` > 1 model chunk
+    by model chunk."""
     overlap_p2p_comm: bool = knob(False, core=True)
     """Under interleaving (`interleave` > 1), run each model chunk's pipeline send and receive beside the
     next chunk's pass, so a stage exposes only the part of a microbatch's sends that outlasts its
