@@ -28,8 +28,6 @@ from phazec.predict.layer_costs import (
     ClassCosts,
     class_costs,
     class_split,
-    low_precision_class,
-    sequence_split_width,
 )
 from phazec.predict.megatron import check_runs
 from phazec.predict.offload import offloaded_problem
@@ -253,18 +251,7 @@ class Evaluator:
         blocks offloaded to the host (`offloaded_problem`)."""
         microbatch = training.microbatch
         widths = sorted(self.graphs)
-        rows = [
-            layer_arrays(
-                self.graphs[t],
-                microbatch,
-                training.sequence_parallel,
-                training.cp,
-                training.precision,
-                modules=training.selective_modules,
-                fp8_param_gather=training.fp8_param_gather,
-            )
-            for t in widths
-        ]
+        rows = [layer_arrays(self.graphs[t], training) for t in widths]
         reference = self.graphs[widths[0]]
         block_layers = np.array([layer.kind is LayerKind.BLOCK for layer in reference.layers])
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
@@ -466,23 +453,14 @@ class LayerArrays:
     tensor_parallel: NDArray[np.bool_]
 
 
-def layer_arrays(
-    model: Model,
-    microbatch: int,
-    sequence_parallel: bool = False,
-    context_parallel: int = 1,
-    precision: str = "bf16",
-    *,
-    modules: Collection[str] = (),
-    fp8_param_gather: bool = False,
-) -> LayerArrays:
+def layer_arrays(model: Model, training: Training) -> LayerArrays:
     """Per layer: parameter bytes (and the routed experts' of them), the bytes ZeRO-3 gathers of them
     (a block's linear layers' weights at one byte under `fp8_param_gather` and `precision` fp8 or
-    mxfp8), activation bytes per recompute
-    mode (`megatron_bytes`; sequence parallelism splits a tensor-parallel layer's replicated activations
-    t ways, context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8
-    copies of their inputs under `precision` fp8 or mxfp8; selective recompute also drops what the
-    `modules` of `phazec.passes.memory.SELECTIVE_MODULES` it reruns write) and the TP flag."""
+    mxfp8), activation bytes per recompute mode under `training` (`megatron_bytes` at the layer's
+    `class_split`: sequence parallelism splits a tensor-parallel layer's replicated activations t ways,
+    context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8 copies of
+    their inputs in low precision; selective recompute also drops what the `selective_modules` it
+    reruns write) and the TP flag."""
     rows: list[dict[str, int]] = []
     tensor_parallel = []
     for layer in model.layers:
@@ -490,10 +468,12 @@ def layer_arrays(
         if cls.memory is None:
             raise PhazecError("the placement needs the memory pass; run the training pipeline first.")
         memory = cls.memory
-        split = sequence_split_width(cls, sequence_parallel)
-        low = low_precision_class(model, layer.cls, precision)
-        figures = megatron_bytes(memory, microbatch, split, context_parallel, low, modules=modules)
-        halved = fp8_param_gather and low  # its linear weights gathered at one byte, not two
+        split = class_split(model, layer.cls, training)
+        figures = megatron_bytes(
+            memory, training.microbatch, split.sequence_parallel, split.context_parallel,
+            split.low_precision, modules=training.selective_modules,
+        )  # fmt: skip
+        halved = training.fp8_param_gather and split.low_precision  # its linear weights at one byte
         rows.append(
             {
                 "param_bytes": memory.parameter_bytes,

@@ -14,6 +14,7 @@ from phazec.hw.system import NetworkTier
 from phazec.ir.core import LayerKind
 from phazec.predict.evaluator import layer_arrays
 from phazec.predict.offload import offloaded_problem
+from phazec.predict.training import Training
 from phazec.solvers.placement.evaluate import explain_plan
 from phazec.solvers.placement.problem import PlacementProblem, Variant
 from tests.conftest import compose_config
@@ -113,7 +114,7 @@ def test_a_plan_keeps_the_offloaded_blocks_on_the_host(cache_dir: Path) -> None:
         graph = job.evaluator.graphs[1]
         training = settings.plan.training
         latency = job.evaluator.layer_latencies_s(job.designs, training)[1][0]
-        stash = layer_arrays(graph, 1, precision=training.precision).stash_bytes.tolist()
+        stash = layer_arrays(graph, Training(microbatch=1, precision=training.precision)).stash_bytes.tolist()
         assert [layer.kind for layer in graph.layers[1:5]] == [LayerKind.BLOCK] * 4
         memory = report.memory.activation_stash_bytes
         return report.time_per_batch_s, memory, latency[0].tolist(), latency[1].tolist(), stash
