@@ -118,6 +118,9 @@ class Evaluator:
     lp_dir: Path | None = None
     """Where each ILP is written as an LP file when `solver.write_lp` is set."""
     timings: Timings = field(default_factory=Timings)
+    layer_bytes: dict[tuple[int, Training], LayerArrays] = field(default_factory=dict, repr=False)
+    """Each t's per-layer bytes under each training setting a problem was built for (`layer_arrays`):
+    the same on every design, so built once."""
 
     def layer_latencies_s(self, designs: Designs, training: Training) -> dict[int, NDArray[np.float64]]:
         """Per t: array [designs, 5, layers] of forward and backward latency of every layer (ILP), the
@@ -251,7 +254,10 @@ class Evaluator:
         blocks offloaded to the host (`offloaded_problem`)."""
         microbatch = training.microbatch
         widths = sorted(self.graphs)
-        rows = [layer_arrays(self.graphs[t], training) for t in widths]
+        for t in widths:
+            if (t, training) not in self.layer_bytes:
+                self.layer_bytes[(t, training)] = layer_arrays(self.graphs[t], training)
+        rows = [self.layer_bytes[(t, training)] for t in widths]
         reference = self.graphs[widths[0]]
         block_layers = np.array([layer.kind is LayerKind.BLOCK for layer in reference.layers])
         edges = np.array([(e.src, e.dst) for e in reference.edges], dtype=np.int64).reshape(-1, 2)
