@@ -180,6 +180,8 @@ class ModernRun:
     cp_comm_type: str = "p2p"
     """Context parallelism's exchange: the ring (p2p), or all-to-all (a2a) where the row says so
     (`ALL_TO_ALL_CP`)."""
+    grad_reduce_in_fp32: bool = False
+    """The run keeps and reduces its gradients in fp32 (`FP32_GRADIENT_ROWS`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -213,6 +215,7 @@ class ModernRun:
             ("fp8_param_gather", str(self.fp8_param_gather).lower()),
             ("recompute_layers", self.recompute_layers),
             ("cp_comm_type", self.cp_comm_type),
+            ("grad_reduce_in_fp32", str(self.grad_reduce_in_fp32).lower()),
         )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
@@ -235,6 +238,16 @@ ALL_TO_ALL_CP = "CP comm type a2a"
 """What a row's source says where its context parallelism exchanges by all-to-all (Megatron-Core's
 `--cp-comm-type a2a`, DeepSpeed-Ulysses: SimuMax's B200 runs); a row that does not say so runs the
 ring (p2p), Megatron-Core's and torchtitan's default."""
+
+
+FP32_GRADIENT_ROWS = "SIMUMAX"
+"""The prefix of the rows whose runs keep and reduce their gradients in fp32 (`plan.grad_reduce_in_fp32`):
+SimuMax's Megatron-LM scripts pass `--accumulate-allreduce-grads-in-fp32` (MooreThreads/SimuMax@4dcaae5,
+simu_tools/megatron_scripts/scripts/run_pretrain_llama3.sh and run_pretrain_deepseekv2.sh). Megatron-Bridge's
+performance configs turn it off (`grad_reduce_in_fp32 = False` in every model's
+scripts/performance/configs at v0.4.2, and in `_benchmark_common` since), so its rows keep bf16
+gradients; torchtitan's FSDP2 reduce-scatters in fp32 into fp32 gradient shards beside its fp32 weight
+shards, a layout this knob (Megatron's fp32 buffer beside bf16 weights) does not describe."""
 
 
 def training_knobs() -> frozenset[str]:
@@ -376,6 +389,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         run, family, kv_heads, precision, int(zero), cp, domain, offload, fused, stated, attention,
         fp8_param_gather=gathers_fp8, recompute_layers=recompute_layers,
         cp_comm_type="a2a" if ALL_TO_ALL_CP in row["source"] else "p2p",
+        grad_reduce_in_fp32=row["source_id"].startswith(FP32_GRADIENT_ROWS),
     )  # fmt: skip
 
 

@@ -231,22 +231,48 @@ double allreduce_s(int64_t bytes, int64_t d, const NetworkTier& tier) {
 }
 
 /// A stage's work after the pipeline's flush, as figures that each grow with its dense and its expert
-/// bytes: its DP sync S and optimizer step P, and, h the least share of an overlapped sync left exposed
-/// (`PlanModel::sync_floor`: the share of the cores an overlapped collective holds,
-/// `PlacementInput::collective_share`, or 1 / v interleaved), h S + P, (S/2 + h S/2) + P and S + P
-/// (`PlanModel::end_s` reads the last three).
+/// bytes: its DP sync S = R + G, R the gradients' reduction (all-reduce, or a distributed optimizer's
+/// reduce-scatter) and G a distributed optimizer's weight all-gather (0 without one), its optimizer step
+/// P, and, h the least share of an overlapped sync left exposed (`PlanModel::sync_floor`: the share of
+/// the cores an overlapped collective holds, `PlacementInput::collective_share`, or 1 / v interleaved),
+/// h S + P, (R + h G) + P, (G + h R) + P and S + P (`PlanModel::end_s` reads the last four).
 struct SyncKeys {
   double sync_s = 0.0;
+  double reduce_s = 0.0;
   double step_s = 0.0;
   double held_s = 0.0;
-  double half_s = 0.0;
+  double reduce_first_s = 0.0;
+  double gather_first_s = 0.0;
   double whole_s = 0.0;
 };
 
+/// The computation a stage's DP sync hides behind after the flush: `reduce_s` for the gradients'
+/// reduction, `gather_s` for a distributed optimizer's weight all-gather; `pooled` (the bounded search's
+/// lower bound, `PlanModel::sync_windows_s`) when both can open and the two parts may split `reduce_s`
+/// between them in any way (`gather_s` is then 0).
+struct SyncWindows {
+  double reduce_s = 0.0;
+  double gather_s = 0.0;
+  bool pooled = false;
+};
+
+/// The least over w1 + w2 = w (both at least 0) of max(a - w1, b - w2): the later of two parts that
+/// share a window of w, split so that they end as early as they can.
+double split_end_s(double a, double b, double w) {
+  if (a - b >= w) return a - w;
+  if (b - a >= w) return b - w;
+  return (a + b - w) / 2.0;
+}
+
 /// The figures of several stages' syncs that fix when the last of them ends: their maxima.
 SyncKeys latest(const SyncKeys& a, const SyncKeys& b) {
-  return {std::max(a.sync_s, b.sync_s), std::max(a.step_s, b.step_s), std::max(a.held_s, b.held_s),
-          std::max(a.half_s, b.half_s), std::max(a.whole_s, b.whole_s)};
+  return {std::max(a.sync_s, b.sync_s),
+          std::max(a.reduce_s, b.reduce_s),
+          std::max(a.step_s, b.step_s),
+          std::max(a.held_s, b.held_s),
+          std::max(a.reduce_first_s, b.reduce_first_s),
+          std::max(a.gather_first_s, b.gather_first_s),
+          std::max(a.whole_s, b.whole_s)};
 }
 
 /// Whether a layer at width `f` holds routed experts.
@@ -296,6 +322,9 @@ struct PlanModel {
   bool shards_state() const { return settings.zero_stage >= 1; }
   bool shards_gradients() const { return settings.zero_stage >= 2; }
   bool shards_weights() const { return settings.zero_stage >= 3; }
+  /// Gradient bytes per byte of 2-byte weights: 2 when they are kept and reduced in fp32 (Megatron-Core's
+  /// `grad_reduce_in_fp32`), else 1.
+  int64_t grad_factor() const { return settings.grad_reduce_in_fp32 ? 2 : 1; }
 
   /// The devices a gradient is reduced over, and a ZeRO stage shards over, at width d: the d replicas'
   /// context-parallel devices (Megatron's data- and context-parallel group).
@@ -351,13 +380,15 @@ struct PlanModel {
   }
 
   /// ZeRO-3's collectives per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
-  /// are all-gathered before the forward pass and again before the backward pass, and its gradients
-  /// reduce-scattered after it, each half a ring all-reduce of its bytes (`reduce_s`). One gather's
-  /// time and the reduce-scatter's (0 and 0 when nothing is gathered).
+  /// are all-gather before the forward pass and again before the backward pass, and its gradients
+  /// (`grad_factor` times its weights' bytes) reduce-scattered after it, each half a ring all-reduce of
+  /// its bytes (`reduce_s`). One gather's time and the reduce-scatter's (0 and 0 when nothing is
+  /// gathered).
   std::pair<double, double> shard_collectives_s(const StageCost& c, int64_t d, const SyncTiers& shard_tiers) const {
     if (!shards_weights() || group(d) == 1) return {0.0, 0.0};
+    const int64_t g = grad_factor();
     return {reduce_s(c.gather_bytes, c.expert_gather_bytes, d, shard_tiers) / 2.0,
-            reduce_s(c.param_bytes, c.expert_param_bytes, d, shard_tiers) / 2.0};
+            reduce_s(g * c.param_bytes, g * c.expert_param_bytes, d, shard_tiers) / 2.0};
   }
 
   /// ZeRO-3's exposed time per microbatch of a stage whose collectives take `gather_s` and `scatter_s`
@@ -445,11 +476,12 @@ struct PlanModel {
   StageMemory memory(const StageCost& c, Recompute mode, int64_t q, int64_t total, int64_t d) const {
     const auto [kept, working] = activation_bytes(c, mode);
     const int64_t u = in_flight(q, total, d);
-    int64_t weights = c.param_bytes, gradients = c.param_bytes;
+    const int64_t g = grad_factor();
+    int64_t weights = c.param_bytes, gradients = g * c.param_bytes;
     if (shards_gradients()) {
       const int64_t shard = sharded_bytes(c.param_bytes, c.expert_param_bytes, d);
       // ZeRO-3 holds a gathered layer and the next, prefetched, and a gathered layer's gradients.
-      gradients = shard + (shards_weights() ? c.largest_layer_bytes : 0);
+      gradients = g * (shard + (shards_weights() ? c.largest_layer_bytes : 0));
       if (shards_weights()) weights = shard + 2 * c.largest_gather_bytes;
     }
     return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), stash_bytes(kept, u), working,
@@ -457,11 +489,13 @@ struct PlanModel {
   }
 
   /// HBM bytes of the optimizer step at width d of `weights` bytes, `expert` of them routed experts': it
-  /// zeroes every gradient, reads its shard of them and reads and writes its shard of the weights and its
-  /// optimizer state (a distributed optimizer's shard: `sharded_bytes`; otherwise all of them).
+  /// zeroes every gradient, reads its shard of them (each `grad_factor` times the weights' bytes) and
+  /// reads and writes its shard of the weights and its optimizer state (a distributed optimizer's shard:
+  /// `sharded_bytes`; otherwise all of them).
   int64_t step_bytes(int64_t weights, int64_t expert, int64_t d) const {
     const int64_t shard = shards_state() ? sharded_bytes(weights, expert, d) : weights;
-    return weights + 3 * shard + 2 * state_bytes(weights, expert, d);
+    const int64_t g = grad_factor();
+    return g * (weights + shard) + 2 * shard + 2 * state_bytes(weights, expert, d);
   }
 
   /// How many of the first stage's passes per microbatch a DP sync's part has to hide behind: 1 without
@@ -494,64 +528,78 @@ struct PlanModel {
   /// under overlap_param_gather a distributed optimizer's all-gather its forward pass F, each times
   /// `sync_window_share`. A later stage's flush ends before the first's, so it has at least those
   /// windows. With bound_sync_windows, each window that can open is as long as the bottleneck load
-  /// `bottleneck_s` allows (B and F are at most it, B + F too): half of it each when both can open. The
-  /// time is then never above the real one and grows with every latency (the share is below the slots
-  /// m + (s - 1) / v: (v - 1) g / v < g <= m).
-  std::pair<double, double> sync_windows_s(const StageCost& first, int64_t total, int64_t d,
-                                           double bottleneck_s) const {
+  /// `bottleneck_s` allows (B and F are at most it, B + F too): when both can open, the two share the
+  /// share times it, split between them as suits the sync best (`SyncWindows::pooled`). The time is then
+  /// never above the real one and grows with every latency (the share is below the slots m + (s - 1) / v:
+  /// (v - 1) g / v < g <= m).
+  SyncWindows sync_windows_s(const StageCost& first, int64_t total, int64_t d, double bottleneck_s) const {
     const bool reduce = settings.overlap_grad_reduce;
     const bool gather = shards_state() && !shards_weights() && settings.overlap_param_gather;
     const double share = sync_window_share(total, d);
     if (in.bound_sync_windows) {
-      if (reduce && gather) return {share * bottleneck_s / 2.0, share * bottleneck_s / 2.0};
-      return {reduce ? share * bottleneck_s : 0.0, gather ? share * bottleneck_s : 0.0};
+      if (reduce && gather) return {share * bottleneck_s, 0.0, true};
+      return {reduce ? share * bottleneck_s : 0.0, gather ? share * bottleneck_s : 0.0, false};
     }
-    return {reduce ? share * first.backward_s : 0.0, gather ? share * first.forward_s : 0.0};
+    return {reduce ? share * first.backward_s : 0.0, gather ? share * first.forward_s : 0.0, false};
   }
 
   /// A stage's work after the flush at width d, of `weights` bytes, `expert` of them routed experts', its
-  /// DP sync on `tiers` (none under ZeRO-3, whose passes gather and reduce-scatter).
+  /// DP sync on `tiers` (none under ZeRO-3, whose passes gather and reduce-scatter). The reduction R
+  /// moves the gradients, `grad_factor` times the weights' bytes: a ring all-reduce of them, or with a
+  /// distributed optimizer half of one (its reduce-scatter), the weights' all-gather G the other half of
+  /// a ring all-reduce of the weights' bytes. At factor 1 R = G = S / 2 exactly.
   SyncKeys sync_keys(int64_t weights, int64_t expert, int64_t d, const SyncTiers& tiers) const {
     SyncKeys k;
-    k.sync_s = shards_weights() ? 0.0 : reduce_s(weights, expert, d, tiers);
+    if (!shards_weights()) {
+      const int64_t g = grad_factor();
+      if (!shards_state()) {
+        k.reduce_s = reduce_s(g * weights, g * expert, d, tiers);
+        k.sync_s = k.reduce_s;
+      } else {
+        k.reduce_s = reduce_s(g * weights, g * expert, d, tiers) / 2.0;
+        k.sync_s = k.reduce_s + reduce_s(weights, expert, d, tiers) / 2.0;
+      }
+    }
     if (in.hbm_bytes_per_s > 0.0) k.step_s = static_cast<double>(step_bytes(weights, expert, d)) / in.hbm_bytes_per_s;
     const double h = sync_floor();
+    const double gather_s = k.sync_s - k.reduce_s;
     k.held_s = h * k.sync_s + k.step_s;
-    k.half_s = (k.sync_s / 2.0 + h * (k.sync_s / 2.0)) + k.step_s;
+    k.reduce_first_s = (k.reduce_s + h * gather_s) + k.step_s;
+    k.gather_first_s = (gather_s + h * k.reduce_s) + k.step_s;
     k.whole_s = k.sync_s + k.step_s;
     return k;
   }
 
-  /// The part of a DP sync of `sync_s` that `windows_s` leave exposed (as `exposed_beside`, h the
-  /// `sync_floor`): a plain all-reduce hides behind the reduction's window, max(h S, S - w1); a sharded
-  /// optimizer's reduce-scatter, half of it, behind the reduction's and its all-gather behind the
-  /// other's, max(h S/2, S/2 - w1) + max(h S/2, S/2 - w2). A window that does not open (0) leaves its
-  /// part exposed whole.
-  double exposed_s(double sync_s, std::pair<double, double> windows_s) const {
-    const auto [w1, w2] = windows_s;
-    const auto exposed = [&](double part_s, double window_s) {
-      return std::max(sync_floor() * part_s, part_s - window_s);
-    };
-    if (!shards_state()) return exposed(sync_s, w1);
-    return exposed(sync_s / 2.0, w1) + exposed(sync_s / 2.0, w2);
+  /// The part of a DP sync that `windows` leave exposed (as `exposed_beside`, h the `sync_floor`): a
+  /// plain all-reduce S hides behind the reduction's window, max(h S, S - w1); a sharded optimizer's
+  /// reduce-scatter R behind the reduction's and its all-gather G behind the other's, max(h R, R - w1) +
+  /// max(h G, G - w2), or, pooled, behind any split of w1: at least max(h S, S - w1). A window that does
+  /// not open (0) leaves its part exposed whole.
+  double exposed_s(const SyncKeys& k, const SyncWindows& windows) const {
+    const double h = sync_floor();
+    const auto exposed = [&](double part_s, double window_s) { return std::max(h * part_s, part_s - window_s); };
+    if (!shards_state() || windows.pooled) return exposed(k.sync_s, windows.reduce_s);
+    return exposed(k.reduce_s, windows.reduce_s) + exposed(k.sync_s - k.reduce_s, windows.gather_s);
   }
 
   /// When a stage's work after the flush ends: its exposed sync, then its step P. With experts it is
   /// written as the same sum's maximum of terms, max(h S + P, S + P - w1), or max(h S + P,
-  /// (S/2 + h S/2) + P - w1, (S/2 + h S/2) + P - w2, S + P - w1 - w2), each growing with one figure of
+  /// (R + h G) + P - w1, (G + h R) + P - w2, S + P - w1 - w2) (pooled: max(h S + P, S + P - w1) and
+  /// the two middle terms at their best split of w1, `split_end_s`), each growing with one figure of
   /// `SyncKeys`: the latest end of several stages is then this of their figures' maxima, bit for bit
   /// (subtracting a window keeps the order of doubles). Either never falls as a stage's bytes grow, and
   /// falls by at most the windows' growth.
-  double end_s(const SyncKeys& k, std::pair<double, double> windows_s) const {
-    if (!experts) return exposed_s(k.sync_s, windows_s) + k.step_s;
-    const auto [w1, w2] = windows_s;
+  double end_s(const SyncKeys& k, const SyncWindows& windows) const {
+    if (!experts) return exposed_s(k, windows) + k.step_s;
+    const double w1 = windows.reduce_s, w2 = windows.gather_s;
     if (!shards_state()) return std::max(k.held_s, k.whole_s - w1);
-    return std::max({k.held_s, k.half_s - w1, k.half_s - w2, k.whole_s - w1 - w2});
+    if (windows.pooled) return std::max({k.held_s, k.whole_s - w1, split_end_s(k.reduce_first_s, k.gather_first_s, w1)});
+    return std::max({k.held_s, k.reduce_first_s - w1, k.gather_first_s - w2, k.whole_s - w1 - w2});
   }
 
   /// What a stage adds after the flush: its sync's exposed part, its step and their end (`end_s`).
-  SyncTime sync_time(const SyncKeys& k, std::pair<double, double> windows_s) const {
-    return {exposed_s(k.sync_s, windows_s), k.step_s, end_s(k, windows_s)};
+  SyncTime sync_time(const SyncKeys& k, const SyncWindows& windows) const {
+    return {exposed_s(k, windows), k.step_s, end_s(k, windows)};
   }
 
   /// (s - 1) / v: the bubble of interleaved 1F1B over `total` stages, in stage loads.
@@ -782,7 +830,8 @@ struct Point {
 
 /// Whether sync figures `a` end no later than `b` under any windows (`PlanModel::end_s`).
 bool ends_by(const SyncKeys& a, const SyncKeys& b) {
-  return a.held_s <= b.held_s && a.half_s <= b.half_s && a.whole_s <= b.whole_s;
+  return a.held_s <= b.held_s && a.reduce_first_s <= b.reduce_first_s && a.gather_first_s <= b.gather_first_s &&
+         a.whole_s <= b.whole_s;
 }
 
 /// The kept points of one entry of a frontier table, a view into the table's store.
@@ -892,8 +941,9 @@ struct FrontierTable : TableShape {
 /// load ascending.
 void keep_sync_frontier(std::vector<Point>& points) {
   std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return std::tie(a.load_s, a.keys.held_s, a.keys.half_s, a.keys.whole_s, a.pair, a.rest) <
-           std::tie(b.load_s, b.keys.held_s, b.keys.half_s, b.keys.whole_s, b.pair, b.rest);
+    return std::tie(a.load_s, a.keys.held_s, a.keys.reduce_first_s, a.keys.gather_first_s, a.keys.whole_s, a.pair,
+                    a.rest) < std::tie(b.load_s, b.keys.held_s, b.keys.reduce_first_s, b.keys.gather_first_s,
+                                       b.keys.whole_s, b.pair, b.rest);
   });
   std::size_t kept = 0;
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -977,9 +1027,10 @@ void extend_grad_frontier(const Frontier& before, double load_s, int64_t weights
 /// ascending.
 void keep_grad_frontier(std::vector<Point>& points) {
   std::sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-    return std::make_tuple(a.load_s, a.weights, a.keys.held_s, a.keys.half_s, a.keys.whole_s, -a.grad_s, a.pair,
-                           a.rest) < std::make_tuple(b.load_s, b.weights, b.keys.held_s, b.keys.half_s,
-                                                     b.keys.whole_s, -b.grad_s, b.pair, b.rest);
+    return std::make_tuple(a.load_s, a.weights, a.keys.held_s, a.keys.reduce_first_s, a.keys.gather_first_s,
+                           a.keys.whole_s, -a.grad_s, a.pair, a.rest) <
+           std::make_tuple(b.load_s, b.weights, b.keys.held_s, b.keys.reduce_first_s, b.keys.gather_first_s,
+                           b.keys.whole_s, -b.grad_s, b.pair, b.rest);
   });
   std::size_t kept = 0;
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -1142,7 +1193,7 @@ int64_t memory_bound(const VariantModel& model, int64_t total, int64_t d) {
   const double dense = params - experts;
   const double shard = dense / group + experts / expert_group;
   const double weights = plan.shards_weights() ? shard : params;
-  const double gradients = plan.shards_gradients() ? shard : params;
+  const double gradients = static_cast<double>(plan.grad_factor()) * (plan.shards_gradients() ? shard : params);
   const auto factor = static_cast<double>(model.in().optimizer_factor - 2);
   const double state = plan.shards_state() ? factor * dense / group + factor * experts / expert_group : factor * params;
   const auto v = static_cast<double>(model.interleave());

@@ -154,6 +154,14 @@ class Training:
     the step); 2 the gradients too (ZeRO-2); 3 the weights too (FSDP2, Megatron-FSDP, ZeRO-3: each
     stage's weights all-gathered before its forward and backward passes of each microbatch and its
     gradients reduce-scattered after, prefetched behind the passes)."""
+    grad_reduce_in_fp32: bool = knob(False, core=True)
+    """Keep the gradients in fp32 and reduce them in fp32 (Megatron-Core's `grad_reduce_in_fp32`:
+    Megatron-LM sets it under `--bf16` unless `--grad-reduce-in-bf16`, and SimuMax's runs pass
+    `--accumulate-allreduce-grads-in-fp32`; Megatron-Bridge's performance recipes turn it off): each
+    device's gradient buffer holds 4 bytes a parameter, not 2, the DP all-reduce or reduce-scatter (and
+    ZeRO-3's reduce-scatters) move twice the weights' bytes, and the optimizer step reads and zeroes
+    them; a distributed optimizer's weight all-gather stays bf16. False: bf16 gradients, PHAZE's 2 bytes
+    a parameter."""
     last_stage_recomputes: bool = knob(True, search=False, core=True)
     """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does);
     the search follows PHAZE by default."""

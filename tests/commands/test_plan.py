@@ -538,6 +538,20 @@ def test_toy_data_parallel_adam_zero_1_overlap_and_step() -> None:
     unsharded = toy_variant(overlap_grad_reduce=True, overlap_param_gather=True)
     plain = explain_plan(problem, unsharded, [[0], [1]], 2)
     assert (plain.iteration.dp_sync_s, plain.iteration.optimizer_s) == (8.0, 16.0)
+    # fp32 gradients (Megatron-LM's under bf16): 2000 B of them, so 6100 B a stage. The reduce-scatter
+    # is half an all-reduce of 2000 B, 10 s, 8 exposed behind the backward; the all-gather of the bf16
+    # weights stays 5 s, exposed after the step, or 4 behind the next forward pass. The step zeroes 2000
+    # B, reads its half of them (1000), reads and writes its half of the weights (1000) and its state
+    # (6000): 10 s. Time 8 + 13 + 10 = 31, or 30 with the gather overlapped.
+    fp32_variant = toy_variant(zero_stage=1, overlap_grad_reduce=True, grad_reduce_in_fp32=True)
+    fp32 = explain_plan(problem, fp32_variant, [[0], [1]], 2)
+    assert fp32.placement.time_per_batch_s == 31.0
+    assert [s.memory_bytes for s in fp32.placement.stages] == [6100, 6100]
+    assert (fp32.iteration.dp_sync_s, fp32.iteration.optimizer_s) == (13.0, 10.0)
+    fp32_gathered = toy_variant(
+        zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True, grad_reduce_in_fp32=True
+    )
+    assert explain_plan(problem, fp32_gathered, [[0], [1]], 2).placement.time_per_batch_s == 30.0
 
 
 def test_sequence_parallel_and_recompute_bytes_of_a_layer_by_hand() -> None:
@@ -985,6 +999,25 @@ def test_uneven_model_chunks_are_timed_as_a_vth_of_their_stage(cache_dir: Path) 
     )  # fmt: skip
     assert report.layers_per_stage == (2, 2)
     assert b.bubble_s == pytest.approx((2 - 1) / 2 * work_s / 4, rel=1e-12)
+
+
+def test_fp32_gradients_double_the_reported_gradients_and_lengthen_the_sync(cache_dir: Path) -> None:
+    """`plan.grad_reduce_in_fp32` reaches the compiled model by name: the tiny plan's gradients take
+    twice their bytes (weights and optimizer state unchanged) and its exposed DP all-reduce, of twice
+    the bytes, grows, the computation unchanged."""
+    bf16, fp32 = (
+        predict_plan(
+            settings_from_config(
+                compose_config(*PLAN, f"plan.grad_reduce_in_fp32={on}", f"cache_dir={cache_dir}")
+            )
+        )
+        for on in ("false", "true")
+    )
+    assert fp32.memory.gradients_bytes == 2 * bf16.memory.gradients_bytes > 0
+    assert fp32.memory.weights_bytes == bf16.memory.weights_bytes
+    assert fp32.memory.optimizer_state_bytes == bf16.memory.optimizer_state_bytes
+    assert fp32.breakdown.forward_s == bf16.breakdown.forward_s
+    assert fp32.breakdown.dp_sync_s > bf16.breakdown.dp_sync_s > 0
 
 
 def test_overlapped_pipeline_sends_leave_the_interleaved_bubble_only(cache_dir: Path) -> None:

@@ -87,7 +87,8 @@ struct PlacementInput {
   X(int64_t, ep, 1)                      /* expert-parallel width: every stage's t d devices a multiple */ \
   X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */ \
   X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */ \
-  X(bool, overlap_p2p_comm, false)       /* interleaved 1F1B's sends run beside the next chunk's compute */
+  X(bool, overlap_p2p_comm, false)       /* interleaved 1F1B's sends run beside the next chunk's compute */ \
+  X(bool, grad_reduce_in_fp32, false)    /* gradients kept and reduced in fp32: twice the weights' bytes */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;

@@ -76,10 +76,10 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   backward pass ends (`grad_sync_func`), and the backward passes run chunk by chunk in groups of
   g = min(s, m) microbatches, so the reductions of all chunks but the last hide behind (v - 1) g
   passes of B / v: c = (v - 1) g / v; the last chunk's, sync / v, is left, so h is at least 1 / v.
-  A distributed optimizer's reduce-scatter plus all-gather moves the same bytes as the all-reduce,
-  half each: the reduce-scatter hides as the reduction above (max(h sync/2, sync/2 - W)), the
-  all-gather behind c F, F the first stage's forward pass, with `overlap_param_gather` (max(h sync/2,
-  sync/2 - c F); interleaved, each chunk's gather runs before its first forward pass,
+  A distributed optimizer's reduce-scatter R plus all-gather G moves the same bytes as the all-reduce,
+  half each (R = G = sync/2): the reduce-scatter hides as the reduction above (max(h R, R - W)), the
+  all-gather behind c F, F the first stage's forward pass, with `overlap_param_gather` (max(h G,
+  G - c F); interleaved, each chunk's gather runs before its first forward pass,
   `param_sync_func`, and the first chunk's is left), else it is exposed. Here h is
   `collective_share`, the share of the cores a collective's kernels hold while it runs beside
   computation, which runs on the rest: a window of W seconds and a collective of C take
@@ -104,12 +104,17 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   t d cp / ep replicas k ep / (t cp) ids apart; otherwise the dense group's tier. With experts a
   stage's exposed sync + step depends on its dense and its expert bytes apart, not on its weights
   alone. Its end after the flush, sync S and step P, is then written as the same sum's maximum of
-  terms: max(h S + P, S + P - W), or max(h S + P, (S/2 + h S/2) + P - W, (S/2 + h S/2) + P - F,
+  terms: max(h S + P, S + P - W), or max(h S + P, (R + h G) + P - W, (G + h R) + P - F,
   S + P - W - F) with a distributed optimizer. Each term grows with one of h S + P,
-  (S/2 + h S/2) + P and S + P, so the latest end of several stages is that of their maxima, bit for
-  bit. The DP then keeps, per set of stages, per d and per tiers of a
-  later stage's syncs, the plans no other beats on the largest load and the three maxima. (Without
+  (R + h G) + P, (G + h R) + P and S + P, so the latest end of several stages is that of their
+  maxima, bit for bit. The DP then keeps, per set of stages, per d and per tiers of a
+  later stage's syncs, the plans no other beats on the largest load and the four maxima. (Without
   experts the end stays the sum, to the bit as before.)
+  fp32 gradients (`grad_reduce_in_fp32`, Megatron-LM's under `--bf16`): the reduction moves twice
+  the weights' bytes (the all-reduce of 2 P', a distributed optimizer's reduce-scatter R half of it,
+  its all-gather G of the bf16 weights half the all-reduce of P'; ZeRO-3's reduce-scatters likewise),
+  the gradients take 4 bytes a parameter in memory, and the optimizer step zeroes and reads twice
+  their bytes.
   A stage's optimizer step zeroes every gradient for the next iteration, reads its shard
   of the gradients and reads and writes its shard of the weights and its optimizer state: (P' + 3
   shard + 2 state) bytes / HBM bandwidth, P' = the stage's weight (= gradient) bytes, shard =
@@ -118,7 +123,7 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   it is twice the parameter memory (0 when the bandwidth is given as 0: the step is not timed, as in
   PHAZE).
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
-  gradients 2P + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
+  gradients 2P (4P in fp32) + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
   parameter, divided over the d replicas rounding up with a distributed optimizer, the routed experts'
   over the t d cp / ep of the expert-data-parallel group, as are the gradients from ZeRO-2 and the
   weights from ZeRO-3; P = the stage's

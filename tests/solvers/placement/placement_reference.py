@@ -40,6 +40,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "sequence_parallel": False,
         "pipeline_schedule": 0,
         "overlap_p2p_comm": False,
+        "grad_reduce_in_fp32": False,
         **others,
     }
 

@@ -431,6 +431,55 @@ def test_an_interleaved_pipeline_syncs_each_model_chunk_apart(
     assert evaluate_plan(bound, variant, plan, 2).time_per_batch_s <= 24.0 + exposed_s
 
 
+@pytest.mark.parametrize(
+    ("zero_stage", "gather", "exposed_s", "step_s"),
+    [
+        # fp32 gradients: the first stage's 800 B of weights have 1,600 B of gradients. Their all-reduce
+        # takes 2 x 1/2 x 1,600 / 50 = 32 s, twice the bf16 16 s: behind 6 s of backward passes, the
+        # floor half of it, max(16, 26) = 26 s. The step zeroes and reads the 1,600 B and reads and
+        # writes the 800 B of weights: 4,800 B at 400 B/s, 12 s (bf16: 3,200 B, 8 s).
+        (0, False, 26.0, 12.0),
+        # A distributed optimizer reduce-scatters the fp32 gradients, R = 32 / 2 = 16 s, behind the
+        # backward passes max(8, 10) = 10 s, and all-gathers the bf16 weights, G = 16 / 2 = 8 s: exposed
+        # whole, or behind 1.5 x F = 3 s, max(4, 5) = 5 s. Its step: gradients 2 x (800 + 400) B, its
+        # weights' shard 2 x 400 B: 3,200 B, 8 s.
+        (1, False, 18.0, 8.0),
+        (1, True, 15.0, 8.0),
+    ],
+)
+def test_fp32_gradients_double_the_reduction_the_gradient_memory_and_their_step_bytes(
+    zero_stage: int, gather: bool, exposed_s: float, step_s: float
+) -> None:
+    # The interleaved toy above ([01][23][45], d = 2, v = 2, 24 s of pipeline, 400 B a first-stage
+    # layer) with Megatron-LM's fp32 gradient buffer (`grad_reduce_in_fp32`) and the step timed.
+    problem = replace(_interleaved_syncs(400), hbm_bytes_per_s=400.0)
+    settings = plan_settings(
+        interleave=2,
+        overlap_grad_reduce=True,
+        overlap_param_gather=gather,
+        zero_stage=zero_stage,
+        grad_reduce_in_fp32=True,
+    )
+    plan = [[0, 1], [2, 3], [4, 5]]
+    explained = explain_plan(problem, Variant(1, 10**6, settings), plan, 2)
+    iteration = explained.iteration
+    assert (iteration.dp_sync_stage, iteration.dp_sync_s, iteration.optimizer_s) == (0, exposed_s, step_s)
+    assert explained.placement.time_per_batch_s == 24.0 + exposed_s + step_s
+    # The gradients take twice the bytes (ZeRO-1 does not shard them); weights and state do not change.
+    bf16 = explain_plan(problem, Variant(1, 10**6, {**settings, "grad_reduce_in_fp32": False}), plan, 2)
+    first, first_bf16 = explained.memories[0], bf16.memories[0]
+    assert (first.gradients_bytes, first_bf16.gradients_bytes) == (1600, 800)
+    assert replace(first, gradients_bytes=800) == first_bf16
+    # ZeRO-2 shards them: 2 x 400 B against 400 B.
+    sharded = {**settings, "zero_stage": 2}
+    assert explain_plan(problem, Variant(1, 10**6, sharded), plan, 2).memories[0].gradients_bytes == 800
+    bound = replace(problem, bound_sync_windows=True)
+    assert (
+        evaluate_plan(bound, Variant(1, 10**6, settings), plan, 2).time_per_batch_s
+        <= 24.0 + exposed_s + step_s
+    )
+
+
 def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
     # CHAIN as [0][1][2] (the only plan in 2050 B): k = 3 devices per replica on nodes of 8 (10^6 B/s
     # inside, 1000 B/s per member's link between). The first stage's DP group is ids 0, 3, 6, 9, ...:

@@ -165,6 +165,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
         "overlap_grad_reduce": draw(st.booleans()),
         "overlap_param_gather": draw(st.booleans()),
         "overlap_p2p_comm": draw(st.booleans()),
+        "grad_reduce_in_fp32": draw(st.booleans()),
         "ep": draw(st.sampled_from([1, 1, 2, 4])),
         "sequence_parallel": draw(st.booleans()),
     }
@@ -353,6 +354,7 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
         "overlap_grad_reduce": st.booleans(),
         "overlap_param_gather": st.booleans(),
         "overlap_p2p_comm": st.booleans(),
+        "grad_reduce_in_fp32": st.booleans(),
         "ep": st.sampled_from([1, 1, 2]),
         "pipeline_schedule": st.integers(0, 1),
         "t": st.sampled_from([int(t) for t in problem.t_values]),
