@@ -702,5 +702,6 @@ def _min_memory_bytes(result: PlacementResult) -> int:
 
 def optimizer_factor(optimizer: str) -> int:
     """Bytes of weights, gradients and optimizer state per byte of 2-byte weights: 2 B of weights and
-    2 B of gradients per parameter, plus the optimizer's state (`OPTIMIZER_STATE_BYTES`)."""
+    2 B of bf16 gradients per parameter, plus the optimizer's state (`OPTIMIZER_STATE_BYTES`); fp32
+    gradients (`Training.grad_reduce_in_fp32`) are counted apart, in the compiled model."""
     return (2 + 2 + OPTIMIZER_STATE_BYTES[optimizer]) // 2

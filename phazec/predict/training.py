@@ -146,8 +146,8 @@ class Training:
     setting for a whole search: under the model ZB-H1 is never slower than 1F1B at the same plan and
     memory, so a search trying both would only ever keep it."""
     optimizer: str = knob("sgd", in_plan=False, recorded=True, choices=tuple(OPTIMIZER_STATE_BYTES))
-    """`sgd` (no state) or `adam` (mixed-precision Adam: 16 bytes per parameter with weights and
-    gradients); `phazec-plan` reads it here too."""
+    """`sgd` (no state) or `adam` (mixed-precision Adam: 16 bytes per parameter with bf16 weights and
+    gradients, 18 with fp32 gradients, `grad_reduce_in_fp32`); `phazec-plan` reads it here too."""
     zero_stage: int = knob(0, search=[0], core=True, choices=ZERO_STAGES)
     """What is sharded over the data-parallel replicas: 0 nothing; 1 the optimizer state (Megatron's
     distributed optimizer, ZeRO-1: the gradients reduce-scattered and the weights all-gathered after

@@ -56,7 +56,7 @@ def plan_table(report: PlanReport) -> str:
     time_rows.append(["total", f"{report.time_per_batch_s:.4g}", "100.0%"])
     memory = [
         ("weights", mem.weights_bytes),
-        ("gradients", mem.gradients_bytes),
+        (f"gradients ({'fp32' if training.grad_reduce_in_fp32 else 'bf16'})", mem.gradients_bytes),
         (f"optimizer state ({training.optimizer}{distributed})", mem.optimizer_state_bytes),
         (f"activations ({mem.in_flight} in flight{offloaded})", mem.activation_stash_bytes),
         ("recompute working set", mem.activation_working_bytes),

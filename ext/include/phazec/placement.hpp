@@ -66,7 +66,7 @@ struct PlacementInput {
   int64_t devices = 1;
   int64_t microbatches = 1;
   std::vector<NetworkTier> tiers;  // ascending group sizes; the last holds every device
-  int64_t optimizer_factor = 2;    // bytes of weights, gradients and optimizer state per weight byte
+  int64_t optimizer_factor = 2;    // bytes of weights, bf16 gradients and optimizer state per weight byte
   double hbm_bytes_per_s = 0.0;    // times the optimizer step; 0: untimed
   double collective_share = 0.0;   // of a device's cores, what an overlapped collective's kernels hold
   bool bound_sync_windows = false;  // DP syncs hide behind all the bottleneck load allows: a lower bound

@@ -83,8 +83,9 @@ class PlacementProblem:
     tiers: tuple[NetworkTier, ...]
     """Network tiers, group sizes strictly ascending; the last holds every device."""
     optimizer_factor: int = 2
-    """Bytes of weights, gradients and optimizer state per byte of 2-byte weights (2 for SGD, 8 for
-    mixed-precision Adam: `phazec.passes.memory.OPTIMIZER_STATE_BYTES`)."""
+    """Bytes of weights, bf16 gradients and optimizer state per byte of 2-byte weights (2 for SGD, 8 for
+    mixed-precision Adam: `phazec.passes.memory.OPTIMIZER_STATE_BYTES`); the compiled model takes the
+    state as this less 2 and counts the gradients apart (twice under `grad_reduce_in_fp32`)."""
     selective_stash_bytes: NDArray[np.int64] | None = None
     """Bytes kept for the backward pass under selective recompute (None: the stash bytes)."""
     selective_recompute_s: NDArray[np.float64] | None = None
