@@ -91,6 +91,8 @@ def csv_row(case: Case, rows: list[dict[str, str]]) -> tuple[dict[str, str], boo
         if re.search(rf"case {re.escape(case.name)}\b", row["source"]):
             return row, True
     template = next(row for row in rows if row["source_id"] == TEMPLATES[case.template])
+    named = re.search(r"case (\w+)", template["source"])
+    assert named is not None, template["source_id"]
     tp, pp, dp, cp = (case.width(key) for key in ("tp", "pp", "dp", "cp"))
     own = {
         "source_id": f"SIMUMAX-B200-{case.name}",
@@ -100,7 +102,7 @@ def csv_row(case: Case, rows: list[dict[str, str]]) -> tuple[dict[str, str], boo
         "gpus": str(tp * pp * dp * cp),
         "measured_s_per_iter": f"{case.measured_s}",
         "seq_parallel": "yes" if tp > 1 else template["seq_parallel"],
-        "source": template["source"].replace(TEMPLATES[case.template], case.name),
+        "source": template["source"].replace(named.group(1), case.name),
     }  # fmt: skip
     return {**template, **own}, False
 
