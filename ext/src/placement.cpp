@@ -380,7 +380,7 @@ struct PlanModel {
   }
 
   /// ZeRO-3's collectives per microbatch of a stage at width d, on `shard_tiers`: its gathered bytes
-  /// are all-gather before the forward pass and again before the backward pass, and its gradients
+  /// are all-gathered before the forward pass and again before the backward pass, and its gradients
   /// (`grad_factor` times its weights' bytes) reduce-scattered after it, each half a ring all-reduce of
   /// its bytes (`reduce_s`). One gather's time and the reduce-scatter's (0 and 0 when nothing is
   /// gathered).

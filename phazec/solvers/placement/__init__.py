@@ -89,7 +89,9 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   latency (the `bounded` search's dominance rests on it). With them a longer pass hides more, so the
   time can fall as a latency grows; `bound_sync_windows` (the `bounded` search's lower bound)
   instead opens each window that can open as long as the bottleneck load X allows (B, F and B + F
-  are at most X): W = c X, or c X / 2 for each of a distributed optimizer's two when both open.
+  are at most X): W = c X, and when a distributed optimizer's two both open they share c X in
+  whichever split ends the sync soonest (max(h S, S - c X) exposed; with experts each end term at its
+  best split: with fp32 gradients R and G differ, and c X / 2 each would be above the real time).
   That time is never above the real one, and never falls as X grows (X times the slots, at least
   c, grows as fast as any window: c < g <= m). A stage's exposed sync + step
   grows with its weights, so the DP keeps, per set of stages, the plans no other beats on both the
