@@ -182,6 +182,9 @@ class ModernRun:
     (`ALL_TO_ALL_CP`)."""
     grad_reduce_in_fp32: bool = False
     """The run keeps and reduces its gradients in fp32 (`FP32_GRADIENT_ROWS`)."""
+    gradient_accumulation_fusion: bool = False
+    """The run fuses its weight-gradient accumulation, keeping Transformer Engine's dummy weight
+    gradients (`FUSED_ACCUMULATION_ROWS`)."""
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -216,6 +219,7 @@ class ModernRun:
             ("recompute_layers", self.recompute_layers),
             ("cp_comm_type", self.cp_comm_type),
             ("grad_reduce_in_fp32", str(self.grad_reduce_in_fp32).lower()),
+            ("gradient_accumulation_fusion", str(self.gradient_accumulation_fusion).lower()),
         )
         # the zero stage is the Run's
         extra = [f"plan.{name}={value}" for name, value in values if name in knobs]
@@ -248,6 +252,14 @@ performance configs turn it off (`grad_reduce_in_fp32 = False` in every model's
 scripts/performance/configs at v0.4.2, and in `_benchmark_common` since), so its rows keep bf16
 gradients; torchtitan's FSDP2 reduce-scatters in fp32 into fp32 gradient shards beside its fp32 weight
 shards, a layout this knob (Megatron's fp32 buffer beside bf16 weights) does not describe."""
+
+
+FUSED_ACCUMULATION_ROWS = "SIMUMAX"
+"""The prefix of the rows whose runs fuse the weight-gradient accumulation into Transformer Engine's
+linear layers (`plan.gradient_accumulation_fusion`, Megatron-LM's default): SimuMax's scripts leave
+`--no-gradient-accumulation-fusion` commented out (MooreThreads/SimuMax@4dcaae5, run_pretrain_llama3.sh and
+run_pretrain_deepseekv2.sh). Megatron-Bridge's performance configs set it per model and chip (off in
+several Llama ones at v0.4.2), which the csv's rows do not say; their rows leave it off."""
 
 
 def training_knobs() -> frozenset[str]:
@@ -390,6 +402,7 @@ def expressible(row: dict[str, str], knobs: frozenset[str]) -> ModernRun | str:
         fp8_param_gather=gathers_fp8, recompute_layers=recompute_layers,
         cp_comm_type="a2a" if ALL_TO_ALL_CP in row["source"] else "p2p",
         grad_reduce_in_fp32=row["source_id"].startswith(FP32_GRADIENT_ROWS),
+        gradient_accumulation_fusion=row["source_id"].startswith(FUSED_ACCUMULATION_ROWS),
     )  # fmt: skip
 
 

@@ -428,6 +428,8 @@ def predict(run: MoeRun) -> PlanReport:
                 *([f"plan.layers={list(run.layers_per_stage)}"] if run.layers_per_stage else []),
                 f"plan.overlap_grad_reduce={grad_overlap}",
                 f"plan.grad_reduce_in_fp32={run.row_id.startswith(bench_fidelity_modern.FP32_GRADIENT_ROWS)}",
+                "plan.gradient_accumulation_fusion="
+                f"{run.row_id.startswith(bench_fidelity_modern.FUSED_ACCUMULATION_ROWS)}",
                 f"plan.overlap_param_gather={overlaps}",
                 f"plan.overlap_p2p_comm={framework(run.row_id) in P2P_OVERLAP}",
                 "hw.device.attention=flash", f"hw.device.collectives_hold_cores={not_overlaps}",

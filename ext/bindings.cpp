@@ -111,7 +111,8 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
                 const Vector<int64_t>& t_values, const Matrix<double>& forward_s, const Matrix<double>& backward_s,
                 const Matrix<double>& weight_grad_s, const Matrix<double>& selective_s, const Matrix<int64_t>& param_bytes,
                 const Matrix<int64_t>& expert_param_bytes, const Matrix<int64_t>& gather_bytes,
-                const Matrix<int64_t>& expert_gather_bytes, const Matrix<int64_t>& activation_bytes,
+                const Matrix<int64_t>& expert_gather_bytes, const Matrix<int64_t>& dummy_wgrad_bytes,
+                const Matrix<int64_t>& activation_bytes,
                 const Matrix<int64_t>& stash_bytes, const Matrix<int64_t>& selective_bytes,
                 const Matrix<int64_t>& input_bytes, const Matrix<double>& op_s, const Matrix<int64_t>& op_bytes,
                 const Matrix<bool>& tensor_parallel, const Matrix<bool>& block, int64_t devices, int64_t microbatches,
@@ -150,6 +151,7 @@ auto taking_problem(Result (*body)(const phazec::PlacementInput&, Extra...)) {
       f.expert_param_bytes = matrix_row(expert_param_bytes, w, widths, cols, "expert_param_bytes");
       f.gather_bytes = matrix_row(gather_bytes, w, widths, cols, "gather_bytes");
       f.expert_gather_bytes = matrix_row(expert_gather_bytes, w, widths, cols, "expert_gather_bytes");
+      f.dummy_wgrad_bytes = matrix_row(dummy_wgrad_bytes, w, widths, cols, "dummy_wgrad_bytes");
       f.activation_bytes = matrix_row(activation_bytes, w, widths, cols, "activation_bytes");
       f.stash_bytes = matrix_row(stash_bytes, w, widths, cols, "stash_bytes");
       f.selective_bytes = matrix_row(selective_bytes, w, widths, cols, "selective_bytes");
@@ -170,7 +172,7 @@ void def_taking_problem(nb::module_& m, const char* name, Fn fn, const char* doc
   m.def(name, taking_problem(fn), nb::arg("n"), nb::arg("edges"), nb::arg("edge_bytes"), nb::arg("t_values"),
         nb::arg("forward_s"), nb::arg("backward_s"), nb::arg("weight_grad_s"), nb::arg("selective_s"), nb::arg("param_bytes"),
         nb::arg("expert_param_bytes"), nb::arg("gather_bytes"), nb::arg("expert_gather_bytes"),
-        nb::arg("activation_bytes"), nb::arg("stash_bytes"),
+        nb::arg("dummy_wgrad_bytes"), nb::arg("activation_bytes"), nb::arg("stash_bytes"),
         nb::arg("selective_bytes"), nb::arg("input_bytes"), nb::arg("op_s"), nb::arg("op_bytes"),
         nb::arg("tensor_parallel"), nb::arg("block"), nb::arg("devices"),
         nb::arg("microbatches"), nb::arg("tier_group_sizes"), nb::arg("tier_bandwidth_bytes_per_s"),
@@ -299,6 +301,7 @@ NB_MODULE(_core, m) {
       .def_ro("gather_bytes", &StageCost::gather_bytes)
       .def_ro("expert_gather_bytes", &StageCost::expert_gather_bytes)
       .def_ro("largest_gather_bytes", &StageCost::largest_gather_bytes)
+      .def_ro("largest_dummy_wgrad_bytes", &StageCost::largest_dummy_wgrad_bytes)
       .def_ro("stash_bytes", &StageCost::stash_bytes)
       .def_ro("selective_bytes", &StageCost::selective_bytes)
       .def_ro("input_bytes", &StageCost::input_bytes)

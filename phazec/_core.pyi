@@ -80,6 +80,9 @@ def solve_placements(
     expert_gather_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
+    dummy_wgrad_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
     activation_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
@@ -148,6 +151,8 @@ class StageCost:
     def expert_gather_bytes(self) -> int: ...
     @property
     def largest_gather_bytes(self) -> int: ...
+    @property
+    def largest_dummy_wgrad_bytes(self) -> int: ...
     @property
     def stash_bytes(self) -> int: ...
     @property
@@ -306,6 +311,9 @@ def evaluate_plan(
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     expert_gather_bytes: Annotated[
+        NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
+    ],
+    dummy_wgrad_bytes: Annotated[
         NDArray[numpy.int64], dict(shape=(None, None), order="C", device="cpu", writable=False)
     ],
     activation_bytes: Annotated[

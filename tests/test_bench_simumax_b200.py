@@ -35,7 +35,7 @@ def test_every_run_of_the_table_is_a_csv_row_or_its_models_row_with_its_own_plan
     assert (case.template, case.width("seq", 4096)) == ("llama3_70b", 4096)
 
 
-def test_simumax_rows_keep_fp32_gradients_and_others_do_not() -> None:
+def test_simumax_rows_keep_fp32_gradients_and_fuse_their_accumulation_and_others_do_not() -> None:
     knobs = modern.training_knobs()
     with modern.RUNS.open() as f:
         rows = {row["source_id"]: row for row in csv.DictReader(f)}
@@ -44,3 +44,5 @@ def test_simumax_rows_keep_fp32_gradients_and_others_do_not() -> None:
     assert isinstance(simumax_row, modern.ModernRun) and isinstance(nvidia_row, modern.ModernRun)
     assert "plan.grad_reduce_in_fp32=true" in simumax_row.overrides(knobs)
     assert "plan.grad_reduce_in_fp32=false" in nvidia_row.overrides(knobs)
+    assert "plan.gradient_accumulation_fusion=true" in simumax_row.overrides(knobs)
+    assert "plan.gradient_accumulation_fusion=false" in nvidia_row.overrides(knobs)

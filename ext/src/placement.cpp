@@ -130,6 +130,7 @@ StageCost stage_cost(const LayerFigures& f, const NodeSet& stage, int64_t cut_by
     c.gather_bytes += f.gather_bytes[v];
     c.expert_gather_bytes += f.expert_gather_bytes[v];
     c.largest_gather_bytes = std::max(c.largest_gather_bytes, f.gather_bytes[v]);
+    c.largest_dummy_wgrad_bytes = std::max(c.largest_dummy_wgrad_bytes, f.dummy_wgrad_bytes[v]);
     c.stash_bytes += f.stash_bytes[v];
     c.selective_bytes += f.selective_bytes[v];
     c.input_bytes += f.input_bytes[v];
@@ -484,6 +485,8 @@ struct PlanModel {
       gradients = g * (shard + (shards_weights() ? c.largest_layer_bytes : 0));
       if (shards_weights()) weights = shard + 2 * c.largest_gather_bytes;
     }
+    // Transformer Engine keeps one dummy weight gradient per weight shape, which a stage's blocks share.
+    if (settings.gradient_accumulation_fusion) gradients += c.largest_dummy_wgrad_bytes;
     return {weights, gradients, state_bytes(c.param_bytes, c.expert_param_bytes, d), stash_bytes(kept, u), working,
             u};
   }
@@ -1646,6 +1649,12 @@ void check_input(const PlacementInput& in, const std::vector<Variant>& variants)
       if (f.gather_bytes[v] < 0 || f.gather_bytes[v] > f.param_bytes[v] || f.expert_gather_bytes[v] < 0 ||
           f.expert_gather_bytes[v] > f.gather_bytes[v] || f.expert_gather_bytes[v] > f.expert_param_bytes[v]) {
         fail("gather bytes must be between 0 and the layer's parameter bytes, the experts' at most theirs");
+      }
+    }
+    if (f.dummy_wgrad_bytes.size() != n) fail("dummy weight-gradient bytes must be n values");
+    for (std::size_t v = 0; v < n; ++v) {
+      if (f.dummy_wgrad_bytes[v] < 0 || f.dummy_wgrad_bytes[v] > f.param_bytes[v]) {
+        fail("dummy weight-gradient bytes must be between 0 and the layer's parameter bytes");
       }
     }
   }

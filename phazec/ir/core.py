@@ -234,6 +234,11 @@ class LayerMemory:
     biases' and a router's weights stay two-byte)."""
     fp8_expert_weight_bytes: int = 0
     """Of those, the routed experts' (all of `expert_parameter_bytes` but their biases)."""
+    dummy_wgrad_bytes: int = 0
+    """Bytes of the dummy weight gradients Transformer Engine keeps for the layer under fused gradient
+    accumulation (`get_dummy_wgrad`: one tensor of each linear weight's shape, in its element type,
+    allocated once per shape): its linear layers' weights, of the routed experts one expert's, as a
+    grouped linear layer's experts share a shape."""
     fp8_per_sample_bytes: int = 0
     """How the stash per sample changes when the layer's linear layers run in FP8 (signed: each linear
     layer's input kept as a one-byte copy for its weight gradient, `phazec.passes.memory.fp8_copy_bytes`)."""

@@ -130,6 +130,10 @@ def layer_memory(model: Model, cls: LayerClass, optimizer: str) -> LayerMemory:
         expert_parameter_bytes=expert_bytes,
         fp8_weight_bytes=sum(forward.tensors[w].nbytes() for w in linear),
         fp8_expert_weight_bytes=sum(forward.tensors[w].nbytes() for w in linear if w in experts),
+        dummy_wgrad_bytes=sum(
+            forward.tensors[w].nbytes() // (forward.tensors[w].shape[0] if w in experts else 1)
+            for w in linear
+        ),
         fp8_per_sample_bytes=sum(copies.values()),
         fp8_replicated_per_sample_bytes=sum(b for n, b in copies.items() if n in replicated),
         op_fixed_bytes=op_fixed,

@@ -269,6 +269,7 @@ class Evaluator:
             expert_param_bytes=np.stack([r.expert_param_bytes for r in rows]),
             gather_bytes=np.stack([r.gather_bytes for r in rows]),
             expert_gather_bytes=np.stack([r.expert_gather_bytes for r in rows]),
+            dummy_wgrad_bytes=np.stack([r.dummy_wgrad_bytes for r in rows]),
             activation_bytes=np.stack([r.stash_bytes for r in rows]),  # what full recompute rebuilds
             stash_bytes=np.stack([r.stash_bytes for r in rows]),
             input_bytes=np.stack([r.checkpoint_bytes for r in rows]),
@@ -452,6 +453,8 @@ class LayerArrays:
     (`LayerMemory.fp8_weight_bytes`) where they are gathered as one-byte FP8 copies."""
     expert_gather_bytes: NDArray[np.int64]
     """Of the gathered bytes, the routed experts'."""
+    dummy_wgrad_bytes: NDArray[np.int64]
+    """Transformer Engine's dummy weight gradients of the layer (`LayerMemory.dummy_wgrad_bytes`)."""
     stash_bytes: NDArray[np.int64]
     selective_bytes: NDArray[np.int64]
     checkpoint_bytes: NDArray[np.int64]
@@ -466,7 +469,8 @@ def layer_arrays(model: Model, training: Training) -> LayerArrays:
     `class_split`: sequence parallelism splits a tensor-parallel layer's replicated activations t ways,
     context parallelism every per-sample byte cp ways, and a block's linear layers keep FP8 copies of
     their inputs in low precision; selective recompute also drops what the `selective_modules` it
-    reruns write) and the TP flag."""
+    reruns write), Transformer Engine's dummy weight-gradient bytes (a transformer block's; the
+    embedding and the output layer are Megatron-Core's own modules) and the TP flag."""
     rows: list[dict[str, int]] = []
     tensor_parallel = []
     for layer in model.layers:
@@ -487,6 +491,8 @@ def layer_arrays(model: Model, training: Training) -> LayerArrays:
                 "gather_bytes": memory.parameter_bytes - (memory.fp8_weight_bytes // 2 if halved else 0),
                 "expert_gather_bytes": memory.expert_parameter_bytes
                 - (memory.fp8_expert_weight_bytes // 2 if halved else 0),
+                # Megatron-Core's embedding and output layer are not Transformer Engine's modules.
+                "dummy_wgrad_bytes": memory.dummy_wgrad_bytes if layer.kind is LayerKind.BLOCK else 0,
                 "stash_bytes": figures.stash_bytes,
                 "selective_bytes": figures.selective_bytes,
                 "checkpoint_bytes": figures.checkpoint_bytes,

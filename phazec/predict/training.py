@@ -162,6 +162,13 @@ class Training:
     ZeRO-3's reduce-scatters) move twice the weights' bytes, and the optimizer step reads and zeroes
     them; a distributed optimizer's weight all-gather stays bf16. False: bf16 gradients, PHAZE's 2 bytes
     a parameter."""
+    gradient_accumulation_fusion: bool = knob(False, core=True)
+    """Megatron-Core's fused weight-gradient accumulation with Transformer Engine's linear layers
+    (`gradient_accumulation_fusion`, Megatron-LM's default where the fused kernel is built): each
+    weight gradient is accumulated into the gradient buffer, and the backward pass gets instead a dummy
+    tensor of the weight's shape and element type that Transformer Engine allocates once per shape and
+    keeps (`get_dummy_wgrad`), so each device also holds one bf16 copy of a block's linear weights (of
+    the routed experts, one expert's), its stage's largest layer's. False: nothing more, as in PHAZE."""
     last_stage_recomputes: bool = knob(True, search=False, core=True)
     """Megatron-LM's rule (true: every stage recomputes) or PHAZE's (false: the last stage never does);
     the search follows PHAZE by default."""

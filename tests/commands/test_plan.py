@@ -1020,6 +1020,23 @@ def test_fp32_gradients_double_the_reported_gradients_and_lengthen_the_sync(cach
     assert fp32.breakdown.dp_sync_s > bf16.breakdown.dp_sync_s > 0
 
 
+def test_fused_gradient_accumulation_keeps_a_blocks_linear_weights_once(cache_dir: Path) -> None:
+    """`plan.gradient_accumulation_fusion`: each stage (one GPT-2 block each, tp 2) also keeps
+    Transformer Engine's dummy weight gradients, a bf16 copy of its block's linear weights on the
+    device: qkv h x 3h, the projection h x h, the MLP's h x 4h and 4h x h, 12 h^2 at t = 2 (the
+    biases and norms are no GEMM's weights): 6 h^2 x 2 bytes more gradients, the time unchanged."""
+    plain, fused = (
+        predict_plan(
+            settings_from_config(
+                compose_config(*PLAN, f"plan.gradient_accumulation_fusion={on}", f"cache_dir={cache_dir}")
+            )
+        )
+        for on in ("false", "true")
+    )
+    assert fused.memory.gradients_bytes - plain.memory.gradients_bytes == 6 * H * H * 2
+    assert fused.time_per_batch_s == plain.time_per_batch_s
+
+
 def test_overlapped_pipeline_sends_leave_the_interleaved_bubble_only(cache_dir: Path) -> None:
     """Four blocks split 3 + 1 under interleave 2 (stage 0, the embedding and three blocks, sets the
     pace), m = 16 / (2 x 2) = 4: `plan.overlap_p2p_comm` hides stage 0's sends behind its chunks' passes,

@@ -46,6 +46,7 @@ struct LayerFigures {
   std::vector<int64_t> expert_param_bytes;  // of param_bytes, the routed experts' (whole at every t)
   std::vector<int64_t> gather_bytes;         // of param_bytes, what ZeRO-3 gathers (FP8 copies: fewer)
   std::vector<int64_t> expert_gather_bytes;  // of gather_bytes, the routed experts'
+  std::vector<int64_t> dummy_wgrad_bytes;    // Transformer Engine's cached dummy weight gradients
   std::vector<int64_t> activation_bytes;
   std::vector<int64_t> stash_bytes;      // kept without recompute
   std::vector<int64_t> selective_bytes;  // kept under selective recompute
@@ -88,7 +89,8 @@ struct PlacementInput {
   X(bool, sequence_parallel, false)      /* a stage's pipeline sends split over its tensor-parallel devices */ \
   X(int64_t, pipeline_schedule, 0)       /* index in ("1f1b", "zb_h1"): `PipelineSchedule` */ \
   X(bool, overlap_p2p_comm, false)       /* interleaved 1F1B's sends run beside the next chunk's compute */ \
-  X(bool, grad_reduce_in_fp32, false)    /* gradients kept and reduced in fp32: twice the weights' bytes */
+  X(bool, grad_reduce_in_fp32, false)    /* gradients kept and reduced in fp32: twice the weights' bytes */ \
+  X(bool, gradient_accumulation_fusion, false) /* a stage keeps its largest layer's dummy weight gradients */
 
 struct PlanSettings {
 #define PHAZEC_SETTING_FIELD(type, name, value) type name = value;
@@ -143,6 +145,7 @@ struct StageCost {
   int64_t gather_bytes = 0;             // of param_bytes, what ZeRO-3's all-gathers move
   int64_t expert_gather_bytes = 0;      // of gather_bytes, the routed experts'
   int64_t largest_gather_bytes = 0;     // the gathered copy of its largest layer (ZeRO-3 holds two)
+  int64_t largest_dummy_wgrad_bytes = 0;  // its largest layer's dummy weight gradients (the blocks share them)
   int64_t stash_bytes = 0;              // kept without recomputation
   int64_t selective_bytes = 0;          // kept under selective recompute
   int64_t input_bytes = 0;              // kept under full recompute: the layers' inputs

@@ -125,7 +125,8 @@ The model, in seconds and bytes, shared by the C++ DP (`phazec._core`) and `eval
   it is twice the parameter memory (0 when the bandwidth is given as 0: the step is not timed, as in
   PHAZE).
 * Memory per device of the stage at position q from the end (of s stages) = weights 2P +
-  gradients 2P (4P in fp32) + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
+  gradients 2P (4P in fp32; plus its largest layer's dummy weight gradients under
+  `gradient_accumulation_fusion`) + optimizer state (0 for SGD, 6 * 2P for mixed-precision Adam: 12 bytes per
   parameter, divided over the d replicas rounding up with a distributed optimizer, the routed experts'
   over the t d cp / ep of the expert-data-parallel group, as are the gradients from ZeRO-2 and the
   weights from ZeRO-3; P = the stage's

@@ -109,6 +109,10 @@ class PlacementProblem:
     expert_gather_bytes: NDArray[np.int64] | None = None
     """Of `gather_bytes`, the routed experts' (None: `expert_param_bytes`), gathered over the
     expert-data-parallel group."""
+    dummy_wgrad_bytes: NDArray[np.int64] | None = None
+    """Bytes of the dummy weight gradients Transformer Engine keeps for the layer under fused gradient
+    accumulation (`LayerMemory.dummy_wgrad_bytes`; None: 0): a stage holds its largest layer's under
+    `gradient_accumulation_fusion`, the blocks sharing their shapes."""
     hbm_bytes_per_s: float = 0.0
     """HBM bandwidth that times the optimizer step; 0 leaves the step untimed."""
     collective_share: float = 0.0
@@ -139,6 +143,8 @@ class PlacementProblem:
             object.__setattr__(self, "gather_bytes", self.param_bytes)
         if self.expert_gather_bytes is None:
             object.__setattr__(self, "expert_gather_bytes", self.expert_param_bytes)
+        if self.dummy_wgrad_bytes is None:
+            object.__setattr__(self, "dummy_wgrad_bytes", np.zeros_like(self.param_bytes))
         if self.weight_grad_latency_s is None:
             object.__setattr__(self, "weight_grad_latency_s", np.zeros_like(self.forward_latency_s))
         if self.block_layers is None:
@@ -184,6 +190,12 @@ class PlacementProblem:
         """(gather bytes, the routed experts' of them), set by construction."""
         assert self.gather_bytes is not None and self.expert_gather_bytes is not None
         return self.gather_bytes, self.expert_gather_bytes
+
+    @property
+    def dummy_wgrads(self) -> NDArray[np.int64]:
+        """The layers' dummy weight-gradient bytes (set by construction)."""
+        assert self.dummy_wgrad_bytes is not None
+        return self.dummy_wgrad_bytes
 
     @property
     def weight_grad_s(self) -> NDArray[np.float64]:
@@ -327,6 +339,7 @@ _ARRAY_KINDS: dict[str, tuple[type[np.generic], int]] = {
     "expert_param_bytes": (np.int64, 2),
     "gather_bytes": (np.int64, 2),
     "expert_gather_bytes": (np.int64, 2),
+    "dummy_wgrad_bytes": (np.int64, 2),
     "activation_bytes": (np.int64, 2),
     "stash_bytes": (np.int64, 2),
     "input_bytes": (np.int64, 2),
@@ -393,6 +406,7 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
         "expert_param_bytes",
         "gather_bytes",
         "expert_gather_bytes",
+        "dummy_wgrad_bytes",
         "activation_bytes",
         "stash_bytes",
         "input_bytes",
@@ -415,6 +429,8 @@ def _validated_arrays(problem: PlacementProblem) -> dict[str, NDArray[Any]]:
     experts_gathered = "the routed experts' gathered bytes are part of the gathered bytes"
     _check_part(out, "expert_gather_bytes", "gather_bytes", experts_gathered)
     _check_part(out, "expert_gather_bytes", "expert_param_bytes", "the routed experts' gather at most theirs")
+    dummies = "a layer's dummy weight gradients are at most its weights"
+    _check_part(out, "dummy_wgrad_bytes", "param_bytes", dummies)
     _check_part(out, "selective_stash_bytes", "stash_bytes", "selective recompute keeps part of the stash")
     _check_part(out, "op_stash_bytes", "stash_bytes", "op recompute keeps part of the stash")
     _check_part(
@@ -518,6 +534,7 @@ def core_arguments(problem: PlacementProblem) -> dict[str, Any]:
         "expert_param_bytes": problem.expert_bytes,
         "gather_bytes": problem.gathered[0],
         "expert_gather_bytes": problem.gathered[1],
+        "dummy_wgrad_bytes": problem.dummy_wgrads,
         "activation_bytes": problem.activation_bytes,
         "stash_bytes": problem.stash_bytes,
         "selective_bytes": problem.selective_stash,

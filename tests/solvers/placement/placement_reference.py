@@ -41,6 +41,7 @@ def plan_settings(recompute: str = "none", **others: int | bool) -> dict[str, in
         "pipeline_schedule": 0,
         "overlap_p2p_comm": False,
         "grad_reduce_in_fp32": False,
+        "gradient_accumulation_fusion": False,
         **others,
     }
 

@@ -480,6 +480,24 @@ def test_fp32_gradients_double_the_reduction_the_gradient_memory_and_their_step_
     )
 
 
+def test_fused_gradient_accumulation_keeps_each_stages_largest_dummy_weight_gradients() -> None:
+    # The chain's plan [0][12] at d = 1 (stage memory 2020 and 4020 B) with Transformer Engine's dummy
+    # weight gradients of 100, 400 and 250 B: a stage keeps its largest layer's (its blocks share
+    # them), 2020 + 100 and 4020 + 400 B, counted with the gradients; the time does not change.
+    problem = replace(CHAIN, dummy_wgrad_bytes=np.array([[100, 400, 250]]))
+    fused = Variant(1, 10**6, plan_settings(gradient_accumulation_fusion=True))
+    figures = explain_plan(problem, fused, [[0], [1, 2]], 1)
+    assert [stage.memory_bytes for stage in figures.placement.stages] == [2120, 4420]
+    assert [memory.gradients_bytes for memory in figures.memories] == [1100, 2400]
+    assert figures.placement.time_per_batch_s == 45.0
+    assert evaluate_plan(problem, ROOMY, [[0], [1, 2]], 1) == evaluate_plan(CHAIN, ROOMY, [[0], [1, 2]], 1)
+    # The search keeps the plan whose stages fit with them: at 4419 B stage 1 no longer does.
+    roomy = best_placement(problem, 4420, plan_settings(gradient_accumulation_fusion=True))
+    tight = best_placement(problem, 4419, plan_settings(gradient_accumulation_fusion=True))
+    assert isinstance(roomy, Placement) and isinstance(tight, Placement)
+    assert roomy.time_per_batch_s == 45.0 < tight.time_per_batch_s
+
+
 def test_dp_rails_count_each_nodes_members_when_the_pipeline_does_not_divide_the_node() -> None:
     # CHAIN as [0][1][2] (the only plan in 2050 B): k = 3 devices per replica on nodes of 8 (10^6 B/s
     # inside, 1000 B/s per member's link between). The first stage's DP group is ids 0, 3, 6, 9, ...:
@@ -615,6 +633,10 @@ def test_nothing_fits_reports_what_dominates() -> None:
         (
             {"edges": np.array([[0, 1], [1, 2], [2, 0]]), "edge_bytes": np.array([1, 1, 1])},
             r"cycle 0 -> 1 -> 2 -> 0",
+        ),
+        (
+            {"dummy_wgrad_bytes": np.array([[1, 1001, 1]])},
+            r"dummy_wgrad_bytes\[0, 1\] = 1001 is not valid: a layer's dummy weight gradients are at",
         ),
         ({"device_count": 0}, r"device_count = 0 is not valid"),
         ({"t_values": np.array([8])}, r"t_values = \[8\] is not valid for 4 devices"),

@@ -108,6 +108,8 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
     gather_share = np.array(matrix(st.one_of(st.just(1.0), st.floats(0.5, 1.0))))
     expert_gathered = np.floor(experts * gather_share).astype(np.int64)
     gathered = np.floor((params - experts) * gather_share).astype(np.int64) + expert_gathered
+    # Transformer Engine's dummy weight gradients: a share of each layer's weights.
+    dummy_share = np.array(matrix(st.sampled_from([0.0, 0.25, 1.0])))
     backward = np.array(matrix(latency))
     # The weight-gradient share of a backward pass: none, half, all, or any.
     grad_share = np.array(matrix(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))))
@@ -120,6 +122,7 @@ def problems(draw: st.DrawFn, branching: bool) -> PlacementProblem:
         expert_param_bytes=experts,
         gather_bytes=gathered,
         expert_gather_bytes=expert_gathered,
+        dummy_wgrad_bytes=np.floor(params * dummy_share).astype(np.int64),
         activation_bytes=np.array(matrix(size)),
         stash_bytes=stash,
         input_bytes=np.array(matrix(size)),
@@ -166,6 +169,7 @@ def problems_and_settings(draw: st.DrawFn, branching: bool) -> Drawn:
         "overlap_param_gather": draw(st.booleans()),
         "overlap_p2p_comm": draw(st.booleans()),
         "grad_reduce_in_fp32": draw(st.booleans()),
+        "gradient_accumulation_fusion": draw(st.booleans()),
         "ep": draw(st.sampled_from([1, 1, 2, 4])),
         "sequence_parallel": draw(st.booleans()),
     }
@@ -251,9 +255,9 @@ def block_chains(draw: st.DrawFn) -> Drawn:
 
     per_layer = (
         "forward_latency_s", "backward_latency_s", "weight_grad_latency_s", "param_bytes",
-        "expert_param_bytes", "gather_bytes", "expert_gather_bytes", "activation_bytes", "stash_bytes",
-        "input_bytes", "selective_stash_bytes", "selective_recompute_s", "op_stash_bytes", "op_recompute_s",
-        "tensor_parallel",
+        "expert_param_bytes", "gather_bytes", "expert_gather_bytes", "dummy_wgrad_bytes", "activation_bytes",
+        "stash_bytes", "input_bytes", "selective_stash_bytes", "selective_recompute_s", "op_stash_bytes",
+        "op_recompute_s", "tensor_parallel",
     )  # fmt: skip
     changed: dict[str, Any] = {name: blocks(getattr(problem, name)) for name in per_layer}
     edge_bytes = np.full_like(problem.edge_bytes, int(problem.edge_bytes[0]) if n > 1 else 0)
@@ -355,6 +359,7 @@ def variant_batches(draw: st.DrawFn) -> tuple[PlacementProblem, list[Variant]]:
         "overlap_param_gather": st.booleans(),
         "overlap_p2p_comm": st.booleans(),
         "grad_reduce_in_fp32": st.booleans(),
+        "gradient_accumulation_fusion": st.booleans(),
         "ep": st.sampled_from([1, 1, 2]),
         "pipeline_schedule": st.integers(0, 1),
         "t": st.sampled_from([int(t) for t in problem.t_values]),
