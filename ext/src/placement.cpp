@@ -555,12 +555,15 @@ struct PlanModel {
     SyncKeys k;
     if (!shards_weights()) {
       const int64_t g = grad_factor();
+      const double gradients_s = reduce_s(g * weights, g * expert, d, tiers);
       if (!shards_state()) {
-        k.reduce_s = reduce_s(g * weights, g * expert, d, tiers);
+        k.reduce_s = gradients_s;
         k.sync_s = k.reduce_s;
       } else {
-        k.reduce_s = reduce_s(g * weights, g * expert, d, tiers) / 2.0;
-        k.sync_s = k.reduce_s + reduce_s(weights, expert, d, tiers) / 2.0;
+        // The weights' all-reduce is the gradients' one at factor 1: computed once on the DP's hot path.
+        const double weights_s = g == 1 ? gradients_s : reduce_s(weights, expert, d, tiers);
+        k.reduce_s = gradients_s / 2.0;
+        k.sync_s = k.reduce_s + weights_s / 2.0;
       }
     }
     if (in.hbm_bytes_per_s > 0.0) k.step_s = static_cast<double>(step_bytes(weights, expert, d)) / in.hbm_bytes_per_s;
